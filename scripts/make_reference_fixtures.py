@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""Reference fixtures for Ember's GPT-2 engine tests (server/tests/fixtures/tiny-gpt2).
+
+Builds a small random GPT-2 with Hugging Face transformers (CPU, float32, fixed
+seed), saves it the way transformers does (config.json + model.safetensors), and
+records what transformers computes for a few prompts in reference.json:
+
+  - logits at the last position of each prompt (prefill path),
+  - a 16-token greedy continuation of each prompt (no EOS stopping),
+  - the logits that chose the last continuation token (decode path),
+  - the smallest top-1/top-2 logit margin seen, to show greedy is not a near-tie.
+
+Every parameter is randomized (biases and LayerNorm weights too, not left at
+0/1), so a swapped or skipped tensor in the loader changes the logits.
+
+Run (needs torch + transformers; no network):
+    python3 scripts/make_reference_fixtures.py --out server/tests/fixtures/tiny-gpt2
+"""
+
+import argparse
+import json
+import os
+import random
+
+import torch
+import transformers
+from transformers import GPT2Config, GPT2LMHeadModel
+
+
+def greedy(model, prompt, new_tokens):
+    """Greedy continuation by explicit full forward passes (no generate() quirks)."""
+    ids = list(prompt)
+    min_margin = float("inf")
+    last_logits = None
+    for _ in range(new_tokens):
+        logits = model(torch.tensor([ids])).logits[0, -1]
+        top2 = torch.topk(logits, 2).values
+        min_margin = min(min_margin, float(top2[0] - top2[1]))
+        last_logits = logits
+        ids.append(int(torch.argmax(logits)))
+    return ids[len(prompt):], last_logits, min_margin
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="server/tests/fixtures/tiny-gpt2")
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--new-tokens", type=int, default=16)
+    args = ap.parse_args()
+
+    torch.manual_seed(args.seed)
+    rng = random.Random(args.seed)
+    config = GPT2Config(
+        n_layer=2,
+        n_head=4,
+        n_embd=64,
+        n_positions=128,
+        vocab_size=1000,
+        activation_function="gelu_new",
+        layer_norm_epsilon=1e-5,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        bos_token_id=999,
+        eos_token_id=999,
+    )
+    model = GPT2LMHeadModel(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.normal_(0.0, 0.05)
+            elif ".ln_" in name or name.startswith("transformer.ln_f"):
+                p.normal_(1.0, 0.1)
+            else:
+                # Wider than GPT-2's 0.02 so logits are spread and greedy is not a near-tie.
+                p.normal_(0.0, 0.1)
+
+    os.makedirs(args.out, exist_ok=True)
+    model.save_pretrained(args.out)  # config.json + model.safetensors (tied lm_head omitted)
+
+    lengths = [1, 5, 12, 37]
+    prompts = [[rng.randrange(config.vocab_size - 1) for _ in range(n)] for n in lengths]
+    cases = []
+    with torch.no_grad():
+        for prompt in prompts:
+            last = model(torch.tensor([prompt])).logits[0, -1]
+            tokens, final_logits, margin = greedy(model, prompt, args.new_tokens)
+            cases.append(
+                {
+                    "prompt": prompt,
+                    "last_logits": [float(x) for x in last],
+                    "greedy": tokens,
+                    "final_logits": [float(x) for x in final_logits],
+                    "min_greedy_margin": margin,
+                }
+            )
+
+    reference = {
+        "generator": "scripts/make_reference_fixtures.py",
+        "seed": args.seed,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "new_tokens": args.new_tokens,
+        "cases": cases,
+    }
+    with open(os.path.join(args.out, "reference.json"), "w") as f:
+        json.dump(reference, f)
+    for c in cases:
+        print(len(c["prompt"]), c["greedy"], "min margin %.4f" % c["min_greedy_margin"])
+    for name in sorted(os.listdir(args.out)):
+        print("wrote", name, os.path.getsize(os.path.join(args.out, name)), "bytes")
+
+
+if __name__ == "__main__":
+    main()

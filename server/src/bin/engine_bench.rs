@@ -1,0 +1,237 @@
+//! `ember-engine-bench`: times the engine alone (no gRPC, no scheduler).
+//!
+//! For each decode batch size B it prefills B random prompts of `--context`
+//! tokens, runs `--warmup` untimed decode steps, then times `--steps` decode
+//! steps (each ends with the engine's one device->host read, so wall time is
+//! device time). `--prefill N,L` also times one prefill of N prompts of L
+//! tokens. Prints a table and writes the numbers as JSON.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{bail, Context};
+use burn::prelude::*;
+use clap::Parser;
+use ember_server::engine::{Engine, EngineConfig, SamplingParams, SeqId, SequenceRequest};
+use ember_server::model::{load_model, ModelSource, Preset};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::json;
+
+/// Engine micro-benchmark: decode step latency and throughput per batch size.
+#[derive(Debug, Parser)]
+#[command(name = "ember-engine-bench", about)]
+struct Args {
+    /// cpu or cuda (cuda:N for another GPU).
+    #[arg(long, default_value = "cpu")]
+    device: String,
+    /// Built-in architecture with random weights (gpt2 or tiny).
+    #[arg(long, default_value = "gpt2")]
+    preset: Preset,
+    /// An HF GPT-2 directory instead of a preset.
+    #[arg(long)]
+    model_dir: Option<PathBuf>,
+    /// Decode batch sizes to time.
+    #[arg(long, value_delimiter = ',', default_value = "1,8,64,256")]
+    batch_sizes: Vec<usize>,
+    /// Prompt length of every sequence (the context decode starts from).
+    #[arg(long, default_value_t = 128)]
+    context: usize,
+    /// Timed decode steps per batch size.
+    #[arg(long, default_value_t = 32)]
+    steps: usize,
+    /// Untimed decode steps before timing.
+    #[arg(long, default_value_t = 4)]
+    warmup: usize,
+    /// Also time a prefill of N prompts of L tokens: `N,L`.
+    #[arg(long, value_delimiter = ',', num_args = 2)]
+    prefill: Option<Vec<usize>>,
+    /// Largest prefill batch used to fill the decode batch.
+    #[arg(long, default_value_t = 32)]
+    prefill_chunk: usize,
+    /// KV block size.
+    #[arg(long, default_value_t = 16)]
+    block_size: usize,
+    /// Where to write the JSON report.
+    #[arg(long, default_value = "engine_bench.json")]
+    json: PathBuf,
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    let report = match args.device.as_str() {
+        "cpu" => {
+            run::<burn::backend::NdArray<f32>>(&args, Default::default(), "cpu (NdArray f32)")?
+        }
+        d if d.starts_with("cuda") => run_cuda(&args, d)?,
+        other => bail!("--device must be cpu or cuda[:N], got {other}"),
+    };
+    std::fs::write(&args.json, serde_json::to_string_pretty(&report)?)
+        .with_context(|| format!("writing {}", args.json.display()))?;
+    println!("wrote {}", args.json.display());
+    Ok(())
+}
+
+#[cfg(feature = "cuda")]
+fn run_cuda(args: &Args, spec: &str) -> anyhow::Result<serde_json::Value> {
+    let index = match spec.strip_prefix("cuda:") {
+        Some(n) => n.parse().context("--device cuda:N needs a number")?,
+        None => 0,
+    };
+    let device = burn::backend::cuda::CudaDevice { index };
+    run::<burn::backend::Cuda<half::f16>>(args, device, &format!("cuda:{index} (Cuda f16)"))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn run_cuda(_: &Args, _: &str) -> anyhow::Result<serde_json::Value> {
+    bail!("built without the `cuda` feature")
+}
+
+/// p-th percentile (0..=100) of sorted samples, nearest rank.
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let i = ((p / 100.0) * (sorted.len().saturating_sub(1)) as f64).round() as usize;
+    sorted.get(i).copied().unwrap_or(f64::NAN)
+}
+
+fn run<B: Backend>(
+    args: &Args,
+    device: B::Device,
+    device_name: &str,
+) -> anyhow::Result<serde_json::Value> {
+    let source = match &args.model_dir {
+        Some(dir) => ModelSource::Dir(dir.clone()),
+        None => ModelSource::Preset {
+            preset: args.preset,
+            seed: 0,
+        },
+    };
+    let (model, config) = load_model::<B>(&source, &device)?;
+    let max_new = args.warmup + args.steps + 1;
+    if args.context + max_new > config.n_positions {
+        bail!(
+            "context {} + {} steps exceeds n_positions {}",
+            args.context,
+            max_new,
+            config.n_positions
+        );
+    }
+    let max_b = args.batch_sizes.iter().copied().max().unwrap_or(1);
+    let prefill_n = args.prefill.as_ref().map_or(0, |p| p[0]);
+    let per_seq = (args.context + max_new).div_ceil(args.block_size);
+    let num_blocks = (max_b * per_seq)
+        .max(
+            prefill_n
+                * args
+                    .prefill
+                    .as_ref()
+                    .map_or(0, |p| p[1] + 1)
+                    .div_ceil(args.block_size),
+        )
+        .max(1);
+    let engine_config = EngineConfig {
+        block_size: args.block_size,
+        num_blocks,
+    };
+    let mut engine = Engine::new(model, config.clone(), engine_config, u32::MAX, device)?;
+    let mut rng = StdRng::seed_from_u64(0);
+    let mut prompt = |len: usize| -> Vec<u32> {
+        (0..len)
+            .map(|_| rng.random_range(0..config.vocab_size as u32))
+            .collect()
+    };
+
+    println!(
+        "device {device_name}, n_layer {} n_embd {}, context {}, {} timed steps",
+        config.n_layer, config.n_embd, args.context, args.steps
+    );
+    println!(
+        "{:>6} {:>10} {:>10} {:>10} {:>12}",
+        "batch", "p50 ms", "p10 ms", "p90 ms", "tokens/s"
+    );
+    let mut decode_rows = Vec::new();
+    for &b in &args.batch_sizes {
+        let ids: Vec<SeqId> = (0..b as SeqId).collect();
+        for chunk in ids.chunks(args.prefill_chunk.max(1)) {
+            let reqs = chunk
+                .iter()
+                .map(|&id| SequenceRequest {
+                    id,
+                    prompt: prompt(args.context),
+                    max_new_tokens: max_new,
+                    ignore_eos: true,
+                    sampling: SamplingParams::greedy(),
+                })
+                .collect();
+            engine.prefill(reqs)?;
+        }
+        for _ in 0..args.warmup {
+            engine.decode(&ids)?;
+        }
+        let mut ms = Vec::with_capacity(args.steps);
+        for _ in 0..args.steps {
+            let t = Instant::now();
+            engine.decode(&ids)?;
+            ms.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        ids.iter().for_each(|&id| {
+            engine.release(id);
+        });
+        ms.sort_by(f64::total_cmp);
+        let (p50, p10, p90) = (
+            percentile(&ms, 50.0),
+            percentile(&ms, 10.0),
+            percentile(&ms, 90.0),
+        );
+        let tps = b as f64 / (p50 / 1e3);
+        println!("{b:>6} {p50:>10.2} {p10:>10.2} {p90:>10.2} {tps:>12.0}");
+        decode_rows.push(
+            json!({"batch": b, "p50_ms": p50, "p10_ms": p10, "p90_ms": p90, "tokens_per_s": tps}),
+        );
+    }
+
+    let mut prefill_row = serde_json::Value::Null;
+    if let Some(p) = &args.prefill {
+        let (n, len) = (p[0], p[1]);
+        let mut ms = Vec::new();
+        for round in 0..args.warmup.max(1) + 3 {
+            let reqs = (0..n as SeqId)
+                .map(|id| SequenceRequest {
+                    id,
+                    prompt: prompt(len),
+                    max_new_tokens: 1, // finishes (and frees its blocks) in the prefill
+                    ignore_eos: true,
+                    sampling: SamplingParams::greedy(),
+                })
+                .collect();
+            let t = Instant::now();
+            engine.prefill(reqs)?;
+            if round >= args.warmup.max(1) {
+                ms.push(t.elapsed().as_secs_f64() * 1e3);
+            }
+        }
+        ms.sort_by(f64::total_cmp);
+        let p50 = percentile(&ms, 50.0);
+        println!(
+            "prefill {n} x {len}: {p50:.2} ms ({:.0} prompt tokens/s)",
+            (n * len) as f64 / (p50 / 1e3)
+        );
+        prefill_row = json!({"sequences": n, "prompt_len": len, "p50_ms": p50, "tokens_per_s": (n * len) as f64 / (p50 / 1e3)});
+    }
+
+    Ok(json!({
+        "device": device_name,
+        "model": {"n_layer": config.n_layer, "n_head": config.n_head, "n_embd": config.n_embd, "vocab_size": config.vocab_size},
+        "context": args.context,
+        "steps": args.steps,
+        "warmup": args.warmup,
+        "block_size": args.block_size,
+        "decode": decode_rows,
+        "prefill": prefill_row,
+    }))
+}

@@ -1,0 +1,126 @@
+//! The engine's vocabulary: requests, sampling parameters, step outputs, errors.
+
+/// Caller-chosen identifier of a sequence (unique among active sequences).
+pub type SeqId = u64;
+
+/// KV cache geometry.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Tokens per KV block.
+    pub block_size: usize,
+    /// Blocks in the cache (shared by all sequences).
+    pub num_blocks: usize,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            block_size: 16,
+            num_blocks: 1024,
+        }
+    }
+}
+
+/// How to pick each next token.
+///
+/// `temperature == 0` is greedy (argmax; the other fields are ignored);
+/// `top_k == 0` disables top-k; `top_p >= 1.0` disables top-p. `seed` seeds
+/// the sequence's own RNG, so the same seed gives the same tokens.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SamplingParams {
+    pub temperature: f32,
+    pub top_k: usize,
+    pub top_p: f32,
+    pub seed: u64,
+}
+
+impl SamplingParams {
+    /// Argmax decoding.
+    pub fn greedy() -> Self {
+        Self {
+            temperature: 0.0,
+            top_k: 0,
+            top_p: 1.0,
+            seed: 0,
+        }
+    }
+
+    /// Whether this picks the argmax (no randomness).
+    pub fn is_greedy(&self) -> bool {
+        self.temperature <= 0.0 || self.top_k == 1
+    }
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        Self::greedy()
+    }
+}
+
+/// A new sequence to prefill.
+#[derive(Debug, Clone)]
+pub struct SequenceRequest {
+    pub id: SeqId,
+    /// Prompt token ids (non-empty, each < vocab).
+    pub prompt: Vec<u32>,
+    /// Tokens to generate at most (>= 1).
+    pub max_new_tokens: usize,
+    /// Keep going past a sampled EOS (which is then emitted like any token).
+    pub ignore_eos: bool,
+    pub sampling: SamplingParams,
+}
+
+/// Why a sequence stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinishReason {
+    /// It sampled the EOS token (not emitted).
+    Eos,
+    /// It emitted `max_new_tokens` tokens.
+    Length,
+}
+
+/// One token emitted by one sequence in a step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SampledToken {
+    pub id: SeqId,
+    pub token: u32,
+}
+
+/// A sequence that finished during a step (its blocks are already free).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FinishedSeq {
+    pub id: SeqId,
+    pub reason: FinishReason,
+}
+
+/// What a prefill or decode step produced.
+#[derive(Debug, Default)]
+pub struct StepOutput {
+    /// Emitted tokens, in batch order.
+    pub tokens: Vec<SampledToken>,
+    /// Sequences that finished in this step, in batch order.
+    pub finished: Vec<FinishedSeq>,
+}
+
+/// Why the engine refused a step. A refused step leaves the engine unchanged.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// Not enough free KV blocks to admit the batch (keep it waiting).
+    #[error("out of KV blocks: needed {needed}, free {free}")]
+    OutOfBlocks { needed: usize, free: usize },
+    /// A decode/release named a sequence the engine does not hold.
+    #[error("unknown sequence {0}")]
+    UnknownSequence(SeqId),
+    /// A prefill reused the id of an active sequence (or repeated one).
+    #[error("duplicate sequence {0}")]
+    DuplicateSequence(SeqId),
+    /// The request can never run (empty prompt, too long, bad token id, ...).
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
+    /// The engine configuration is unusable.
+    #[error("invalid engine configuration: {0}")]
+    InvalidConfig(String),
+    /// Reading the sampled ids back from the device failed.
+    #[error("device read failed: {0}")]
+    Device(String),
+}

@@ -1,0 +1,23 @@
+//! Ember's inference server.
+//!
+//! Layout (arrows point one way: service -> scheduler -> engine -> model):
+//! - [`cli`]: flags, validated into a `ServerConfig` (bad values name the flag).
+//! - [`server`]: wiring and lifecycle: device choice, gRPC services (Inference,
+//!   health, reflection), readiness, draining shutdown.
+//! - [`service`]: the `ember.v1.Inference` handlers: validation, tokenization
+//!   off the scheduler thread, the per-request response stream, error -> status.
+//! - [`scheduler`]: the continuous-batching loop on its own thread; owns the
+//!   engine; fed by a command channel.
+//! - [`engine`]: runs many sequences at once over a paged KV cache: batched
+//!   prefill, batched decode, per-sequence sampling.
+//! - [`model`]: GPT-2 as Burn modules, its config, and weight loading (HF
+//!   safetensors or seeded random init).
+//! - [`metrics`]: Prometheus names (vLLM-compatible) and recording helpers.
+
+pub mod cli;
+pub mod engine;
+pub mod metrics;
+pub mod model;
+pub mod scheduler;
+pub mod server;
+pub mod service;

@@ -1,0 +1,85 @@
+//! LayerNorm computed in f32 whatever the backend's float type.
+//!
+//! GPT-2's residual stream has a few dimensions with magnitudes in the
+//! thousands; in f16 the squared deviations overflow (65504 max) and the
+//! variance becomes inf. So the statistics are computed in f32 and only the
+//! result is cast back. On an f32 backend the casts are no-ops.
+
+use burn::module::{Initializer, Param};
+use burn::prelude::*;
+use burn::tensor::DType;
+
+/// Configuration of [`LayerNorm`].
+#[derive(Config, Debug)]
+pub struct LayerNormConfig {
+    pub d_model: usize,
+    #[config(default = 1e-5)]
+    pub epsilon: f64,
+}
+
+impl LayerNormConfig {
+    /// Scale 1, shift 0.
+    pub fn init<B: Backend>(&self, device: &B::Device) -> LayerNorm<B> {
+        LayerNorm {
+            gamma: Initializer::Ones.init([self.d_model], device),
+            beta: Initializer::Zeros.init([self.d_model], device),
+            epsilon: self.epsilon,
+        }
+    }
+}
+
+/// `y = (x - mean) / sqrt(var + eps) * gamma + beta` over the last dimension
+/// (biased variance, as PyTorch).
+#[derive(Module, Debug)]
+pub struct LayerNorm<B: Backend> {
+    /// Scale `[d_model]` (HF: `weight`).
+    pub gamma: Param<Tensor<B, 1>>,
+    /// Shift `[d_model]` (HF: `bias`).
+    pub beta: Param<Tensor<B, 1>>,
+    pub epsilon: f64,
+}
+
+impl<B: Backend> LayerNorm<B> {
+    /// `[..., d_model]` -> `[..., d_model]`, same dtype as the input.
+    pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
+        let dtype = x.dtype();
+        let x = x.cast(DType::F32);
+        let mean = x.clone().mean_dim(D - 1);
+        let centered = x - mean;
+        let var = (centered.clone() * centered.clone()).mean_dim(D - 1);
+        let normed = centered / (var + self.epsilon).sqrt();
+        let gamma = self.gamma.val().cast(DType::F32).unsqueeze::<D>();
+        let beta = self.beta.val().cast(DType::F32).unsqueeze::<D>();
+        (normed * gamma + beta).cast(dtype)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::tensor::TensorData;
+
+    type TestBackend = burn::backend::NdArray<f32>;
+
+    #[test]
+    fn normalizes_the_last_dimension() {
+        let dev = Default::default();
+        let mut ln = LayerNormConfig::new(4).init::<TestBackend>(&dev);
+        ln.beta = Param::from_tensor(Tensor::from_data([0.0, 0.0, 0.0, 1.0], &dev));
+        let x = Tensor::<TestBackend, 2>::from_data(
+            TensorData::new(
+                vec![1.0f32, 2.0, 3.0, 4.0, 3000.0, -3000.0, 0.0, 0.0],
+                [2, 4],
+            ),
+            &dev,
+        );
+        let y: Vec<f32> = ln.forward(x).into_data().iter::<f32>().collect();
+        // Row 0: mean 2.5, biased var 1.25.
+        let s = 1.25f32.sqrt();
+        let expected = [-1.5 / s, -0.5 / s, 0.5 / s, 1.5 / s + 1.0];
+        for (a, b) in y[..4].iter().zip(expected) {
+            assert!((a - b).abs() < 1e-5, "{y:?}");
+        }
+        assert!(y.iter().all(|v| v.is_finite()));
+    }
+}

@@ -1,0 +1,32 @@
+//! GPT-2 as Burn modules, its configuration, and weight loading.
+//!
+//! Layout:
+//! - [`config`]: [`Gpt2Config`] (presets, HF `config.json`).
+//! - [`gpt2`], [`block`], [`attention`], [`mlp`]: the modules; pre-LN blocks,
+//!   causal attention with fused `c_attn`, tanh-GELU MLP, LM head tied to `wte`.
+//! - [`layer_norm`]: LayerNorm with f32 statistics (f16-safe for GPT-2).
+//! - [`kv_cache`]: the paged K/V storage (a plain struct) and the per-step
+//!   [`AttentionMeta`] telling attention where to write and what to read.
+//! - [`weights`], [`load`]: building the model from named tensors — an HF
+//!   safetensors file or GPT-2's seeded random init ([`load_model`]).
+//! - [`error`]: the [`ModelError`] type.
+
+pub mod attention;
+pub mod block;
+pub mod config;
+pub mod error;
+#[cfg(test)]
+pub(crate) mod fixtures;
+pub mod gpt2;
+pub mod init;
+pub mod kv_cache;
+pub mod layer_norm;
+pub mod load;
+pub mod mlp;
+pub mod weights;
+
+pub use config::Gpt2Config;
+pub use error::ModelError;
+pub use gpt2::Gpt2;
+pub use kv_cache::{AttentionMeta, KvCache, LayerKv, MASK_BIAS};
+pub use load::{load_model, random_model, ModelSource, Preset};

@@ -1,0 +1,248 @@
+//! The continuous-batching scheduler.
+//!
+//! A dedicated OS thread ([`worker`]) owns the engine and the KV cache; nothing
+//! else touches them. Handlers talk to it through a cloneable
+//! [`SchedulerHandle`] over a command channel (the text-embeddings-inference
+//! queue design): no locks around the engine, no shared mutable state beyond
+//! the read-only [`SchedulerStats`] snapshot.
+//!
+//! The pending queue is bounded by a semaphore of `--max-pending` permits: a
+//! handler takes a permit *before* it submits (failing at once with
+//! RESOURCE_EXHAUSTED when none is left) and the permit travels inside the
+//! request until admission. The command channel itself is unbounded because
+//! every `Submit` on it holds a permit, and the other commands (cancel,
+//! cancel-all) are at most one per request: its length is bounded by
+//! `--max-pending` plus the number of live requests.
+//!
+//! Startup: [`spawn`] starts the thread, which loads the model, builds the
+//! engine, runs the warmup and then reports [`ModelInfo`] on a oneshot channel
+//! before it serves its first command.
+
+pub mod admission;
+pub mod request;
+pub mod stats;
+mod worker;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use burn::tensor::backend::Backend;
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
+
+pub use request::{Admission, CancelReason, Event, FinishKind, QueuedRequest};
+pub use stats::SchedulerStats;
+
+use crate::cli::SchedulerKnobs;
+use crate::engine::{Engine, EngineConfig, SeqId};
+use crate::model::{load_model, Gpt2Config, ModelSource};
+
+/// Commands the scheduler thread accepts.
+#[derive(Debug)]
+pub enum Command {
+    /// Queue a request (it holds a pending-queue permit).
+    Submit(QueuedRequest),
+    /// Take a request out, queued or running, and free its blocks.
+    Cancel { id: SeqId, reason: CancelReason },
+    /// Server shutdown timeout: cancel everything queued and running.
+    CancelAll,
+}
+
+/// What the service needs to know about the loaded model and engine.
+#[derive(Debug, Clone)]
+pub struct ModelInfo {
+    /// Human-readable model name (directory or preset).
+    pub name: String,
+    /// Device the engine runs on, e.g. `cpu (NdArray f32)`.
+    pub device: String,
+    pub config: Gpt2Config,
+    pub kv_blocks_total: usize,
+    pub block_size: usize,
+    /// Seconds spent loading the model and warming up.
+    pub load_seconds: f64,
+}
+
+/// Everything the scheduler thread needs to start.
+#[derive(Debug, Clone)]
+pub struct SchedulerConfig {
+    pub model: ModelSource,
+    pub knobs: SchedulerKnobs,
+    pub kv_blocks: Option<usize>,
+    pub kv_memory_bytes: usize,
+    pub eos_token_id: u32,
+    pub warmup: bool,
+}
+
+/// The queue is full: no pending-queue permit is left.
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+#[error("the pending queue is full ({0} requests)")]
+pub struct QueueFull(pub usize);
+
+/// The scheduler thread is gone (it stopped or crashed).
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+#[error("the scheduler is not running")]
+pub struct SchedulerGone;
+
+/// Cloneable handle for handlers: submit, cancel, read stats.
+#[derive(Debug, Clone)]
+pub struct SchedulerHandle {
+    commands: mpsc::UnboundedSender<Command>,
+    /// `--max-pending` permits; one per queued request.
+    pending_slots: Arc<Semaphore>,
+    max_pending: usize,
+    stats: Arc<SchedulerStats>,
+    next_id: Arc<AtomicU64>,
+}
+
+impl SchedulerHandle {
+    /// A place in the pending queue, or [`QueueFull`] at once.
+    pub fn reserve(&self) -> Result<OwnedSemaphorePermit, QueueFull> {
+        Arc::clone(&self.pending_slots)
+            .try_acquire_owned()
+            .map_err(|_| QueueFull(self.max_pending))
+    }
+
+    /// A fresh sequence id.
+    pub fn next_id(&self) -> SeqId {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub fn submit(&self, req: QueuedRequest) -> Result<(), SchedulerGone> {
+        self.commands
+            .send(Command::Submit(req))
+            .map_err(|_| SchedulerGone)
+    }
+
+    /// Best effort: if the scheduler is gone there is nothing left to cancel.
+    pub fn cancel(&self, id: SeqId, reason: CancelReason) {
+        let _ = self.commands.send(Command::Cancel { id, reason });
+    }
+
+    pub fn cancel_all(&self) {
+        let _ = self.commands.send(Command::CancelAll);
+    }
+
+    pub fn stats(&self) -> &SchedulerStats {
+        &self.stats
+    }
+}
+
+/// Starts the scheduler thread for backend `B` on `device`. The returned
+/// receiver yields the model info once the model is loaded and warmed up, or
+/// the reason it could not be.
+pub fn spawn<B: Backend>(
+    device: B::Device,
+    device_name: String,
+    config: SchedulerConfig,
+) -> std::io::Result<(
+    SchedulerHandle,
+    oneshot::Receiver<Result<ModelInfo, String>>,
+    std::thread::JoinHandle<()>,
+)> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let (ready_tx, ready_rx) = oneshot::channel();
+    let stats = Arc::new(SchedulerStats::default());
+    let handle = SchedulerHandle {
+        commands: tx,
+        pending_slots: Arc::new(Semaphore::new(config.knobs.max_pending)),
+        max_pending: config.knobs.max_pending,
+        stats: Arc::clone(&stats),
+        next_id: Arc::new(AtomicU64::new(1)),
+    };
+    let join = std::thread::Builder::new()
+        .name("ember-scheduler".into())
+        .spawn(move || {
+            let started = Instant::now();
+            let engine = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                build_engine::<B>(&device, &config)
+            })) {
+                Ok(Ok(engine)) => engine,
+                Ok(Err(msg)) => {
+                    let _ = ready_tx.send(Err(msg));
+                    return;
+                }
+                Err(_) => {
+                    let _ = ready_tx.send(Err(format!(
+                        "the {device_name} backend panicked while loading the model (see the log above)"
+                    )));
+                    return;
+                }
+            };
+            let info = ModelInfo {
+                name: model_name(&config.model),
+                device: device_name,
+                config: engine.model_config().clone(),
+                kv_blocks_total: engine.kv_blocks_total(),
+                block_size: engine.block_size(),
+                load_seconds: started.elapsed().as_secs_f64(),
+            };
+            let worker = worker::Worker::new(engine, config.knobs.clone(), rx, stats);
+            if ready_tx.send(Ok(info)).is_err() {
+                return; // the server gave up waiting
+            }
+            worker.run();
+        })?;
+    Ok((handle, ready_rx, join))
+}
+
+fn model_name(source: &ModelSource) -> String {
+    match source {
+        ModelSource::Dir(dir) => dir.display().to_string(),
+        ModelSource::Preset { preset, seed } => format!("{preset} (random weights, seed {seed})"),
+    }
+}
+
+fn build_engine<B: Backend>(
+    device: &B::Device,
+    config: &SchedulerConfig,
+) -> Result<Engine<B>, String> {
+    let (model, model_config) =
+        load_model::<B>(&config.model, device).map_err(|e| e.to_string())?;
+    let knobs = &config.knobs;
+    let num_blocks = match config.kv_blocks {
+        Some(n) => n,
+        None => {
+            let elem_bytes = std::mem::size_of::<B::FloatElem>();
+            let per_block =
+                Engine::<B>::kv_bytes_per_block(&model_config, knobs.block_size, elem_bytes).max(1);
+            let per_seq = model_config.n_positions.div_ceil(knobs.block_size);
+            let wanted = knobs.max_running() * per_seq;
+            let affordable = config.kv_memory_bytes / per_block;
+            if affordable < wanted {
+                tracing::warn!(
+                    wanted,
+                    affordable,
+                    "--kv-memory-mb holds fewer blocks than every running sequence at full context; requests may wait for blocks"
+                );
+            }
+            wanted.min(affordable).max(per_seq)
+        }
+    };
+    tracing::info!(
+        num_blocks,
+        block_size = knobs.block_size,
+        "allocating the paged KV cache"
+    );
+    let mut engine = Engine::new(
+        model,
+        model_config,
+        EngineConfig {
+            block_size: knobs.block_size,
+            num_blocks,
+        },
+        config.eos_token_id,
+        device.clone(),
+    )
+    .map_err(|e| e.to_string())?;
+    if config.warmup {
+        let t = Instant::now();
+        engine
+            .warmup(knobs.max_batch_size, knobs.prefill_max_batch_size)
+            .map_err(|e| format!("warmup failed: {e}"))?;
+        tracing::info!(seconds = t.elapsed().as_secs_f64(), "warmup done");
+    }
+    Ok(engine)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,77 @@
+//! What travels between the service and the scheduler thread.
+//!
+//! A [`QueuedRequest`] goes in (over the command channel); [`Event`]s come back
+//! on the request's own channel, in order: `Admitted`, every token, then exactly
+//! one terminal event ([`Event::Finished`] or
+//! [`Event::Failed`]). Times are `Instant`s on the server's monotonic clock; the
+//! service turns them into offsets from the request's `received` instant.
+
+use std::time::Instant;
+
+use tokio::sync::{mpsc, OwnedSemaphorePermit};
+
+use crate::engine::{SamplingParams, SeqId};
+
+/// A validated, tokenized request on its way into the pending queue.
+#[derive(Debug)]
+pub struct QueuedRequest {
+    /// Scheduler-wide sequence id (also the engine's id for it).
+    pub id: SeqId,
+    pub prompt: Vec<u32>,
+    pub max_new_tokens: usize,
+    pub ignore_eos: bool,
+    pub sampling: SamplingParams,
+    /// When the service handed the request to the scheduler.
+    pub enqueued_at: Instant,
+    /// Where this request's events go. A closed channel means the client left.
+    pub events: mpsc::UnboundedSender<Event>,
+    /// A place in the bounded pending queue; dropped at admission (or when the
+    /// request leaves the queue any other way), which frees the place.
+    pub pending_permit: OwnedSemaphorePermit,
+}
+
+/// Why a request ended early at the client's or the server's initiative.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelReason {
+    /// The client dropped the stream (disconnect, cancelled call).
+    ClientGone,
+    /// The request's grpc-timeout passed.
+    DeadlineExceeded,
+    /// The server's shutdown timeout passed.
+    Shutdown,
+}
+
+/// How a finished request ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinishKind {
+    Eos,
+    Length,
+    Cancelled,
+}
+
+/// The part of a request's timeline only the scheduler sees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Admission {
+    /// When the scheduler took the request out of the pending queue.
+    pub admitted_at: Instant,
+    /// Requests in the prefill batch it was admitted with.
+    pub prefill_batch_size: u32,
+    /// Scheduler iteration of the admission.
+    pub iteration: u64,
+}
+
+/// Events of one request, in stream order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// The request left the pending queue into a prefill batch.
+    Admitted(Admission),
+    /// Generated token `index` (0-based), sampled at `at`.
+    Token { index: u32, token_id: u32, at: Instant },
+    /// The request is done (possibly without ever being admitted).
+    Finished {
+        kind: FinishKind,
+        completion_tokens: u32,
+    },
+    /// The engine failed on a batch holding this request.
+    Failed { message: String },
+}

@@ -1,0 +1,297 @@
+//! Scheduler tests on the tiny model (NdArray, CPU): admission knobs, token
+//! budget, waiting for KV blocks, cancellation, finish events.
+//!
+//! Every test queues all its commands before the worker starts, so the first
+//! iteration sees the whole queue and admission is deterministic.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use burn::backend::NdArray;
+use tokio::sync::{mpsc, Semaphore};
+
+use super::worker::Worker;
+use super::*;
+use crate::engine::{Engine, EngineConfig, SamplingParams};
+use crate::model::{load_model, ModelSource, Preset};
+
+type B = NdArray<f32>;
+
+fn knobs(max_batch: usize, prefill_batch: usize, prefill_tokens: usize) -> SchedulerKnobs {
+    SchedulerKnobs {
+        max_batch_size: max_batch,
+        prefill_max_batch_size: prefill_batch,
+        prefill_max_tokens: prefill_tokens,
+        max_pending: 64,
+        max_new_tokens_limit: 64,
+        block_size: 4,
+    }
+}
+
+fn engine(num_blocks: usize) -> Engine<B> {
+    let device = Default::default();
+    let source = ModelSource::Preset {
+        preset: Preset::Tiny,
+        seed: 7,
+    };
+    let (model, config) = load_model::<B>(&source, &device).expect("tiny model");
+    Engine::new(
+        model,
+        config,
+        EngineConfig {
+            block_size: 4,
+            num_blocks,
+        },
+        50256,
+        device,
+    )
+    .expect("engine")
+}
+
+/// A queued request plus the receiving end of its events.
+struct Harness {
+    tx: mpsc::UnboundedSender<Command>,
+    rx: Option<mpsc::UnboundedReceiver<Command>>,
+    permits: Arc<Semaphore>,
+    events: HashMap<SeqId, mpsc::UnboundedReceiver<Event>>,
+    stats: Arc<SchedulerStats>,
+}
+
+impl Harness {
+    fn new() -> Self {
+        let (tx, rx) = mpsc::unbounded_channel();
+        Self {
+            tx,
+            rx: Some(rx),
+            permits: Arc::new(Semaphore::new(1000)),
+            events: HashMap::new(),
+            stats: Arc::new(SchedulerStats::default()),
+        }
+    }
+
+    fn submit(&mut self, id: SeqId, prompt_len: usize, max_new_tokens: usize) {
+        let (etx, erx) = mpsc::unbounded_channel();
+        let permit = Arc::clone(&self.permits).try_acquire_owned().unwrap();
+        self.tx
+            .send(Command::Submit(QueuedRequest {
+                id,
+                prompt: (0..prompt_len as u32).map(|i| 100 + i).collect(),
+                max_new_tokens,
+                ignore_eos: true,
+                sampling: SamplingParams::greedy(),
+                enqueued_at: Instant::now(),
+                events: etx,
+                pending_permit: permit,
+            }))
+            .unwrap();
+        self.events.insert(id, erx);
+    }
+
+    /// Starts the worker; returns once every request ended, then stops it.
+    fn run(mut self, engine: Engine<B>, knobs: SchedulerKnobs) -> Outcome {
+        let worker = Worker::new(engine, knobs, self.rx.take().unwrap(), Arc::clone(&self.stats));
+        let thread = std::thread::spawn(move || worker.run());
+        let mut per_request = HashMap::new();
+        for (id, mut rx) in self.events.drain() {
+            let mut events = Vec::new();
+            loop {
+                let ev = rx.blocking_recv().expect("a terminal event before the channel closes");
+                let terminal = matches!(ev, Event::Finished { .. } | Event::Failed { .. });
+                events.push(ev);
+                if terminal {
+                    break;
+                }
+            }
+            per_request.insert(id, events);
+        }
+        drop(self.tx);
+        thread.join().unwrap();
+        Outcome {
+            per_request,
+            stats: self.stats,
+        }
+    }
+}
+
+struct Outcome {
+    per_request: HashMap<SeqId, Vec<Event>>,
+    stats: Arc<SchedulerStats>,
+}
+
+impl Outcome {
+    fn admission(&self, id: SeqId) -> Option<Admission> {
+        self.per_request[&id].iter().find_map(|e| match e {
+            Event::Admitted(a) => Some(*a),
+            _ => None,
+        })
+    }
+
+    fn finish(&self, id: SeqId) -> (FinishKind, u32) {
+        match self.per_request[&id].last() {
+            Some(Event::Finished {
+                kind,
+                completion_tokens,
+            }) => (*kind, *completion_tokens),
+            other => panic!("request {id} ended with {other:?}"),
+        }
+    }
+
+    /// Decode-step token counts: tokens with index > 0 grouped by step instant.
+    fn decode_group_sizes(&self) -> Vec<usize> {
+        let mut groups: HashMap<Instant, usize> = HashMap::new();
+        for events in self.per_request.values() {
+            for e in events {
+                if let Event::Token { index, at, .. } = e {
+                    if *index > 0 {
+                        *groups.entry(*at).or_default() += 1;
+                    }
+                }
+            }
+        }
+        groups.into_values().collect()
+    }
+
+    fn assert_all_free(&self) {
+        assert_eq!(SchedulerStats::get(&self.stats.kv_blocks_used), 0);
+        assert_eq!(SchedulerStats::get(&self.stats.active_sequences), 0);
+        assert_eq!(SchedulerStats::get(&self.stats.queue_depth), 0);
+    }
+}
+
+#[test]
+fn prefill_knob_and_decode_knob_are_independent() {
+    let mut h = Harness::new();
+    for id in 1..=10 {
+        h.submit(id, 3, 6);
+    }
+    // Prefill up to 4 per iteration, decode 2 per step, running cap 4.
+    let out = h.run(engine(64), knobs(2, 4, 1000));
+    let mut batches: HashMap<u64, u32> = HashMap::new();
+    for id in 1..=10 {
+        let a = out.admission(id).expect("admitted");
+        assert!(a.prefill_batch_size <= 4);
+        batches.insert(a.iteration, a.prefill_batch_size);
+        assert_eq!(out.finish(id), (FinishKind::Length, 6));
+    }
+    assert_eq!(out.admission(1).unwrap().prefill_batch_size, 4, "first prefill takes 4");
+    assert_eq!(batches.values().sum::<u32>(), 10);
+    let groups = out.decode_group_sizes();
+    assert!(groups.iter().all(|g| *g <= 2), "decode steps larger than 2: {groups:?}");
+    assert!(groups.contains(&2));
+    out.assert_all_free();
+}
+
+#[test]
+fn larger_prefill_knob_admits_in_fewer_iterations() {
+    let iterations = |prefill: usize| {
+        let mut h = Harness::new();
+        for id in 1..=8 {
+            h.submit(id, 2, 1);
+        }
+        let out = h.run(engine(64), knobs(2, prefill, 1000));
+        let mut its: Vec<u64> = (1..=8).map(|id| out.admission(id).unwrap().iteration).collect();
+        its.dedup();
+        its.len()
+    };
+    assert_eq!(iterations(2), 4);
+    assert_eq!(iterations(8), 1);
+}
+
+#[test]
+fn token_budget_limits_a_prefill_batch() {
+    let mut h = Harness::new();
+    for id in 1..=4 {
+        h.submit(id, 4, 2);
+    }
+    let out = h.run(engine(64), knobs(8, 8, 10));
+    for id in 1..=4 {
+        assert_eq!(out.admission(id).unwrap().prefill_batch_size, 2);
+    }
+    out.assert_all_free();
+}
+
+#[test]
+fn requests_wait_for_kv_blocks_and_proceed_when_freed() {
+    let mut h = Harness::new();
+    // 3 prompt + 5 new = 8 tokens = 2 blocks of 4; 4 blocks fit two at a time.
+    for id in 1..=5 {
+        h.submit(id, 3, 5);
+    }
+    let out = h.run(engine(4), knobs(8, 8, 1000));
+    for id in 1..=5 {
+        assert_eq!(out.finish(id), (FinishKind::Length, 5), "request {id}");
+        assert!(out.admission(id).unwrap().prefill_batch_size <= 2);
+    }
+    assert_eq!(SchedulerStats::get(&out.stats.failed), 0);
+    out.assert_all_free();
+}
+
+#[test]
+fn cancel_before_and_after_admission_frees_everything() {
+    let mut h = Harness::new();
+    h.submit(1, 3, 40); // runs; cancelled mid-decode below
+    h.submit(2, 3, 40); // waits: the cache holds one request
+    let tx = h.tx.clone();
+    let stats = Arc::clone(&h.stats);
+    let canceller = std::thread::spawn(move || {
+        // Cancel the queued one first, then the running one once it decodes.
+        tx.send(Command::Cancel {
+            id: 2,
+            reason: CancelReason::ClientGone,
+        })
+        .unwrap();
+        let start = Instant::now();
+        while SchedulerStats::get(&stats.iterations) < 3 && start.elapsed() < Duration::from_secs(30) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        tx.send(Command::Cancel {
+            id: 1,
+            reason: CancelReason::ClientGone,
+        })
+        .unwrap();
+    });
+    let out = h.run(engine(11), knobs(8, 8, 1000));
+    canceller.join().unwrap();
+    assert!(out.admission(2).is_none(), "a cancelled queued request is never admitted");
+    assert_eq!(out.finish(2), (FinishKind::Cancelled, 0));
+    let (kind, n) = out.finish(1);
+    assert_eq!(kind, FinishKind::Cancelled);
+    assert!(n < 40);
+    assert_eq!(SchedulerStats::get(&out.stats.cancelled), 2);
+    out.assert_all_free();
+}
+
+#[test]
+fn finish_events_carry_each_requests_own_length() {
+    let mut h = Harness::new();
+    for (id, n) in [(1, 1), (2, 3), (3, 7)] {
+        h.submit(id, 2, n);
+    }
+    let out = h.run(engine(64), knobs(8, 8, 1000));
+    for (id, n) in [(1, 1), (2, 3), (3, 7)] {
+        assert_eq!(out.finish(id), (FinishKind::Length, n));
+        let tokens = out.per_request[&id]
+            .iter()
+            .filter(|e| matches!(e, Event::Token { .. }))
+            .count();
+        assert_eq!(tokens, n as usize);
+    }
+    assert_eq!(SchedulerStats::get(&out.stats.finished), 3);
+    out.assert_all_free();
+}
+
+#[test]
+fn a_closed_client_is_dropped_before_admission() {
+    let mut h = Harness::new();
+    h.submit(1, 2, 2);
+    h.submit(2, 2, 2);
+    // Client 2 leaves without a cancel command (the receiver is dropped).
+    drop(h.events.remove(&2));
+    let stats = Arc::clone(&h.stats);
+    let out = h.run(engine(64), knobs(8, 8, 1000));
+    assert_eq!(out.finish(1), (FinishKind::Length, 2));
+    assert_eq!(SchedulerStats::get(&stats.cancelled), 1);
+    assert_eq!(SchedulerStats::get(&stats.admitted), 1);
+    out.assert_all_free();
+}

@@ -1,0 +1,223 @@
+//! Wiring and lifecycle: start the scheduler on the chosen device, serve gRPC
+//! (Inference, grpc.health.v1, reflection), and shut down in order.
+//!
+//! Lifecycle:
+//! 1. The listener is already bound (so `:0` is known before loading); health
+//!    reports NOT_SERVING while the scheduler thread loads and warms up.
+//! 2. Ready: [`ModelInfo`] is published to handlers, health turns SERVING.
+//! 3. `shutdown` resolves (SIGTERM/SIGINT in the binary): draining starts: health
+//!    NOT_SERVING, new `Generate` calls get UNAVAILABLE; running and queued
+//!    requests get `--shutdown-timeout` to finish, then the rest are cancelled
+//!    (they end with FINISH_REASON_CANCELLED). Then tonic stops and the
+//!    scheduler thread is joined.
+
+use std::future::Future;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use ember_common::pb::inference_server::InferenceServer;
+use ember_common::tokenizer::Gpt2Tokenizer;
+use tokio::net::TcpListener;
+use tonic::transport::server::TcpIncoming;
+use tonic_health::server::HealthReporter;
+use tonic_health::ServingStatus;
+
+use crate::cli::{DeviceSpec, ServerConfig};
+use crate::model::ModelSource;
+use crate::scheduler::{self, SchedulerConfig, SchedulerHandle, SchedulerStats};
+use crate::service::{InferenceService, ServiceState};
+
+/// Runs the server on `listener` until `shutdown` resolves and draining ends.
+/// An error means the server could not start (model, device, tokenizer).
+pub async fn run(
+    config: ServerConfig,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let tokenizer = load_tokenizer(&config.model)?;
+    let (health, health_service) = tonic_health::server::health_reporter();
+    set_health(&health, ServingStatus::NotServing).await;
+    if let Some(addr) = config.metrics_addr {
+        crate::metrics::install(addr).context("starting the metrics listener")?;
+    }
+
+    let sched_config = SchedulerConfig {
+        model: config.model.clone(),
+        knobs: config.knobs.clone(),
+        kv_blocks: config.kv_blocks,
+        kv_memory_bytes: config.kv_memory_bytes,
+        eos_token_id: tokenizer.eos_token_id(),
+        warmup: config.warmup,
+    };
+    let (handle, ready, join) = spawn_on_device(config.device, sched_config)?;
+    let state = Arc::new(ServiceState {
+        model: OnceLock::new(),
+        draining: Default::default(),
+        knobs: config.knobs.clone(),
+        tokenizer,
+        seed: config.seed,
+    });
+
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(ember_common::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()
+        .context("building the reflection service")?;
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+    let serve = tonic::transport::Server::builder()
+        .add_service(health_service)
+        .add_service(reflection)
+        .add_service(InferenceServer::new(InferenceService::new(
+            handle.clone(),
+            Arc::clone(&state),
+        )))
+        .serve_with_incoming_shutdown(incoming, async {
+            let _ = stop_rx.await;
+        });
+    let serve_task = tokio::spawn(serve);
+
+    tokio::pin!(shutdown);
+    let startup: anyhow::Result<bool> = tokio::select! {
+        r = ready => match r {
+            Ok(Ok(info)) => {
+                tracing::info!(model = %info.name, device = %info.device, kv_blocks = info.kv_blocks_total,
+                    seconds = info.load_seconds, "model loaded and warmed up; SERVING");
+                if matches!(config.model, ModelSource::Preset { .. }) {
+                    tracing::warn!("random weights: generated text is meaningless (use --model-dir for real GPT-2 weights)");
+                }
+                let _ = state.model.set(info);
+                set_health(&health, ServingStatus::Serving).await;
+                Ok(true)
+            }
+            Ok(Err(msg)) => Err(anyhow::anyhow!("model startup failed: {msg}")),
+            Err(_) => Err(anyhow::anyhow!("the scheduler thread died during startup")),
+        },
+        _ = &mut shutdown => Ok(false),
+    };
+    let started = match startup {
+        Ok(started) => started,
+        Err(err) => {
+            let _ = stop_tx.send(());
+            let _ = serve_task.await;
+            return Err(err);
+        }
+    };
+    if started {
+        shutdown.await;
+    }
+
+    tracing::info!(timeout = ?config.shutdown_timeout, "shutdown requested: draining");
+    state.draining.store(true, Ordering::Release);
+    set_health(&health, ServingStatus::NotServing).await;
+    drain(&handle, config.shutdown_timeout).await;
+    let _ = stop_tx.send(());
+    match serve_task.await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::error!(error = %e, "gRPC server error"),
+        Err(e) => tracing::error!(error = %e, "gRPC server task failed"),
+    }
+    drop(handle);
+    // The scheduler exits once every handle is gone (the service's went with
+    // the server).
+    let _ = tokio::task::spawn_blocking(move || join.join()).await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Waits for queued and running requests to finish, up to `timeout`; then
+/// cancels the rest and waits (briefly) for their streams to close.
+async fn drain(handle: &SchedulerHandle, timeout: Duration) {
+    let stats = handle.stats();
+    if wait_idle(stats, timeout).await {
+        tracing::info!("drained: every request finished");
+        return;
+    }
+    tracing::warn!(
+        queued = SchedulerStats::get(&stats.queue_depth),
+        running = SchedulerStats::get(&stats.active_sequences),
+        "shutdown timeout passed: cancelling the remaining requests"
+    );
+    handle.cancel_all();
+    wait_idle(stats, Duration::from_secs(5)).await;
+}
+
+async fn wait_idle(stats: &SchedulerStats, timeout: Duration) -> bool {
+    let end = Instant::now() + timeout;
+    loop {
+        if stats.is_idle() {
+            // Let the stream tasks flush their final messages.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            return true;
+        }
+        if Instant::now() >= end {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn set_health(health: &HealthReporter, status: ServingStatus) {
+    health.set_service_status("", status).await;
+    health
+        .set_service_status(ember_common::SERVICE_NAME, status)
+        .await;
+}
+
+fn load_tokenizer(model: &ModelSource) -> anyhow::Result<Gpt2Tokenizer> {
+    if let ModelSource::Dir(dir) = model {
+        if let Some(tok) = Gpt2Tokenizer::from_dir(dir)? {
+            tracing::info!(dir = %dir.display(), "using the model directory's tokenizer");
+            return Ok(tok);
+        }
+        tracing::info!("the model directory has no tokenizer; using the embedded GPT-2 vocabulary");
+    }
+    Ok(Gpt2Tokenizer::embedded()?)
+}
+
+type Spawned = (
+    SchedulerHandle,
+    tokio::sync::oneshot::Receiver<Result<scheduler::ModelInfo, String>>,
+    std::thread::JoinHandle<()>,
+);
+
+/// Starts the scheduler with the backend `device` asks for: NdArray (f32) on
+/// the CPU, Cuda (f16) on a GPU.
+fn spawn_on_device(device: DeviceSpec, config: SchedulerConfig) -> anyhow::Result<Spawned> {
+    let device = match device {
+        DeviceSpec::Auto if cuda_available() => DeviceSpec::Cuda(0),
+        DeviceSpec::Auto => DeviceSpec::Cpu,
+        other => other,
+    };
+    match device {
+        DeviceSpec::Cuda(index) => spawn_cuda(index, config),
+        _ => Ok(scheduler::spawn::<burn::backend::NdArray<f32>>(
+            Default::default(),
+            "cpu (NdArray f32)".into(),
+            config,
+        )?),
+    }
+}
+
+#[cfg(feature = "cuda")]
+fn spawn_cuda(index: usize, config: SchedulerConfig) -> anyhow::Result<Spawned> {
+    use burn::backend::cuda::CudaDevice;
+    Ok(scheduler::spawn::<burn::backend::Cuda<half::f16>>(
+        CudaDevice { index },
+        format!("cuda:{index} (Cuda f16)"),
+        config,
+    )?)
+}
+
+#[cfg(not(feature = "cuda"))]
+fn spawn_cuda(_index: usize, _config: SchedulerConfig) -> anyhow::Result<Spawned> {
+    anyhow::bail!("--device cuda: this binary was built without the `cuda` feature")
+}
+
+/// A cheap check for `--device auto`: built with CUDA and an NVIDIA device
+/// node present.
+fn cuda_available() -> bool {
+    cfg!(feature = "cuda") && std::path::Path::new("/dev/nvidiactl").exists()
+}

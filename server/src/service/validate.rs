@@ -1,0 +1,256 @@
+//! Request validation: every check that can fail names the field it is about.
+//!
+//! Two stages: [`check_request`] before tokenization (shape of the input,
+//! limits, sampling), [`check_prompt`] after it (token ids, context length, KV
+//! capacity, prefill token budget).
+
+use ember_common::pb;
+
+use super::error::ServiceError;
+use crate::cli::SchedulerKnobs;
+use crate::engine::SamplingParams;
+use crate::scheduler::ModelInfo;
+
+/// Longest accepted client request id.
+pub const MAX_REQUEST_ID_LEN: usize = 256;
+
+/// The request's input before tokenization.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PromptInput {
+    Text(String),
+    Ids(Vec<u32>),
+}
+
+/// A request that passed [`check_request`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct CheckedRequest {
+    pub request_id: String,
+    pub input: PromptInput,
+    pub max_new_tokens: usize,
+    pub ignore_eos: bool,
+    /// Sampling with the seed still to be filled in when unset.
+    pub sampling: SamplingParams,
+    pub seed_given: bool,
+}
+
+pub fn check_request(
+    req: pb::GenerateRequest,
+    knobs: &SchedulerKnobs,
+) -> Result<CheckedRequest, ServiceError> {
+    if req.request_id.len() > MAX_REQUEST_ID_LEN {
+        return Err(ServiceError::invalid(
+            "request_id",
+            format!("longer than {MAX_REQUEST_ID_LEN} bytes"),
+        ));
+    }
+    let input = match (req.prompt.is_empty(), req.prompt_token_ids.is_empty()) {
+        (false, false) => {
+            return Err(ServiceError::invalid(
+                "prompt",
+                "set either prompt or prompt_token_ids, not both",
+            ))
+        }
+        (true, true) => {
+            return Err(ServiceError::invalid(
+                "prompt",
+                "empty input: set prompt (text) or prompt_token_ids",
+            ))
+        }
+        (false, true) => PromptInput::Text(req.prompt),
+        (true, false) => PromptInput::Ids(req.prompt_token_ids),
+    };
+    let max_new_tokens = req.max_new_tokens as usize;
+    if max_new_tokens == 0 {
+        return Err(ServiceError::invalid("max_new_tokens", "must be at least 1"));
+    }
+    if max_new_tokens > knobs.max_new_tokens_limit {
+        return Err(ServiceError::invalid(
+            "max_new_tokens",
+            format!(
+                "{max_new_tokens} is above the server's --max-new-tokens-limit {}",
+                knobs.max_new_tokens_limit
+            ),
+        ));
+    }
+    let s = req.sampling.unwrap_or_default();
+    let temperature = s.temperature.unwrap_or(0.0);
+    if !temperature.is_finite() || temperature < 0.0 {
+        return Err(ServiceError::invalid(
+            "sampling.temperature",
+            format!("must be a finite number >= 0, got {temperature}"),
+        ));
+    }
+    let top_k = s.top_k.unwrap_or(0);
+    if top_k < 0 {
+        return Err(ServiceError::invalid(
+            "sampling.top_k",
+            format!("must be >= 0, got {top_k}"),
+        ));
+    }
+    let top_p = s.top_p.unwrap_or(1.0);
+    if !(top_p > 0.0 && top_p <= 1.0) {
+        return Err(ServiceError::invalid(
+            "sampling.top_p",
+            format!("must be in (0, 1], got {top_p}"),
+        ));
+    }
+    Ok(CheckedRequest {
+        request_id: req.request_id,
+        input,
+        max_new_tokens,
+        ignore_eos: req.ignore_eos,
+        sampling: SamplingParams {
+            temperature,
+            top_k: top_k as usize,
+            top_p,
+            seed: s.seed.unwrap_or(0),
+        },
+        seed_given: s.seed.is_some(),
+    })
+}
+
+/// Checks the prompt's token ids against the model and the server's capacity.
+/// `field` is the request field the ids came from.
+pub fn check_prompt(
+    ids: &[u32],
+    field: &'static str,
+    max_new_tokens: usize,
+    model: &ModelInfo,
+    knobs: &SchedulerKnobs,
+) -> Result<(), ServiceError> {
+    if ids.is_empty() {
+        return Err(ServiceError::invalid(field, "tokenizes to no tokens"));
+    }
+    let vocab = model.config.vocab_size;
+    if let Some((pos, bad)) = ids.iter().enumerate().find(|(_, id)| **id as usize >= vocab) {
+        return Err(ServiceError::invalid(
+            field,
+            format!("token id {bad} at position {pos} is outside the vocabulary (size {vocab})"),
+        ));
+    }
+    let context = model.config.n_positions;
+    if ids.len() + max_new_tokens > context {
+        return Err(ServiceError::invalid(
+            "max_new_tokens",
+            format!(
+                "prompt ({} tokens) + max_new_tokens ({max_new_tokens}) exceeds the model's context of {context} tokens",
+                ids.len()
+            ),
+        ));
+    }
+    if ids.len() > knobs.prefill_max_tokens {
+        return Err(ServiceError::invalid(
+            field,
+            format!(
+                "{} prompt tokens exceed the server's --prefill-max-tokens {}",
+                ids.len(),
+                knobs.prefill_max_tokens
+            ),
+        ));
+    }
+    // Same reservation rule as Engine::blocks_required: the whole budget
+    // (prompt + max_new_tokens) is reserved at admission.
+    let blocks = (ids.len() + max_new_tokens).div_ceil(model.block_size);
+    if blocks > model.kv_blocks_total {
+        return Err(ServiceError::invalid(
+            "max_new_tokens",
+            format!(
+                "prompt + max_new_tokens needs {blocks} KV blocks but the server has {} in all",
+                model.kv_blocks_total
+            ),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Gpt2Config;
+
+    fn knobs() -> SchedulerKnobs {
+        SchedulerKnobs {
+            max_batch_size: 8,
+            prefill_max_batch_size: 8,
+            prefill_max_tokens: 512,
+            max_pending: 16,
+            max_new_tokens_limit: 256,
+            block_size: 16,
+        }
+    }
+
+    fn model() -> ModelInfo {
+        ModelInfo {
+            name: "test".into(),
+            device: "cpu".into(),
+            config: Gpt2Config::tiny(),
+            kv_blocks_total: 64,
+            block_size: 16,
+            load_seconds: 0.0,
+        }
+    }
+
+    fn req() -> pb::GenerateRequest {
+        pb::GenerateRequest {
+            prompt: "Hello".into(),
+            max_new_tokens: 4,
+            ..Default::default()
+        }
+    }
+
+    fn field_of(err: ServiceError) -> &'static str {
+        match err {
+            ServiceError::InvalidArgument { field, .. } => field,
+            other => panic!("not a validation error: {other}"),
+        }
+    }
+
+    #[test]
+    fn each_bad_field_is_named() {
+        let sampling = |s: pb::SamplingParams| pb::GenerateRequest {
+            sampling: Some(s),
+            ..req()
+        };
+        let cases: Vec<(pb::GenerateRequest, &str)> = vec![
+            (pb::GenerateRequest { prompt: String::new(), ..req() }, "prompt"),
+            (pb::GenerateRequest { prompt_token_ids: vec![1], ..req() }, "prompt"),
+            (pb::GenerateRequest { max_new_tokens: 0, ..req() }, "max_new_tokens"),
+            (pb::GenerateRequest { max_new_tokens: 257, ..req() }, "max_new_tokens"),
+            (pb::GenerateRequest { request_id: "x".repeat(300), ..req() }, "request_id"),
+            (sampling(pb::SamplingParams { temperature: Some(-1.0), ..Default::default() }), "sampling.temperature"),
+            (sampling(pb::SamplingParams { temperature: Some(f32::NAN), ..Default::default() }), "sampling.temperature"),
+            (sampling(pb::SamplingParams { top_k: Some(-1), ..Default::default() }), "sampling.top_k"),
+            (sampling(pb::SamplingParams { top_p: Some(0.0), ..Default::default() }), "sampling.top_p"),
+            (sampling(pb::SamplingParams { top_p: Some(1.5), ..Default::default() }), "sampling.top_p"),
+        ];
+        for (r, field) in cases {
+            let err = check_request(r.clone(), &knobs()).expect_err(field);
+            assert_eq!(field_of(err), field, "{r:?}");
+        }
+    }
+
+    #[test]
+    fn unset_sampling_is_greedy() {
+        let c = check_request(req(), &knobs()).unwrap();
+        assert_eq!(c.sampling.temperature, 0.0);
+        assert_eq!(c.sampling.top_p, 1.0);
+        assert_eq!(c.sampling.top_k, 0);
+        assert!(!c.seed_given);
+    }
+
+    #[test]
+    fn prompt_checks() {
+        let (m, k) = (model(), knobs());
+        assert!(check_prompt(&[1, 2, 3], "prompt", 4, &m, &k).is_ok());
+        assert_eq!(field_of(check_prompt(&[], "prompt", 4, &m, &k).unwrap_err()), "prompt");
+        assert_eq!(
+            field_of(check_prompt(&[50257], "prompt_token_ids", 4, &m, &k).unwrap_err()),
+            "prompt_token_ids"
+        );
+        let long = vec![1u32; 1000];
+        assert_eq!(field_of(check_prompt(&long, "prompt", 100, &m, &k).unwrap_err()), "max_new_tokens");
+        assert_eq!(field_of(check_prompt(&long[..600], "prompt", 10, &m, &k).unwrap_err()), "prompt");
+        let small = ModelInfo { kv_blocks_total: 1, ..model() };
+        assert_eq!(field_of(check_prompt(&[1; 10], "prompt", 10, &small, &k).unwrap_err()), "max_new_tokens");
+    }
+}

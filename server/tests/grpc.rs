@@ -1,0 +1,323 @@
+//! In-process gRPC tests: the real server (`server::run`) on 127.0.0.1:0 with
+//! the tiny model on the CPU, driven by a tonic client.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::Parser;
+use ember_common::pb::{self, generate_response::Event, inference_client::InferenceClient};
+use ember_server::cli::Args;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tonic::transport::Channel;
+use tonic::Code;
+use tonic_health::pb::{health_check_response::ServingStatus, health_client::HealthClient, HealthCheckRequest};
+
+struct TestServer {
+    addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<anyhow::Result<()>>>,
+}
+
+impl TestServer {
+    async fn start(extra: &[&str]) -> Self {
+        let mut args = vec!["ember-server", "--preset", "tiny", "--device", "cpu", "--listen", "127.0.0.1:0"];
+        args.extend_from_slice(extra);
+        let config = Args::try_parse_from(args).unwrap().validate().unwrap();
+        let listener = TcpListener::bind(config.listen).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stop_rx) = oneshot::channel::<()>();
+        let task = tokio::spawn(ember_server::server::run(config, listener, async {
+            let _ = stop_rx.await;
+        }));
+        let server = Self {
+            addr,
+            stop: Some(stop),
+            task: Some(task),
+        };
+        server.wait_serving().await;
+        server
+    }
+
+    async fn channel(&self) -> Channel {
+        Channel::from_shared(format!("http://{}", self.addr))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap()
+    }
+
+    async fn client(&self) -> InferenceClient<Channel> {
+        InferenceClient::new(self.channel().await)
+    }
+
+    async fn health(&self) -> ServingStatus {
+        let mut h = HealthClient::new(self.channel().await);
+        let r = h
+            .check(HealthCheckRequest {
+                service: ember_common::SERVICE_NAME.into(),
+            })
+            .await
+            .unwrap();
+        r.into_inner().status()
+    }
+
+    async fn wait_serving(&self) {
+        for _ in 0..600 {
+            if let Ok(ch) = Channel::from_shared(format!("http://{}", self.addr)).unwrap().connect().await {
+                let mut h = HealthClient::new(ch);
+                if let Ok(r) = h.check(HealthCheckRequest { service: String::new() }).await {
+                    if r.into_inner().status() == ServingStatus::Serving {
+                        return;
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("server never became SERVING");
+    }
+
+    async fn info(&self) -> pb::ServerInfo {
+        self.client().await.get_server_info(pb::GetServerInfoRequest {}).await.unwrap().into_inner()
+    }
+
+    /// KV blocks and active sequences drop to 0 (release is asynchronous to the
+    /// client seeing the stream end).
+    async fn assert_idle(&self) {
+        let mut info = self.info().await;
+        for _ in 0..200 {
+            if info.kv_blocks_used == 0 && info.active_sequences == 0 && info.queue_depth == 0 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            info = self.info().await;
+        }
+        panic!("server not idle: {info:?}");
+    }
+
+    async fn stop(mut self) {
+        let _ = self.stop.take().unwrap().send(());
+        self.task.take().unwrap().await.unwrap().unwrap();
+    }
+}
+
+fn request(prompt: &str, n: u32) -> pb::GenerateRequest {
+    pb::GenerateRequest {
+        prompt: prompt.into(),
+        max_new_tokens: n,
+        ignore_eos: true,
+        ..Default::default()
+    }
+}
+
+/// Collects a whole stream: (started, tokens, finished).
+async fn collect(
+    client: &mut InferenceClient<Channel>,
+    req: pb::GenerateRequest,
+) -> Result<(pb::Started, Vec<pb::Token>, pb::Finished), tonic::Status> {
+    let mut stream = client.generate(req).await?.into_inner();
+    let mut started = None;
+    let mut tokens = Vec::new();
+    while let Some(msg) = stream.message().await? {
+        match msg.event.unwrap() {
+            Event::Started(s) => started = Some(s),
+            Event::Token(t) => tokens.push(t),
+            Event::Finished(f) => return Ok((started.unwrap(), tokens, f)),
+        }
+    }
+    panic!("stream ended without Finished");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_tokens_with_an_ordered_timeline_that_adds_up() {
+    let server = TestServer::start(&[]).await;
+    assert_eq!(server.health().await, ServingStatus::Serving);
+    let mut client = server.client().await;
+    let (started, tokens, finished) = collect(&mut client, pb::GenerateRequest {
+        request_id: "mine".into(),
+        ..request("Hello world", 8)
+    })
+    .await
+    .unwrap();
+    assert_eq!(started.request_id, "mine");
+    assert_eq!(started.prompt_tokens, 2);
+    assert_eq!(tokens.len(), 8);
+    assert_eq!(finished.completion_tokens, 8);
+    assert_eq!(finished.finish_reason, pb::FinishReason::Length as i32);
+    for (i, t) in tokens.iter().enumerate() {
+        assert_eq!(t.index as usize, i);
+    }
+    let t = finished.timing.unwrap();
+    // received <= tokenized <= enqueued <= admitted <= first token <= ... <= finished
+    let points = [0, t.tokenized_at_ns, t.enqueued_at_ns, t.admitted_at_ns, t.first_token_at_ns];
+    assert!(points.windows(2).all(|w| w[0] <= w[1]), "{t:?}");
+    assert!(tokens.windows(2).all(|w| w[0].server_time_ns <= w[1].server_time_ns));
+    assert_eq!(tokens[0].server_time_ns, t.first_token_at_ns);
+    assert!(tokens.last().unwrap().server_time_ns <= t.finished_at_ns);
+    assert_eq!(started.server_time_ns, t.enqueued_at_ns);
+    // The stages add up exactly.
+    assert_eq!(
+        t.tokenize_ns + t.enqueue_ns + t.queue_wait_ns + t.prefill_to_first_token_ns,
+        t.server_ttft_ns
+    );
+    assert_eq!(t.server_ttft_ns, t.first_token_at_ns);
+    assert_eq!(t.decode_ns, tokens.last().unwrap().server_time_ns - tokens[0].server_time_ns);
+    assert_eq!(t.total_ns, t.finished_at_ns);
+    assert_eq!(t.prefill_batch_size, 1);
+
+    // Pre-tokenized input skips the tokenizer and gives the same greedy tokens.
+    let (_, pretok, _) = collect(&mut client, pb::GenerateRequest {
+        prompt: String::new(),
+        prompt_token_ids: vec![15496, 995],
+        ..request("", 8)
+    })
+    .await
+    .unwrap();
+    let ids = |ts: &[pb::Token]| ts.iter().map(|t| t.token_id).collect::<Vec<_>>();
+    assert_eq!(ids(&pretok), ids(&tokens));
+
+    let info = server.info().await;
+    assert_eq!(info.vocab_size, 50257);
+    assert_eq!(info.counters.unwrap().finished, 2);
+    server.assert_idle().await;
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_validation_case_returns_its_status() {
+    let server = TestServer::start(&["--max-new-tokens-limit", "64"]).await;
+    let mut client = server.client().await;
+    let sampling = |s: pb::SamplingParams| pb::GenerateRequest {
+        sampling: Some(s),
+        ..request("Hi", 4)
+    };
+    let cases: Vec<(&str, pb::GenerateRequest, &str)> = vec![
+        ("empty input", request("", 4), "prompt"),
+        ("both inputs", pb::GenerateRequest { prompt_token_ids: vec![1], ..request("Hi", 4) }, "prompt"),
+        ("token id >= vocab", pb::GenerateRequest { prompt_token_ids: vec![50257], ..request("", 4) }, "prompt_token_ids"),
+        ("beyond context", pb::GenerateRequest { prompt_token_ids: vec![1; 1000], ..request("", 60) }, "max_new_tokens"),
+        ("max_new_tokens 0", request("Hi", 0), "max_new_tokens"),
+        ("above limit", request("Hi", 65), "max_new_tokens"),
+        ("temperature < 0", sampling(pb::SamplingParams { temperature: Some(-0.5), ..Default::default() }), "sampling.temperature"),
+        ("temperature NaN", sampling(pb::SamplingParams { temperature: Some(f32::NAN), ..Default::default() }), "sampling.temperature"),
+        ("top_p 0", sampling(pb::SamplingParams { top_p: Some(0.0), ..Default::default() }), "sampling.top_p"),
+        ("top_p > 1", sampling(pb::SamplingParams { top_p: Some(1.01), ..Default::default() }), "sampling.top_p"),
+        ("top_k < 0", sampling(pb::SamplingParams { top_k: Some(-3), ..Default::default() }), "sampling.top_k"),
+    ];
+    for (name, req, field) in cases {
+        let err = collect(&mut client, req).await.expect_err(name);
+        assert_eq!(err.code(), Code::InvalidArgument, "{name}: {err:?}");
+        assert!(err.message().starts_with(field), "{name}: {:?} does not name {field}", err.message());
+    }
+    // Valid sampling works and is reproducible with a seed.
+    let seeded = || sampling(pb::SamplingParams {
+        temperature: Some(0.9),
+        top_k: Some(50),
+        top_p: Some(0.95),
+        seed: Some(1234),
+    });
+    let (_, a, _) = collect(&mut client, seeded()).await.unwrap();
+    let (_, b, _) = collect(&mut client, seeded()).await.unwrap();
+    let ids = |ts: &[pb::Token]| ts.iter().map(|t| t.token_id).collect::<Vec<_>>();
+    assert_eq!(ids(&a), ids(&b));
+    let counters = server.info().await.counters.unwrap();
+    assert_eq!(counters.rejected, 11);
+    server.assert_idle().await;
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queue_full_is_resource_exhausted_and_accepted_requests_complete() {
+    // One running sequence at a time, two places in the queue.
+    let server = TestServer::start(&["--max-batch-size", "1", "--max-pending", "2"]).await;
+    let mut tasks = Vec::new();
+    let mut codes = Vec::new();
+    for i in 0..6 {
+        let mut client = server.client().await;
+        match client.generate(request(&format!("request {i}"), 200)).await {
+            Ok(resp) => tasks.push(tokio::spawn(async move {
+                let mut s = resp.into_inner();
+                let mut n = 0;
+                while let Some(m) = s.message().await.unwrap() {
+                    if let Some(Event::Finished(f)) = m.event {
+                        n = f.completion_tokens;
+                    }
+                }
+                n
+            })),
+            Err(status) => codes.push(status.code()),
+        }
+    }
+    assert!(!codes.is_empty(), "nothing was rejected");
+    assert!(codes.iter().all(|c| *c == Code::ResourceExhausted), "{codes:?}");
+    for t in tasks {
+        assert_eq!(t.await.unwrap(), 200);
+    }
+    server.assert_idle().await;
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_stream_frees_its_blocks() {
+    let server = TestServer::start(&[]).await;
+    let mut client = server.client().await;
+    let mut stream = client.generate(request("drop me", 500)).await.unwrap().into_inner();
+    // Wait for a few tokens, then walk away.
+    let mut seen = 0;
+    while seen < 3 {
+        if let Some(Event::Token(_)) = stream.message().await.unwrap().unwrap().event {
+            seen += 1;
+        }
+    }
+    assert!(server.info().await.kv_blocks_used > 0);
+    drop(stream);
+    server.assert_idle().await;
+    assert_eq!(server.info().await.counters.unwrap().cancelled, 1);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deadline_exceeded_frees_blocks() {
+    let server = TestServer::start(&[]).await;
+    let mut client = server.client().await;
+    let mut req = tonic::Request::new(request("slow", 1000 - 2));
+    req.set_timeout(Duration::from_millis(150));
+    let result = async {
+        let mut s = client.generate(req).await?.into_inner();
+        while s.message().await?.is_some() {}
+        Ok::<_, tonic::Status>(())
+    }
+    .await;
+    assert_eq!(result.unwrap_err().code(), Code::DeadlineExceeded);
+    server.assert_idle().await;
+    let c = server.info().await.counters.unwrap();
+    assert_eq!(c.deadline_exceeded, 1, "{c:?}");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_is_not_serving_before_ready_and_serving_after() {
+    let args = ["ember-server", "--preset", "tiny", "--device", "cpu", "--listen", "127.0.0.1:0"];
+    let config = Args::try_parse_from(args).unwrap().validate().unwrap();
+    let listener = TcpListener::bind(config.listen).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stop_rx) = oneshot::channel::<()>();
+    let task = tokio::spawn(ember_server::server::run(config, listener, async {
+        let _ = stop_rx.await;
+    }));
+    let server = TestServer { addr, stop: Some(stop), task: Some(task) };
+    // Seen at least once NOT_SERVING or already SERVING; then SERVING for good.
+    let first = server.health().await;
+    assert!(matches!(first, ServingStatus::NotServing | ServingStatus::Serving));
+    if first == ServingStatus::NotServing {
+        // Before SERVING, Generate is UNAVAILABLE.
+        let mut client = server.client().await;
+        if let Err(e) = collect(&mut client, request("early", 1)).await {
+            assert_eq!(e.code(), Code::Unavailable);
+        }
+    }
+    server.wait_serving().await;
+    assert_eq!(server.health().await, ServingStatus::Serving);
+    server.stop().await;
+}
