@@ -160,7 +160,7 @@ def decode_rows(rows, context=None):
 
 
 def step_ms(r):
-    return num(get(r, ("median_ms", "ms_per_step", "step_ms", "ms")))
+    return num(get(r, ("median_ms", "p50_ms", "ms_per_step", "step_ms", "ms")))
 
 
 def cell(ms, tps):

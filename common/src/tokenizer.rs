@@ -296,7 +296,13 @@ mod tests {
     #[test]
     fn round_trip_text() {
         let t = tok();
-        for s in ["The quick brown fox.", "  leading spaces", "naïve café", "日本語のテキスト", "🦀🔥 emoji"] {
+        for s in [
+            "The quick brown fox.",
+            "  leading spaces",
+            "naïve café",
+            "日本語のテキスト",
+            "🦀🔥 emoji",
+        ] {
             let ids = t.encode(s).unwrap();
             assert_eq!(t.decode(&ids), s);
         }
@@ -305,13 +311,20 @@ mod tests {
     #[test]
     fn incremental_never_splits_characters() {
         let t = tok();
-        for s in ["🦀🔥 emoji 👩‍👩‍👧", "日本語のテキスト", "mixed ascii and 中文 and ü"] {
+        for s in [
+            "🦀🔥 emoji 👩‍👩‍👧",
+            "日本語のテキスト",
+            "mixed ascii and 中文 and ü",
+        ] {
             let ids = t.encode(s).unwrap();
             let mut d = t.detokenizer();
             let mut pieces = Vec::new();
             for id in &ids {
                 let p = d.push(*id);
-                assert!(!p.contains(char::REPLACEMENT_CHARACTER), "split char in {p:?}");
+                assert!(
+                    !p.contains(char::REPLACEMENT_CHARACTER),
+                    "split char in {p:?}"
+                );
                 pieces.push(p);
             }
             assert_eq!(d.flush(), "");

@@ -7,7 +7,10 @@ use prost::Message;
 
 fn round_trip<M: Message + Default + PartialEq + std::fmt::Debug>(msg: M) {
     let bytes = msg.encode_to_vec();
-    assert!(!bytes.is_empty(), "{msg:?} encoded to nothing: a field is left at its default");
+    assert!(
+        !bytes.is_empty(),
+        "{msg:?} encoded to nothing: a field is left at its default"
+    );
     let back = M::decode(bytes.as_slice()).expect("decodes");
     assert_eq!(back, msg);
 }

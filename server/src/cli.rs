@@ -180,7 +180,10 @@ impl Args {
             Some(dir) => ModelSource::Dir(dir.clone()),
             None => ModelSource::Preset {
                 preset: self.preset.parse::<Preset>().map_err(|_| {
-                    FlagError(format!("--preset must be gpt2 or tiny, got {:?}", self.preset))
+                    FlagError(format!(
+                        "--preset must be gpt2 or tiny, got {:?}",
+                        self.preset
+                    ))
                 })?,
                 seed: self.seed,
             },
@@ -249,8 +252,14 @@ mod tests {
     #[test]
     fn bad_values_name_the_flag() {
         for (args, flag) in [
-            (&["--prefill-max-batch-size", "0"][..], "--prefill-max-batch-size must be positive"),
-            (&["--max-batch-size", "0"][..], "--max-batch-size must be positive"),
+            (
+                &["--prefill-max-batch-size", "0"][..],
+                "--prefill-max-batch-size must be positive",
+            ),
+            (
+                &["--max-batch-size", "0"][..],
+                "--max-batch-size must be positive",
+            ),
             (&["--block-size", "0"][..], "--block-size"),
             (&["--max-pending", "0"][..], "--max-pending"),
             (&["--kv-blocks", "0"][..], "--kv-blocks"),

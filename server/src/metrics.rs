@@ -35,8 +35,8 @@ pub fn install(addr: SocketAddr) -> anyhow::Result<()> {
         7.5, 10.0, 20.0, 40.0, 80.0,
     ];
     let itl_buckets = [
-        0.0005, 0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1,
-        0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5,
+        0.0005, 0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15,
+        0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5,
     ];
     PrometheusBuilder::new()
         .with_http_listener(addr)
@@ -51,16 +51,30 @@ pub fn install(addr: SocketAddr) -> anyhow::Result<()> {
 fn describe() {
     use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
     describe_histogram!(TTFT, Unit::Seconds, "Server TTFT: received -> first token.");
-    describe_histogram!(QUEUE_TIME, Unit::Seconds, "Pending queue wait: enqueued -> admitted.");
+    describe_histogram!(
+        QUEUE_TIME,
+        Unit::Seconds,
+        "Pending queue wait: enqueued -> admitted."
+    );
     describe_histogram!(PREFILL_TIME, Unit::Seconds, "Admitted -> first token.");
-    describe_histogram!(INTER_TOKEN_LATENCY, Unit::Seconds, "Gap between consecutive tokens of a request.");
+    describe_histogram!(
+        INTER_TOKEN_LATENCY,
+        Unit::Seconds,
+        "Gap between consecutive tokens of a request."
+    );
     describe_histogram!(E2E_LATENCY, Unit::Seconds, "Received -> finished.");
     describe_gauge!(NUM_WAITING, "Requests in the pending queue.");
     describe_gauge!(NUM_RUNNING, "Sequences admitted and not finished.");
     describe_gauge!(KV_BLOCKS_USED, "KV cache blocks in use.");
     describe_gauge!(KV_USAGE, "Fraction of KV cache blocks in use (0..1).");
-    describe_counter!(REQUEST_SUCCESS, "Finished requests by finished_reason (eos, length, cancelled, deadline, error).");
-    describe_counter!(REQUEST_REJECTED, "Requests refused before queueing, by reason.");
+    describe_counter!(
+        REQUEST_SUCCESS,
+        "Finished requests by finished_reason (eos, length, cancelled, deadline, error)."
+    );
+    describe_counter!(
+        REQUEST_REJECTED,
+        "Requests refused before queueing, by reason."
+    );
     describe_counter!(PROMPT_TOKENS, "Prompt tokens of admitted requests.");
     describe_counter!(GENERATION_TOKENS, "Generated tokens.");
 }

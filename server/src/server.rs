@@ -136,6 +136,7 @@ async fn drain(handle: &SchedulerHandle, timeout: Duration) {
         return;
     }
     tracing::warn!(
+        in_flight = SchedulerStats::get(&stats.in_flight),
         queued = SchedulerStats::get(&stats.queue_depth),
         running = SchedulerStats::get(&stats.active_sequences),
         "shutdown timeout passed: cancelling the remaining requests"

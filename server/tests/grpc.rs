@@ -12,7 +12,9 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tonic::transport::Channel;
 use tonic::Code;
-use tonic_health::pb::{health_check_response::ServingStatus, health_client::HealthClient, HealthCheckRequest};
+use tonic_health::pb::{
+    health_check_response::ServingStatus, health_client::HealthClient, HealthCheckRequest,
+};
 
 struct TestServer {
     addr: SocketAddr,
@@ -22,7 +24,15 @@ struct TestServer {
 
 impl TestServer {
     async fn start(extra: &[&str]) -> Self {
-        let mut args = vec!["ember-server", "--preset", "tiny", "--device", "cpu", "--listen", "127.0.0.1:0"];
+        let mut args = vec![
+            "ember-server",
+            "--preset",
+            "tiny",
+            "--device",
+            "cpu",
+            "--listen",
+            "127.0.0.1:0",
+        ];
         args.extend_from_slice(extra);
         let config = Args::try_parse_from(args).unwrap().validate().unwrap();
         let listener = TcpListener::bind(config.listen).await.unwrap();
@@ -65,9 +75,18 @@ impl TestServer {
 
     async fn wait_serving(&self) {
         for _ in 0..600 {
-            if let Ok(ch) = Channel::from_shared(format!("http://{}", self.addr)).unwrap().connect().await {
+            if let Ok(ch) = Channel::from_shared(format!("http://{}", self.addr))
+                .unwrap()
+                .connect()
+                .await
+            {
                 let mut h = HealthClient::new(ch);
-                if let Ok(r) = h.check(HealthCheckRequest { service: String::new() }).await {
+                if let Ok(r) = h
+                    .check(HealthCheckRequest {
+                        service: String::new(),
+                    })
+                    .await
+                {
                     if r.into_inner().status() == ServingStatus::Serving {
                         return;
                     }
@@ -79,7 +98,12 @@ impl TestServer {
     }
 
     async fn info(&self) -> pb::ServerInfo {
-        self.client().await.get_server_info(pb::GetServerInfoRequest {}).await.unwrap().into_inner()
+        self.client()
+            .await
+            .get_server_info(pb::GetServerInfoRequest {})
+            .await
+            .unwrap()
+            .into_inner()
     }
 
     /// KV blocks and active sequences drop to 0 (release is asynchronous to the
@@ -134,10 +158,13 @@ async fn streams_tokens_with_an_ordered_timeline_that_adds_up() {
     let server = TestServer::start(&[]).await;
     assert_eq!(server.health().await, ServingStatus::Serving);
     let mut client = server.client().await;
-    let (started, tokens, finished) = collect(&mut client, pb::GenerateRequest {
-        request_id: "mine".into(),
-        ..request("Hello world", 8)
-    })
+    let (started, tokens, finished) = collect(
+        &mut client,
+        pb::GenerateRequest {
+            request_id: "mine".into(),
+            ..request("Hello world", 8)
+        },
+    )
     .await
     .unwrap();
     assert_eq!(started.request_id, "mine");
@@ -150,9 +177,17 @@ async fn streams_tokens_with_an_ordered_timeline_that_adds_up() {
     }
     let t = finished.timing.unwrap();
     // received <= tokenized <= enqueued <= admitted <= first token <= ... <= finished
-    let points = [0, t.tokenized_at_ns, t.enqueued_at_ns, t.admitted_at_ns, t.first_token_at_ns];
+    let points = [
+        0,
+        t.tokenized_at_ns,
+        t.enqueued_at_ns,
+        t.admitted_at_ns,
+        t.first_token_at_ns,
+    ];
     assert!(points.windows(2).all(|w| w[0] <= w[1]), "{t:?}");
-    assert!(tokens.windows(2).all(|w| w[0].server_time_ns <= w[1].server_time_ns));
+    assert!(tokens
+        .windows(2)
+        .all(|w| w[0].server_time_ns <= w[1].server_time_ns));
     assert_eq!(tokens[0].server_time_ns, t.first_token_at_ns);
     assert!(tokens.last().unwrap().server_time_ns <= t.finished_at_ns);
     assert_eq!(started.server_time_ns, t.enqueued_at_ns);
@@ -162,16 +197,22 @@ async fn streams_tokens_with_an_ordered_timeline_that_adds_up() {
         t.server_ttft_ns
     );
     assert_eq!(t.server_ttft_ns, t.first_token_at_ns);
-    assert_eq!(t.decode_ns, tokens.last().unwrap().server_time_ns - tokens[0].server_time_ns);
+    assert_eq!(
+        t.decode_ns,
+        tokens.last().unwrap().server_time_ns - tokens[0].server_time_ns
+    );
     assert_eq!(t.total_ns, t.finished_at_ns);
     assert_eq!(t.prefill_batch_size, 1);
 
     // Pre-tokenized input skips the tokenizer and gives the same greedy tokens.
-    let (_, pretok, _) = collect(&mut client, pb::GenerateRequest {
-        prompt: String::new(),
-        prompt_token_ids: vec![15496, 995],
-        ..request("", 8)
-    })
+    let (_, pretok, _) = collect(
+        &mut client,
+        pb::GenerateRequest {
+            prompt: String::new(),
+            prompt_token_ids: vec![15496, 995],
+            ..request("", 8)
+        },
+    )
     .await
     .unwrap();
     let ids = |ts: &[pb::Token]| ts.iter().map(|t| t.token_id).collect::<Vec<_>>();
@@ -194,29 +235,91 @@ async fn every_validation_case_returns_its_status() {
     };
     let cases: Vec<(&str, pb::GenerateRequest, &str)> = vec![
         ("empty input", request("", 4), "prompt"),
-        ("both inputs", pb::GenerateRequest { prompt_token_ids: vec![1], ..request("Hi", 4) }, "prompt"),
-        ("token id >= vocab", pb::GenerateRequest { prompt_token_ids: vec![50257], ..request("", 4) }, "prompt_token_ids"),
-        ("beyond context", pb::GenerateRequest { prompt_token_ids: vec![1; 1000], ..request("", 60) }, "max_new_tokens"),
+        (
+            "both inputs",
+            pb::GenerateRequest {
+                prompt_token_ids: vec![1],
+                ..request("Hi", 4)
+            },
+            "prompt",
+        ),
+        (
+            "token id >= vocab",
+            pb::GenerateRequest {
+                prompt_token_ids: vec![50257],
+                ..request("", 4)
+            },
+            "prompt_token_ids",
+        ),
+        (
+            "beyond context",
+            pb::GenerateRequest {
+                prompt_token_ids: vec![1; 1000],
+                ..request("", 60)
+            },
+            "max_new_tokens",
+        ),
         ("max_new_tokens 0", request("Hi", 0), "max_new_tokens"),
         ("above limit", request("Hi", 65), "max_new_tokens"),
-        ("temperature < 0", sampling(pb::SamplingParams { temperature: Some(-0.5), ..Default::default() }), "sampling.temperature"),
-        ("temperature NaN", sampling(pb::SamplingParams { temperature: Some(f32::NAN), ..Default::default() }), "sampling.temperature"),
-        ("top_p 0", sampling(pb::SamplingParams { top_p: Some(0.0), ..Default::default() }), "sampling.top_p"),
-        ("top_p > 1", sampling(pb::SamplingParams { top_p: Some(1.01), ..Default::default() }), "sampling.top_p"),
-        ("top_k < 0", sampling(pb::SamplingParams { top_k: Some(-3), ..Default::default() }), "sampling.top_k"),
+        (
+            "temperature < 0",
+            sampling(pb::SamplingParams {
+                temperature: Some(-0.5),
+                ..Default::default()
+            }),
+            "sampling.temperature",
+        ),
+        (
+            "temperature NaN",
+            sampling(pb::SamplingParams {
+                temperature: Some(f32::NAN),
+                ..Default::default()
+            }),
+            "sampling.temperature",
+        ),
+        (
+            "top_p 0",
+            sampling(pb::SamplingParams {
+                top_p: Some(0.0),
+                ..Default::default()
+            }),
+            "sampling.top_p",
+        ),
+        (
+            "top_p > 1",
+            sampling(pb::SamplingParams {
+                top_p: Some(1.01),
+                ..Default::default()
+            }),
+            "sampling.top_p",
+        ),
+        (
+            "top_k < 0",
+            sampling(pb::SamplingParams {
+                top_k: Some(-3),
+                ..Default::default()
+            }),
+            "sampling.top_k",
+        ),
     ];
     for (name, req, field) in cases {
         let err = collect(&mut client, req).await.expect_err(name);
         assert_eq!(err.code(), Code::InvalidArgument, "{name}: {err:?}");
-        assert!(err.message().starts_with(field), "{name}: {:?} does not name {field}", err.message());
+        assert!(
+            err.message().starts_with(field),
+            "{name}: {:?} does not name {field}",
+            err.message()
+        );
     }
     // Valid sampling works and is reproducible with a seed.
-    let seeded = || sampling(pb::SamplingParams {
-        temperature: Some(0.9),
-        top_k: Some(50),
-        top_p: Some(0.95),
-        seed: Some(1234),
-    });
+    let seeded = || {
+        sampling(pb::SamplingParams {
+            temperature: Some(0.9),
+            top_k: Some(50),
+            top_p: Some(0.95),
+            seed: Some(1234),
+        })
+    };
     let (_, a, _) = collect(&mut client, seeded()).await.unwrap();
     let (_, b, _) = collect(&mut client, seeded()).await.unwrap();
     let ids = |ts: &[pb::Token]| ts.iter().map(|t| t.token_id).collect::<Vec<_>>();
@@ -250,7 +353,10 @@ async fn queue_full_is_resource_exhausted_and_accepted_requests_complete() {
         }
     }
     assert!(!codes.is_empty(), "nothing was rejected");
-    assert!(codes.iter().all(|c| *c == Code::ResourceExhausted), "{codes:?}");
+    assert!(
+        codes.iter().all(|c| *c == Code::ResourceExhausted),
+        "{codes:?}"
+    );
     for t in tasks {
         assert_eq!(t.await.unwrap(), 200);
     }
@@ -262,7 +368,11 @@ async fn queue_full_is_resource_exhausted_and_accepted_requests_complete() {
 async fn a_dropped_stream_frees_its_blocks() {
     let server = TestServer::start(&[]).await;
     let mut client = server.client().await;
-    let mut stream = client.generate(request("drop me", 500)).await.unwrap().into_inner();
+    let mut stream = client
+        .generate(request("drop me", 500))
+        .await
+        .unwrap()
+        .into_inner();
     // Wait for a few tokens, then walk away.
     let mut seen = 0;
     while seen < 3 {
@@ -298,7 +408,15 @@ async fn deadline_exceeded_frees_blocks() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_is_not_serving_before_ready_and_serving_after() {
-    let args = ["ember-server", "--preset", "tiny", "--device", "cpu", "--listen", "127.0.0.1:0"];
+    let args = [
+        "ember-server",
+        "--preset",
+        "tiny",
+        "--device",
+        "cpu",
+        "--listen",
+        "127.0.0.1:0",
+    ];
     let config = Args::try_parse_from(args).unwrap().validate().unwrap();
     let listener = TcpListener::bind(config.listen).await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -306,10 +424,17 @@ async fn health_is_not_serving_before_ready_and_serving_after() {
     let task = tokio::spawn(ember_server::server::run(config, listener, async {
         let _ = stop_rx.await;
     }));
-    let server = TestServer { addr, stop: Some(stop), task: Some(task) };
+    let server = TestServer {
+        addr,
+        stop: Some(stop),
+        task: Some(task),
+    };
     // Seen at least once NOT_SERVING or already SERVING; then SERVING for good.
     let first = server.health().await;
-    assert!(matches!(first, ServingStatus::NotServing | ServingStatus::Serving));
+    assert!(matches!(
+        first,
+        ServingStatus::NotServing | ServingStatus::Serving
+    ));
     if first == ServingStatus::NotServing {
         // Before SERVING, Generate is UNAVAILABLE.
         let mut client = server.client().await;

@@ -33,7 +33,10 @@ fn locate(env: &str, name: &str) -> PathBuf {
     }
     let exe = std::env::current_exe().expect("current_exe");
     // deps/<test> -> deps -> <profile>
-    let dir = exe.parent().and_then(|d| d.parent()).expect("test exe has no grandparent dir");
+    let dir = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .expect("test exe has no grandparent dir");
     let candidates = [dir.join(name), exe.parent().unwrap().join(name)];
     for c in &candidates {
         if c.is_file() {

@@ -58,11 +58,16 @@ impl Blocker {
             out
         });
         let b = Blocker { done, task };
-        first.await.context("blocker: stream ended without a token")?;
+        first
+            .await
+            .context("blocker: stream ended without a token")?;
         anyhow::ensure!(!b.is_done(), "blocker: ended right after its first token");
-        client::wait_info(addr, Duration::from_secs(10), "premise: the blocker holds every KV block", |i| {
-            i.kv_blocks_total > 0 && i.kv_blocks_used == i.kv_blocks_total
-        })
+        client::wait_info(
+            addr,
+            Duration::from_secs(10),
+            "premise: the blocker holds every KV block",
+            |i| i.kv_blocks_total > 0 && i.kv_blocks_used == i.kv_blocks_total,
+        )
         .await?;
         Ok(b)
     }

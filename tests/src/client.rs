@@ -107,8 +107,12 @@ impl StreamOutcome {
             "started={} tokens={} finished={:?} status={:?} protocol_errors={:?}",
             self.started.is_some(),
             self.tokens.len(),
-            self.finished.as_ref().map(|(f, _)| (f.finish_reason(), f.completion_tokens)),
-            self.status.as_ref().map(|s| (s.code(), s.message().to_owned())),
+            self.finished
+                .as_ref()
+                .map(|(f, _)| (f.finish_reason(), f.completion_tokens)),
+            self.status
+                .as_ref()
+                .map(|s| (s.code(), s.message().to_owned())),
             self.protocol_errors
         )
     }
@@ -166,13 +170,15 @@ pub async fn generate_observed(
 /// Files one stream message into `out`, noting order violations.
 pub fn record(out: &mut StreamOutcome, event: Option<Event>, now: Instant) {
     if out.finished.is_some() {
-        out.protocol_errors.push(format!("message after finished: {event:?}"));
+        out.protocol_errors
+            .push(format!("message after finished: {event:?}"));
         return;
     }
     match event {
         Some(Event::Started(s)) => {
             if out.started.is_some() || !out.tokens.is_empty() {
-                out.protocol_errors.push("started twice or after a token".into());
+                out.protocol_errors
+                    .push("started twice or after a token".into());
             }
             out.started = Some((s, now));
         }
@@ -181,8 +187,11 @@ pub fn record(out: &mut StreamOutcome, event: Option<Event>, now: Instant) {
                 out.protocol_errors.push("token before started".into());
             }
             if t.index as usize != out.tokens.len() {
-                out.protocol_errors
-                    .push(format!("token index {} at position {}", t.index, out.tokens.len()));
+                out.protocol_errors.push(format!(
+                    "token index {} at position {}",
+                    t.index,
+                    out.tokens.len()
+                ));
             }
             out.tokens.push((t, now));
         }
@@ -195,7 +204,9 @@ pub fn record(out: &mut StreamOutcome, event: Option<Event>, now: Instant) {
 pub async fn health(addr: SocketAddr, service: &str) -> anyhow::Result<ServingStatus> {
     let mut h = HealthClient::new(channel(addr).await?);
     let r = h
-        .check(HealthCheckRequest { service: service.to_owned() })
+        .check(HealthCheckRequest {
+            service: service.to_owned(),
+        })
         .await
         .map_err(|s| anyhow!("health check {service:?}: {s}"))?;
     Ok(r.into_inner().status())
@@ -206,7 +217,10 @@ pub async fn health_both(addr: SocketAddr) -> anyhow::Result<ServingStatus> {
     let all = health(addr, "").await?;
     let svc = health(addr, ember_common::SERVICE_NAME).await?;
     if all != svc {
-        bail!("health disagrees: \"\" is {all:?}, {} is {svc:?}", ember_common::SERVICE_NAME);
+        bail!(
+            "health disagrees: \"\" is {all:?}, {} is {svc:?}",
+            ember_common::SERVICE_NAME
+        );
     }
     Ok(all)
 }
@@ -231,7 +245,9 @@ pub async fn wait_serving(addr: SocketAddr, timeout: Duration) -> anyhow::Result
 /// `GetServerInfo` on a fresh connection.
 pub async fn server_info(addr: SocketAddr) -> anyhow::Result<ServerInfo> {
     let mut c = connect(addr).await?;
-    Ok(c.get_server_info(GetServerInfoRequest {}).await?.into_inner())
+    Ok(c.get_server_info(GetServerInfoRequest {})
+        .await?
+        .into_inner())
 }
 
 /// Polls `GetServerInfo` every 10 ms until `pred` holds (the server publishes
@@ -246,7 +262,10 @@ pub async fn wait_info(
     let deadline = Instant::now() + timeout;
     let mut c = connect(addr).await?;
     loop {
-        let info = c.get_server_info(GetServerInfoRequest {}).await?.into_inner();
+        let info = c
+            .get_server_info(GetServerInfoRequest {})
+            .await?
+            .into_inner();
         if pred(&info) {
             return Ok(info);
         }
@@ -292,7 +311,10 @@ pub async fn assert_idle_and_serving(addr: SocketAddr) -> anyhow::Result<ServerI
     let mut c = connect(addr).await?;
     let probe = generate(&mut c, text_request("Still alive?", 3, true), None).await;
     if probe.code() != tonic::Code::Ok || probe.tokens.len() != 3 {
-        bail!("a fresh request after the test did not complete: {}", probe.summary());
+        bail!(
+            "a fresh request after the test did not complete: {}",
+            probe.summary()
+        );
     }
     wait_idle(addr, Duration::from_secs(5)).await?;
     Ok(info)

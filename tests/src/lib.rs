@@ -47,6 +47,15 @@ pub fn scratch_dir(tag: &str) -> PathBuf {
     dir
 }
 
+/// Removes a scratch dir once its owner is done, unless the thread is
+/// panicking (a failed test keeps its files) or `EMBER_KEEP_SCRATCH=1`.
+pub fn cleanup_scratch(dir: &std::path::Path) {
+    if std::thread::panicking() || std::env::var("EMBER_KEEP_SCRATCH").as_deref() == Ok("1") {
+        return;
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// Runs `make()`'s future to completion on a fresh current-thread runtime in a
 /// new OS thread, optionally inside network namespace `netns`.
 ///
@@ -64,7 +73,9 @@ where
         if let Some(ns) = &netns {
             netns::enter(ns)?;
         }
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
         rt.block_on(make())
     })
     .join()

@@ -49,13 +49,28 @@ impl LoadgenRun {
 
     /// stdout and stderr, for failure messages.
     pub fn output(&self) -> String {
-        format!("--- loadgen stdout ---\n{}\n--- loadgen stderr ---\n{}\n---", self.stdout, self.stderr)
+        format!(
+            "--- loadgen stdout ---\n{}\n--- loadgen stderr ---\n{}\n---",
+            self.stdout, self.stderr
+        )
+    }
+}
+
+impl Drop for LoadgenRun {
+    fn drop(&mut self) {
+        crate::cleanup_scratch(&self.dir);
     }
 }
 
 /// Runs `loadgen --target TARGET --json .. --requests-out .. ARGS` (inside
 /// `netns` if given) with a wall-clock limit of `limit`.
-pub fn run(target: &str, args: &[&str], netns: Option<&str>, tag: &str, limit: Duration) -> anyhow::Result<LoadgenRun> {
+pub fn run(
+    target: &str,
+    args: &[&str],
+    netns: Option<&str>,
+    tag: &str,
+    limit: Duration,
+) -> anyhow::Result<LoadgenRun> {
     let dir = crate::scratch_dir(tag);
     let json = dir.join("summary.json");
     let reqs = dir.join("requests.jsonl");
@@ -68,13 +83,21 @@ pub fn run(target: &str, args: &[&str], netns: Option<&str>, tag: &str, limit: D
         }
         None => Command::new(&bin),
     };
-    cmd.arg("--target").arg(target).arg("--json").arg(&json).arg("--requests-out").arg(&reqs).args(args);
+    cmd.arg("--target")
+        .arg(target)
+        .arg("--json")
+        .arg(&json)
+        .arg("--requests-out")
+        .arg(&reqs)
+        .args(args);
     let out_path = dir.join("stdout");
     let err_path = dir.join("stderr");
     cmd.stdin(Stdio::null())
         .stdout(std::fs::File::create(&out_path)?)
         .stderr(std::fs::File::create(&err_path)?);
-    let mut child = cmd.spawn().with_context(|| format!("spawn {}", bin.display()))?;
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("spawn {}", bin.display()))?;
     let deadline = Instant::now() + limit;
     let status = loop {
         if let Some(s) = child.try_wait()? {
@@ -102,7 +125,14 @@ pub fn run(target: &str, args: &[&str], netns: Option<&str>, tag: &str, limit: D
         .filter(|l| !l.trim().is_empty())
         .map(|l| serde_json::from_str(l).with_context(|| format!("parse request line {l}")))
         .collect::<anyhow::Result<Vec<Value>>>()?;
-    Ok(LoadgenRun { status, summary, requests, stdout, stderr, dir })
+    Ok(LoadgenRun {
+        status,
+        summary,
+        requests,
+        stdout,
+        stderr,
+        dir,
+    })
 }
 
 /// One `--requests-out` record with typed accessors that fail with the record.
@@ -113,19 +143,25 @@ impl<'a> Req<'a> {
     fn at(&self, path: &str) -> &'a Value {
         let mut v = self.0;
         for k in path.split('.') {
-            v = v.get(k).unwrap_or_else(|| panic!("request record has no {path}: {}", self.0));
+            v = v
+                .get(k)
+                .unwrap_or_else(|| panic!("request record has no {path}: {}", self.0));
         }
         v
     }
 
     /// An unsigned integer field; `path` may be dotted (`server.tokenize_ns`).
     pub fn u64(&self, path: &str) -> u64 {
-        self.at(path).as_u64().unwrap_or_else(|| panic!("{path} is not an unsigned integer in {}", self.0))
+        self.at(path)
+            .as_u64()
+            .unwrap_or_else(|| panic!("{path} is not an unsigned integer in {}", self.0))
     }
 
     /// A numeric field as f64.
     pub fn f64(&self, path: &str) -> f64 {
-        self.at(path).as_f64().unwrap_or_else(|| panic!("{path} is not a number in {}", self.0))
+        self.at(path)
+            .as_f64()
+            .unwrap_or_else(|| panic!("{path} is not a number in {}", self.0))
     }
 
     /// An array of numbers as f64s.
@@ -134,7 +170,10 @@ impl<'a> Req<'a> {
             .as_array()
             .unwrap_or_else(|| panic!("{path} is not an array in {}", self.0))
             .iter()
-            .map(|x| x.as_f64().unwrap_or_else(|| panic!("{path} has a non-number in {}", self.0)))
+            .map(|x| {
+                x.as_f64()
+                    .unwrap_or_else(|| panic!("{path} has a non-number in {}", self.0))
+            })
             .collect()
     }
 
@@ -147,8 +186,13 @@ impl<'a> Req<'a> {
     /// ("length", "eos", "cancelled").
     pub fn finish_reason(&self) -> String {
         let v = self.at("finish_reason");
-        let s = v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string());
-        s.to_lowercase().trim_start_matches("finish_reason_").to_owned()
+        let s = v
+            .as_str()
+            .map(str::to_owned)
+            .unwrap_or_else(|| v.to_string());
+        s.to_lowercase()
+            .trim_start_matches("finish_reason_")
+            .to_owned()
     }
 
     /// The raw record, for messages.

@@ -42,7 +42,12 @@ fn ip(args: &[&str]) -> anyhow::Result<()> {
         .output()
         .context("running `ip` (is iproute2 installed?)")?;
     if !out.status.success() {
-        bail!("`ip {}` failed ({}): {}", args.join(" "), out.status, String::from_utf8_lossy(&out.stderr).trim());
+        bail!(
+            "`ip {}` failed ({}): {}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
     }
     Ok(())
 }
@@ -61,7 +66,13 @@ impl NetnsPair {
         let x = (pid.wrapping_mul(7).wrapping_add(n)) % 250 + 1;
         let server_ip = Ipv4Addr::new(10, 203, x as u8, 1);
         let client_ip = Ipv4Addr::new(10, 203, x as u8, 2);
-        let mut pair = NetnsPair { server_ns, client_ns, server_ip, client_ip, created: Vec::new() };
+        let mut pair = NetnsPair {
+            server_ns,
+            client_ns,
+            server_ip,
+            client_ip,
+            created: Vec::new(),
+        };
         for ns in [pair.server_ns.clone(), pair.client_ns.clone()] {
             // A namespace of this name can only be left over from a crashed
             // run whose pid we now have again: remove it.
@@ -71,9 +82,28 @@ impl NetnsPair {
             ip(&["-n", &ns, "link", "set", "lo", "up"])?;
         }
         let (s, c) = (&pair.server_ns, &pair.client_ns);
-        ip(&["link", "add", &veth_srv, "netns", s, "type", "veth", "peer", "name", &veth_cli, "netns", c])?;
-        ip(&["-n", s, "addr", "add", &format!("{server_ip}/30"), "dev", &veth_srv])?;
-        ip(&["-n", c, "addr", "add", &format!("{client_ip}/30"), "dev", &veth_cli])?;
+        ip(&[
+            "link", "add", &veth_srv, "netns", s, "type", "veth", "peer", "name", &veth_cli,
+            "netns", c,
+        ])?;
+        ip(&[
+            "-n",
+            s,
+            "addr",
+            "add",
+            &format!("{server_ip}/30"),
+            "dev",
+            &veth_srv,
+        ])?;
+        ip(&[
+            "-n",
+            c,
+            "addr",
+            "add",
+            &format!("{client_ip}/30"),
+            "dev",
+            &veth_cli,
+        ])?;
         ip(&["-n", s, "link", "set", &veth_srv, "up"])?;
         ip(&["-n", c, "link", "set", &veth_cli, "up"])?;
         Ok(pair)
@@ -83,9 +113,7 @@ impl NetnsPair {
     /// `EMBER_SKIP_NETNS=1`, in which case it says so and returns `None`.
     pub fn create_or_skip(test: &str) -> Option<Self> {
         if std::env::var(SKIP_ENV).as_deref() == Ok("1") {
-            eprintln!(
-                "SKIPPED EXPLICITLY: {test} (network namespace test) because {SKIP_ENV}=1"
-            );
+            eprintln!("SKIPPED EXPLICITLY: {test} (network namespace test) because {SKIP_ENV}=1");
             return None;
         }
         match Self::create() {

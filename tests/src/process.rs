@@ -51,13 +51,17 @@ impl Announced {
         cmd.args(args);
         let stderr = std::fs::File::create(stderr_path)
             .with_context(|| format!("create {}", stderr_path.display()))?;
-        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(stderr);
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(stderr);
         if std::env::var_os("RUST_LOG").is_none() {
             cmd.env("RUST_LOG", "info");
         }
         // Plain logs in the stderr file (tracing-subscriber honours NO_COLOR).
         cmd.env("NO_COLOR", "1");
-        let mut child = cmd.spawn().with_context(|| format!("spawn {}", program.display()))?;
+        let mut child = cmd
+            .spawn()
+            .with_context(|| format!("spawn {}", program.display()))?;
         let stdout = child.stdout.take().expect("piped stdout");
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
@@ -80,16 +84,19 @@ impl Announced {
             Ok(None) => {
                 let status = me.child.wait().ok();
                 me.exited = status;
-                bail!("{name} exited ({status:?}) before printing its address\n{}", me.stderr_tail(40))
+                bail!(
+                    "{name} exited ({status:?}) before printing its address\n{}",
+                    me.stderr_tail(40)
+                )
             }
             Err(_) => bail!(
                 "{name} printed no `listening on` line within {timeout:?}\n{}",
                 me.stderr_tail(40)
             ),
         };
-        let addr = line
-            .strip_prefix("listening on ")
-            .ok_or_else(|| anyhow!("{name}: first stdout line is {line:?}, expected `listening on ADDR`"))?;
+        let addr = line.strip_prefix("listening on ").ok_or_else(|| {
+            anyhow!("{name}: first stdout line is {line:?}, expected `listening on ADDR`")
+        })?;
         me.addr = addr
             .trim()
             .parse()
@@ -115,7 +122,11 @@ impl Announced {
         // SAFETY: kill(2) with a pid we own and have not reaped.
         let rc = unsafe { libc::kill(self.child.id() as libc::pid_t, signal) };
         if rc != 0 {
-            bail!("kill({}, {signal}): {}", self.child.id(), std::io::Error::last_os_error());
+            bail!(
+                "kill({}, {signal}): {}",
+                self.child.id(),
+                std::io::Error::last_os_error()
+            );
         }
         Ok(())
     }

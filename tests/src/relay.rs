@@ -29,7 +29,11 @@ const QUEUE_CHUNKS: usize = 1024;
 
 /// Accepts connections on `listener` forever, relaying each to `upstream`
 /// with `delay` in each direction.
-pub async fn serve(listener: TcpListener, upstream: SocketAddr, delay: Duration) -> std::io::Result<()> {
+pub async fn serve(
+    listener: TcpListener,
+    upstream: SocketAddr,
+    delay: Duration,
+) -> std::io::Result<()> {
     loop {
         let (down, _) = listener.accept().await?;
         tokio::spawn(async move {
@@ -41,7 +45,11 @@ pub async fn serve(listener: TcpListener, upstream: SocketAddr, delay: Duration)
 }
 
 /// Relays one accepted connection until both directions have ended.
-pub async fn relay_connection(down: TcpStream, upstream: SocketAddr, delay: Duration) -> std::io::Result<()> {
+pub async fn relay_connection(
+    down: TcpStream,
+    upstream: SocketAddr,
+    delay: Duration,
+) -> std::io::Result<()> {
     let up = TcpStream::connect(upstream).await?;
     down.set_nodelay(true)?;
     up.set_nodelay(true)?;
@@ -166,7 +174,10 @@ mod tests {
         let mut sorted = rtts.clone();
         sorted.sort();
         // Median within 2d + 10 ms (timer rounding is ~1 ms per hop).
-        assert!(sorted[2] <= 2 * d + Duration::from_millis(10), "RTTs {rtts:?}");
+        assert!(
+            sorted[2] <= 2 * d + Duration::from_millis(10),
+            "RTTs {rtts:?}"
+        );
     }
 
     /// 100 small writes sent back to back all come back about 2d after they
@@ -192,10 +203,16 @@ mod tests {
         r.read_exact(&mut buf).await.unwrap();
         let total = t0.elapsed();
         let _w = writer.await.unwrap();
-        let got: Vec<u32> = buf.chunks(4).map(|c| u32::from_be_bytes(c.try_into().unwrap())).collect();
+        let got: Vec<u32> = buf
+            .chunks(4)
+            .map(|c| u32::from_be_bytes(c.try_into().unwrap()))
+            .collect();
         assert_eq!(got, (0..100).collect::<Vec<_>>(), "order preserved");
         assert!(total >= 2 * d, "all 100 back after {total:?} < 2d");
-        assert!(total <= 2 * d + Duration::from_millis(40), "100 writes took {total:?}; expected ~2d");
+        assert!(
+            total <= 2 * d + Duration::from_millis(40),
+            "100 writes took {total:?}; expected ~2d"
+        );
     }
 
     /// Writes spaced 2 ms apart over 200 ms each arrive d after they were sent
@@ -238,7 +255,10 @@ mod tests {
         late.sort();
         let median = late[late.len() / 2];
         let max = *late.last().unwrap();
-        assert!(median <= d + Duration::from_millis(5), "median one-way {median:?}");
+        assert!(
+            median <= d + Duration::from_millis(5),
+            "median one-way {median:?}"
+        );
         // No accumulation: the last write is delayed about as much as the first.
         assert!(max <= d + Duration::from_millis(30), "max one-way {max:?}");
     }

@@ -92,10 +92,16 @@ impl Server {
             &dir.join("server.stderr"),
             ANNOUNCE_TIMEOUT,
         )?;
-        let server = Server { proc, netns: cfg.netns.clone(), dir };
+        let server = Server {
+            proc,
+            netns: cfg.netns.clone(),
+            dir,
+        };
         let addr = server.addr();
         server
-            .block_on(move || async move { crate::client::wait_serving(addr, SERVING_TIMEOUT).await })
+            .block_on(
+                move || async move { crate::client::wait_serving(addr, SERVING_TIMEOUT).await },
+            )
             .with_context(|| server.proc.stderr_tail(40))?;
         Ok(server)
     }
@@ -146,16 +152,27 @@ impl Server {
 
     /// Sends SIGTERM.
     pub fn sigterm(&self) {
-        self.proc.signal(libc::SIGTERM).expect("SIGTERM ember-server");
+        self.proc
+            .signal(libc::SIGTERM)
+            .expect("SIGTERM ember-server");
     }
 
     /// Waits up to `timeout` for the process to exit.
     pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
-        self.proc.wait_timeout(timeout).expect("wait for ember-server")
+        self.proc
+            .wait_timeout(timeout)
+            .expect("wait for ember-server")
     }
 
     /// The last `n` lines of the server's stderr.
     pub fn stderr_tail(&self, n: usize) -> String {
         self.proc.stderr_tail(n)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.proc.stop(Duration::from_secs(3));
+        crate::cleanup_scratch(&self.dir);
     }
 }

@@ -32,26 +32,40 @@ fn loadgen_absolute_schedule_reconciles() {
     let run = loadgen::run(
         &server.url(),
         &[
-            "--num-requests", &N.to_string(),
-            "--prompt", PROMPT,
-            "--max-new-tokens", &MAX_NEW.to_string(),
+            "--num-requests",
+            &N.to_string(),
+            "--prompt",
+            PROMPT,
+            "--max-new-tokens",
+            &MAX_NEW.to_string(),
             "--no-stop-on-eos",
-            "--submit-interval-ms", "20",
-            "--submit-schedule", "absolute",
+            "--submit-interval-ms",
+            "20",
+            "--submit-schedule",
+            "absolute",
         ],
         None,
         "e2e-loadgen-run",
         Duration::from_secs(300),
     )
     .unwrap_or_else(|e| panic!("loadgen: {e:#}\n{}", server.stderr_tail(30)));
-    assert!(run.status.success(), "loadgen exited {}\n{}", run.status, run.output());
+    assert!(
+        run.status.success(),
+        "loadgen exited {}\n{}",
+        run.status,
+        run.output()
+    );
 
     let run0 = run.run0();
     assert_eq!(run0["requests"].as_u64(), Some(N), "summary: {run0}");
     assert_eq!(run0["ok"].as_u64(), Some(N), "summary: {run0}");
     assert_eq!(run0["failed"].as_u64(), Some(0), "summary: {run0}");
 
-    let expected_prompt_tokens = Gpt2Tokenizer::embedded().unwrap().encode(PROMPT).unwrap().len() as u64;
+    let expected_prompt_tokens = Gpt2Tokenizer::embedded()
+        .unwrap()
+        .encode(PROMPT)
+        .unwrap()
+        .len() as u64;
     let reqs = run.measured();
     assert_eq!(reqs.len() as u64, N, "one --requests-out line per request");
     let indices: BTreeSet<u64> = reqs.iter().map(|r| r.u64("index")).collect();
@@ -59,15 +73,29 @@ fn loadgen_absolute_schedule_reconciles() {
     for r in &reqs {
         let j = r.json();
         assert!(r.ok(), "request failed: {j}");
-        assert_eq!(r.u64("prompt_tokens"), expected_prompt_tokens, "prompt_tokens: {j}");
-        assert_eq!(r.u64("completion_tokens"), MAX_NEW, "completion_tokens: {j}");
+        assert_eq!(
+            r.u64("prompt_tokens"),
+            expected_prompt_tokens,
+            "prompt_tokens: {j}"
+        );
+        assert_eq!(
+            r.u64("completion_tokens"),
+            MAX_NEW,
+            "completion_tokens: {j}"
+        );
         assert_eq!(r.finish_reason(), "length", "finish_reason: {j}");
         let recv = r.f64s("token_recv_ns");
         let srv = r.f64s("server.token_server_time_ns");
         assert_eq!(recv.len() as u64, MAX_NEW, "token_recv_ns: {j}");
         assert_eq!(srv.len() as u64, MAX_NEW, "token_server_time_ns: {j}");
-        assert!(recv.windows(2).all(|w| w[0] <= w[1]), "client receive times ordered: {j}");
-        assert!(srv.windows(2).all(|w| w[0] <= w[1]), "server token times ordered: {j}");
+        assert!(
+            recv.windows(2).all(|w| w[0] <= w[1]),
+            "client receive times ordered: {j}"
+        );
+        assert!(
+            srv.windows(2).all(|w| w[0] <= w[1]),
+            "server token times ordered: {j}"
+        );
 
         let client_ttft = r.u64("client_ttft_ns");
         let server_ttft = r.u64("server.server_ttft_ns");
@@ -79,15 +107,35 @@ fn loadgen_absolute_schedule_reconciles() {
             + r.u64("server.enqueue_ns")
             + r.u64("server.queue_wait_ns")
             + r.u64("server.prefill_to_first_token_ns");
-        assert_eq!(parts, server_ttft, "tokenize+enqueue+queue_wait+prefill != server TTFT: {j}");
-        assert!(server_ttft <= r.u64("server.total_ns"), "server TTFT > total: {j}");
-        assert!(r.u64("server.prefill_batch_size") >= 1, "prefill_batch_size: {j}");
+        assert_eq!(
+            parts, server_ttft,
+            "tokenize+enqueue+queue_wait+prefill != server TTFT: {j}"
+        );
+        assert!(
+            server_ttft <= r.u64("server.total_ns"),
+            "server TTFT > total: {j}"
+        );
+        assert!(
+            r.u64("server.prefill_batch_size") >= 1,
+            "prefill_batch_size: {j}"
+        );
     }
 
     let idle = server.assert_idle_and_serving();
-    let (b, a) = (before.counters.unwrap_or_default(), idle.counters.unwrap_or_default());
-    assert_eq!(a.finished - b.finished, N, "finished counter: before {b:?} after {a:?}");
-    assert_eq!(a.admitted - b.admitted, N, "admitted counter: before {b:?} after {a:?}");
+    let (b, a) = (
+        before.counters.unwrap_or_default(),
+        idle.counters.unwrap_or_default(),
+    );
+    assert_eq!(
+        a.finished - b.finished,
+        N,
+        "finished counter: before {b:?} after {a:?}"
+    );
+    assert_eq!(
+        a.admitted - b.admitted,
+        N,
+        "admitted counter: before {b:?} after {a:?}"
+    );
 }
 
 /// What the knob experiment saw for the burst: (prefill_batch_size,
@@ -129,9 +177,12 @@ fn admissions(prefill_max_batch_size: u32) -> Vec<(u32, u64)> {
         for rx in started_rx {
             rx.await?;
         }
-        client::wait_info(addr, Duration::from_secs(10), "premise: the whole burst is queued", |i| {
-            i.queue_depth as usize == BURST
-        })
+        client::wait_info(
+            addr,
+            Duration::from_secs(10),
+            "premise: the whole burst is queued",
+            |i| i.queue_depth as usize == BURST,
+        )
         .await?;
         blocker.ensure_running("the burst was queued")?;
         blocker.release().await;
@@ -141,12 +192,20 @@ fn admissions(prefill_max_batch_size: u32) -> Vec<(u32, u64)> {
         }
         anyhow::Ok(outs)
     });
-    let outs = result.unwrap_or_else(|e| panic!("knob experiment: {e:#}\n{}", server.stderr_tail(30)));
+    let outs =
+        result.unwrap_or_else(|e| panic!("knob experiment: {e:#}\n{}", server.stderr_tail(30)));
     let mut adm = Vec::new();
     for o in &outs {
         assert_eq!(o.code(), tonic::Code::Ok, "burst request: {}", o.summary());
         assert_eq!(o.finish_reason(), Some(FinishReason::Length));
-        let t: &ServerTiming = o.finished.as_ref().unwrap().0.timing.as_ref().expect("timing");
+        let t: &ServerTiming = o
+            .finished
+            .as_ref()
+            .unwrap()
+            .0
+            .timing
+            .as_ref()
+            .expect("timing");
         adm.push((t.prefill_batch_size, t.admitted_iteration));
     }
     server.assert_idle_and_serving();
@@ -172,9 +231,18 @@ fn prefill_batch_knob_admits_in_fewer_iterations() {
         iters(&narrow),
         iters(&wide)
     );
-    assert!(max_batch(&narrow) <= 2, "knob 2 admitted a prefill batch > 2: {narrow:?}");
-    assert!(iters(&narrow) >= 4, "8 requests, 2 per prefill: at least 4 iterations: {narrow:?}");
-    assert!(max_batch(&wide) > 2, "knob 8 never batched more than 2: {wide:?}");
+    assert!(
+        max_batch(&narrow) <= 2,
+        "knob 2 admitted a prefill batch > 2: {narrow:?}"
+    );
+    assert!(
+        iters(&narrow) >= 4,
+        "8 requests, 2 per prefill: at least 4 iterations: {narrow:?}"
+    );
+    assert!(
+        max_batch(&wide) > 2,
+        "knob 8 never batched more than 2: {wide:?}"
+    );
     assert!(
         iters(&wide) < iters(&narrow),
         "knob 8 needed {} iterations, knob 2 needed {}",

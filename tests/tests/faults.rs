@@ -64,11 +64,23 @@ fn random_disconnects_free_everything() {
     let seed: u64 = std::env::var("EMBER_TEST_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64);
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
     eprintln!("random_disconnects seed {seed} (set EMBER_TEST_SEED to replay)");
-    let server = Server::tiny("fault-disconnect", &["--max-batch-size", "8", "--max-pending", "1024"]);
+    let server = Server::tiny(
+        "fault-disconnect",
+        &["--max-batch-size", "8", "--max-pending", "1024"],
+    );
     let addr = server.addr();
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
     // Sleeps after `started` span 0..3 decode steps: queued, in prefill or
     // just after it, whatever the build's speed.
     let step = rt.block_on(client::step_time(addr)).unwrap();
@@ -89,7 +101,10 @@ fn random_disconnects_free_everything() {
                 let mut c = clients[0].clone();
                 tokio::spawn(async move {
                     while running.load(Ordering::SeqCst) {
-                        if let Ok(i) = c.get_server_info(ember_common::pb::GetServerInfoRequest {}).await {
+                        if let Ok(i) = c
+                            .get_server_info(ember_common::pb::GetServerInfoRequest {})
+                            .await
+                        {
                             max_queue.fetch_max(i.into_inner().queue_depth, Ordering::SeqCst);
                         }
                         tokio::time::sleep(Duration::from_millis(3)).await;
@@ -106,17 +121,27 @@ fn random_disconnects_free_everything() {
                     2 => DropAt::AfterStartedSleep,
                     _ => DropAt::AfterTokens,
                 };
-                let wait_us = rng.random_range(0..if plan == DropAt::Abort { 2000 } else { sleep_max_us });
+                let wait_us = rng.random_range(
+                    0..if plan == DropAt::Abort {
+                        2000
+                    } else {
+                        sleep_max_us
+                    },
+                );
                 let k = rng.random_range(1..MAX_NEW) as usize;
                 // Prompts of varied length vary the prefill time.
                 let words = rng.random_range(1..40);
-                let prompt = (0..words).map(|w| format!("word{}", (i + w) % 97)).collect::<Vec<_>>().join(" ");
+                let prompt = (0..words)
+                    .map(|w| format!("word{}", (i + w) % 97))
+                    .collect::<Vec<_>>()
+                    .join(" ");
                 let mut c = clients[i % clients.len()].clone();
                 let permit = sem.clone().acquire_owned().await.unwrap();
                 tasks.push(tokio::spawn(async move {
                     let _permit = permit;
                     let req = client::text_request(&prompt, MAX_NEW, true);
-                    let r = run_and_drop(&mut c, req, plan, Duration::from_micros(wait_us), k).await;
+                    let r =
+                        run_and_drop(&mut c, req, plan, Duration::from_micros(wait_us), k).await;
                     (plan, r)
                 }));
             }
@@ -141,26 +166,46 @@ fn random_disconnects_free_everything() {
         started += *seen_started as u64;
     }
     eprintln!("drop plan -> (streams, saw started, completed anyway): {table:?}; max queue depth seen {max_queue}");
-    for plan in [DropAt::Abort, DropAt::AfterStarted, DropAt::AfterStartedSleep, DropAt::AfterTokens] {
-        assert!(table.get(&plan).map_or(0, |e| e.0) >= 20, "too few {plan:?} drops: {table:?}");
+    for plan in [
+        DropAt::Abort,
+        DropAt::AfterStarted,
+        DropAt::AfterStartedSleep,
+        DropAt::AfterTokens,
+    ] {
+        assert!(
+            table.get(&plan).map_or(0, |e| e.0) >= 20,
+            "too few {plan:?} drops: {table:?}"
+        );
     }
 
     let idle = server.assert_idle_and_serving();
     let after = idle.counters.unwrap_or_default();
     let d = |a: u64, b: u64| a - b;
-    let (received, admitted) = (d(after.received, before.received), d(after.admitted, before.admitted));
+    let (received, admitted) = (
+        d(after.received, before.received),
+        d(after.admitted, before.admitted),
+    );
     let ended = d(after.finished, before.finished)
         + d(after.cancelled, before.cancelled)
         + d(after.deadline_exceeded, before.deadline_exceeded)
         + d(after.failed, before.failed);
     eprintln!("counters before {before:?}\ncounters after {after:?}");
-    assert!(d(after.cancelled, before.cancelled) > 0, "no cancellation counted");
+    assert!(
+        d(after.cancelled, before.cancelled) > 0,
+        "no cancellation counted"
+    );
     assert!(
         started <= ended && ended <= N as u64,
         "every stream that was enqueued ends finished or cancelled: {started} saw started, {ended} ended"
     );
-    assert!(admitted < received, "some streams must be dropped before admission: received {received}, admitted {admitted}");
-    assert!(max_queue > 0, "the queue never held a request while drops happened");
+    assert!(
+        admitted < received,
+        "some streams must be dropped before admission: received {received}, admitted {admitted}"
+    );
+    assert!(
+        max_queue > 0,
+        "the queue never held a request while drops happened"
+    );
 }
 
 /// Runs one stream and drops it per `plan`. Returns (saw started, completed
@@ -187,7 +232,11 @@ async fn run_and_drop(
             Ok(Err(s)) => Err(anyhow::anyhow!("error before the drop: {s}")),
         };
     }
-    let mut stream = c.generate(req).await.map_err(|s| anyhow::anyhow!("call failed: {s}"))?.into_inner();
+    let mut stream = c
+        .generate(req)
+        .await
+        .map_err(|s| anyhow::anyhow!("call failed: {s}"))?
+        .into_inner();
     let mut started = false;
     let mut tokens = 0usize;
     loop {
@@ -269,7 +318,9 @@ fn queue_full_rejects_excess_at_once() {
                                 rejected.push((i, t.elapsed(), st.message().to_owned()));
                                 continue;
                             }
-                            other => anyhow::bail!("request {i}: unexpected first message {other:?}"),
+                            other => {
+                                anyhow::bail!("request {i}: unexpected first message {other:?}")
+                            }
                         }
                         accepted.push(tokio::spawn(async move {
                             let mut out = client::StreamOutcome::new(t);
@@ -292,9 +343,12 @@ fn queue_full_rejects_excess_at_once() {
                     Err(st) => anyhow::bail!("request {i}: unexpected status {st}"),
                 }
             }
-            client::wait_info(addr, Duration::from_secs(10), "queue depth = --max-pending", |i| {
-                i.queue_depth as usize == MAX_PENDING
-            })
+            client::wait_info(
+                addr,
+                Duration::from_secs(10),
+                "queue depth = --max-pending",
+                |i| i.queue_depth as usize == MAX_PENDING,
+            )
             .await?;
             blocker.ensure_running("all submissions were made")?;
             blocker.release().await;
@@ -306,10 +360,21 @@ fn queue_full_rejects_excess_at_once() {
         })
         .unwrap_or_else(|e| panic!("{e:#}\n{}", server.stderr_tail(30)));
     eprintln!("rejected (index, latency, message): {rejected:?}");
-    assert_eq!(accepted.len(), MAX_PENDING, "accepted exactly --max-pending");
-    assert_eq!(rejected.len(), SUBMIT - MAX_PENDING, "the excess is rejected");
+    assert_eq!(
+        accepted.len(),
+        MAX_PENDING,
+        "accepted exactly --max-pending"
+    );
+    assert_eq!(
+        rejected.len(),
+        SUBMIT - MAX_PENDING,
+        "the excess is rejected"
+    );
     for (i, lat, _) in &rejected {
-        assert!(*lat < Duration::from_secs(1), "request {i} rejected after {lat:?}, not at once");
+        assert!(
+            *lat < Duration::from_secs(1),
+            "request {i} rejected after {lat:?}, not at once"
+        );
     }
     for a in &accepted {
         assert_eq!(a.code(), Code::Ok, "accepted request: {}", a.summary());
@@ -318,7 +383,11 @@ fn queue_full_rejects_excess_at_once() {
     }
     let idle = server.assert_idle_and_serving();
     let after = idle.counters.unwrap_or_default();
-    assert_eq!(after.rejected - before.rejected, (SUBMIT - MAX_PENDING) as u64, "rejected counter");
+    assert_eq!(
+        after.rejected - before.rejected,
+        (SUBMIT - MAX_PENDING) as u64,
+        "rejected counter"
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -330,9 +399,16 @@ fn queue_full_rejects_excess_at_once() {
 #[test]
 fn sigterm_drains_inflight_and_rejects_new() {
     const STREAMS: usize = 4;
-    let mut server = Server::tiny("fault-sigterm-drain", &["--shutdown-timeout", "60", "--max-batch-size", "8"]);
+    let mut server = Server::tiny(
+        "fault-sigterm-drain",
+        &["--shutdown-timeout", "60", "--max-batch-size", "8"],
+    );
     let addr = server.addr();
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
     let step = rt.block_on(client::step_time(addr)).unwrap();
     let max_new = ((2.0 / step.as_secs_f64().max(1e-4)).ceil() as u32).clamp(10, 1000);
     eprintln!("decode step {step:?}: {STREAMS} streams x {max_new} tokens");
@@ -347,13 +423,18 @@ fn sigterm_drains_inflight_and_rejects_new() {
         let live = live.clone();
         streams.push(rt.spawn(async move {
             let mut tx = Some(tx);
-            let out = client::generate_observed(&mut c, client::ids_request(vec![100 + i, 200, 300], max_new), None, |o| {
-                if !o.tokens.is_empty() || o.status.is_some() {
-                    if let Some(tx) = tx.take() {
-                        let _ = tx.send(());
+            let out = client::generate_observed(
+                &mut c,
+                client::ids_request(vec![100 + i, 200, 300], max_new),
+                None,
+                |o| {
+                    if !o.tokens.is_empty() || o.status.is_some() {
+                        if let Some(tx) = tx.take() {
+                            let _ = tx.send(());
+                        }
                     }
-                }
-            })
+                },
+            )
             .await;
             live.fetch_sub(1, Ordering::SeqCst);
             out
@@ -381,14 +462,19 @@ fn sigterm_drains_inflight_and_rejects_new() {
                         Ok(cc) => cc,
                         // The listener is closed: that refuses new work too.
                         Err(e) => {
-                            seen.get_or_insert((format!("connect refused: {e:#}"), live.load(Ordering::SeqCst)));
+                            seen.get_or_insert((
+                                format!("connect refused: {e:#}"),
+                                live.load(Ordering::SeqCst),
+                            ));
                             continue;
                         }
                     }
                 } else {
                     c.clone()
                 };
-                let out = client::generate(&mut cc, client::text_request("too late", 2, true), None).await;
+                let out =
+                    client::generate(&mut cc, client::text_request("too late", 2, true), None)
+                        .await;
                 match out.code() {
                     Code::Unavailable => {
                         seen.get_or_insert((
@@ -413,21 +499,44 @@ fn sigterm_drains_inflight_and_rejects_new() {
     });
     let (how, live_then) = unavailable.expect("no new request was refused within 5 s of SIGTERM");
     eprintln!("refused new work: {how}; {live_then} streams still running; health during drain: {health_during:?}");
-    assert!(live_then > 0, "premise: the in-flight streams had all ended before the refusal was seen");
+    assert!(
+        live_then > 0,
+        "premise: the in-flight streams had all ended before the refusal was seen"
+    );
     if let Ok(h) = health_during {
-        assert_ne!(h, tonic_health::pb::health_check_response::ServingStatus::Serving, "health SERVING while draining");
+        assert_ne!(
+            h,
+            tonic_health::pb::health_check_response::ServingStatus::Serving,
+            "health SERVING while draining"
+        );
     }
     for s in streams {
         let out = rt.block_on(s).unwrap();
-        assert_eq!(out.code(), Code::Ok, "in-flight stream did not complete: {}", out.summary());
+        assert_eq!(
+            out.code(),
+            Code::Ok,
+            "in-flight stream did not complete: {}",
+            out.summary()
+        );
         assert_eq!(out.finish_reason(), Some(FinishReason::Length));
         assert_eq!(out.tokens.len(), max_new as usize);
     }
     for out in late_accepted {
-        assert_eq!(out.tokens.len(), 2, "accepted before drain started but not completed: {}", out.summary());
+        assert_eq!(
+            out.tokens.len(),
+            2,
+            "accepted before drain started but not completed: {}",
+            out.summary()
+        );
     }
-    let status = server.wait_exit(Duration::from_secs(60 + 10)).expect("server did not exit after draining");
-    assert!(status.success(), "exit status {status}\n{}", server.stderr_tail(30));
+    let status = server
+        .wait_exit(Duration::from_secs(60 + 10))
+        .expect("server did not exit after draining");
+    assert!(
+        status.success(),
+        "exit status {status}\n{}",
+        server.stderr_tail(30)
+    );
     eprintln!("exited {status} {:?} after SIGTERM", sigterm_at.elapsed());
 }
 
@@ -443,7 +552,11 @@ fn sigterm_cancels_what_outlives_shutdown_timeout() {
     flags.extend_from_slice(blocker::FLAGS);
     let mut server = Server::tiny("fault-sigterm-timeout", &flags);
     let addr = server.addr();
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
     let c = rt.block_on(client::connect(addr)).unwrap();
     let mut ready = Vec::new();
     let mut streams = Vec::new();
@@ -454,14 +567,23 @@ fn sigterm_cancels_what_outlives_shutdown_timeout() {
         streams.push(rt.spawn(async move {
             let mut tx = Some(tx);
             // 4 + 1000 tokens: 8 blocks of 128, the whole cache: one runs at a time.
-            client::generate_observed(&mut c, client::ids_request(vec![10 + i, 20, 30, 40], 1000), None, |o| {
-                let running_or_queued = if i == 0 { !o.tokens.is_empty() } else { o.started.is_some() };
-                if running_or_queued || o.status.is_some() {
-                    if let Some(tx) = tx.take() {
-                        let _ = tx.send(());
+            client::generate_observed(
+                &mut c,
+                client::ids_request(vec![10 + i, 20, 30, 40], 1000),
+                None,
+                |o| {
+                    let running_or_queued = if i == 0 {
+                        !o.tokens.is_empty()
+                    } else {
+                        o.started.is_some()
+                    };
+                    if running_or_queued || o.status.is_some() {
+                        if let Some(tx) = tx.take() {
+                            let _ = tx.send(());
+                        }
                     }
-                }
-            })
+                },
+            )
             .await
         }));
         if i == 0 {
@@ -490,7 +612,10 @@ fn sigterm_cancels_what_outlives_shutdown_timeout() {
             .block_on(async { tokio::time::timeout(Duration::from_secs(30), s).await })
             .expect("a stream hung after SIGTERM")
             .unwrap();
-        let end_at = out.status_at.or(out.finished.as_ref().map(|f| f.1)).unwrap_or_else(Instant::now);
+        let end_at = out
+            .status_at
+            .or(out.finished.as_ref().map(|f| f.1))
+            .unwrap_or_else(Instant::now);
         let kind = match (out.code(), out.finish_reason()) {
             (Code::Ok, Some(FinishReason::Length)) => {
                 assert_eq!(out.tokens.len(), 1000, "{}", out.summary());
@@ -509,12 +634,25 @@ fn sigterm_cancels_what_outlives_shutdown_timeout() {
         *tally.entry(kind.into()).or_default() += 1;
     }
     eprintln!("after SIGTERM with --shutdown-timeout {TIMEOUT_S}: {tally:?}");
-    let cancelled = tally.get("FINISH_REASON_CANCELLED").copied().unwrap_or(0) + tally.get("UNAVAILABLE").copied().unwrap_or(0);
-    assert!(cancelled >= 1, "8 x 1000 tokens one at a time cannot finish in 1 s, yet none was cancelled: {tally:?}");
+    let cancelled = tally.get("FINISH_REASON_CANCELLED").copied().unwrap_or(0)
+        + tally.get("UNAVAILABLE").copied().unwrap_or(0);
+    assert!(
+        cancelled >= 1,
+        "8 x 1000 tokens one at a time cannot finish in 1 s, yet none was cancelled: {tally:?}"
+    );
     let status = server
         .wait_exit(Duration::from_secs(TIMEOUT_S + 10))
-        .unwrap_or_else(|| panic!("server still running {:?} after SIGTERM", sigterm_at.elapsed()));
-    assert!(status.success(), "exit status {status}\n{}", server.stderr_tail(30));
+        .unwrap_or_else(|| {
+            panic!(
+                "server still running {:?} after SIGTERM",
+                sigterm_at.elapsed()
+            )
+        });
+    assert!(
+        status.success(),
+        "exit status {status}\n{}",
+        server.stderr_tail(30)
+    );
 }
 
 /// SIGTERM the moment a request is enqueued (its `started` arrived): it must
@@ -525,18 +663,27 @@ fn sigterm_cancels_what_outlives_shutdown_timeout() {
 fn sigterm_just_after_enqueue_still_drains() {
     let mut server = Server::tiny("fault-sigterm-enqueue", &["--shutdown-timeout", "60"]);
     let addr = server.addr();
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
     let mut c = rt.block_on(client::connect(addr)).unwrap();
     let (tx, rx) = oneshot::channel();
     let stream = rt.spawn(async move {
         let mut tx = Some(tx);
-        client::generate_observed(&mut c, client::ids_request(vec![11, 12, 13], 6), None, |o| {
-            if o.started.is_some() || o.status.is_some() {
-                if let Some(tx) = tx.take() {
-                    let _ = tx.send(());
+        client::generate_observed(
+            &mut c,
+            client::ids_request(vec![11, 12, 13], 6),
+            None,
+            |o| {
+                if o.started.is_some() || o.status.is_some() {
+                    if let Some(tx) = tx.take() {
+                        let _ = tx.send(());
+                    }
                 }
-            }
-        })
+            },
+        )
         .await
     });
     rt.block_on(rx).unwrap();
@@ -545,9 +692,17 @@ fn sigterm_just_after_enqueue_still_drains() {
         .block_on(async { tokio::time::timeout(Duration::from_secs(60), stream).await })
         .unwrap_or_else(|_| panic!("the stream hung after SIGTERM\n{}", server.stderr_tail(20)))
         .unwrap();
-    assert_eq!(out.code(), Code::Ok, "enqueued before SIGTERM but not drained: {}\n{}", out.summary(), server.stderr_tail(20));
+    assert_eq!(
+        out.code(),
+        Code::Ok,
+        "enqueued before SIGTERM but not drained: {}\n{}",
+        out.summary(),
+        server.stderr_tail(20)
+    );
     assert_eq!(out.tokens.len(), 6, "{}", out.summary());
-    let status = server.wait_exit(Duration::from_secs(70)).expect("server did not exit");
+    let status = server
+        .wait_exit(Duration::from_secs(70))
+        .expect("server did not exit");
     assert!(status.success(), "exit status {status}");
 }
 
@@ -557,20 +712,32 @@ fn sigterm_just_after_enqueue_still_drains() {
 /// waits for it.
 #[test]
 fn sigterm_just_after_enqueue_respects_timeout() {
-    let mut server = Server::tiny("fault-sigterm-enqueue-timeout", &["--shutdown-timeout", "1"]);
+    let mut server = Server::tiny(
+        "fault-sigterm-enqueue-timeout",
+        &["--shutdown-timeout", "1"],
+    );
     let addr = server.addr();
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
     let mut c = rt.block_on(client::connect(addr)).unwrap();
     let (tx, rx) = oneshot::channel();
     let stream = rt.spawn(async move {
         let mut tx = Some(tx);
-        client::generate_observed(&mut c, client::ids_request(vec![11, 12, 13], 1000), None, |o| {
-            if o.started.is_some() || o.status.is_some() {
-                if let Some(tx) = tx.take() {
-                    let _ = tx.send(());
+        client::generate_observed(
+            &mut c,
+            client::ids_request(vec![11, 12, 13], 1000),
+            None,
+            |o| {
+                if o.started.is_some() || o.status.is_some() {
+                    if let Some(tx) = tx.take() {
+                        let _ = tx.send(());
+                    }
                 }
-            }
-        })
+            },
+        )
         .await
     });
     rt.block_on(rx).unwrap();
@@ -585,13 +752,22 @@ fn sigterm_just_after_enqueue_respects_timeout() {
             )
         })
         .unwrap();
-    eprintln!("ended {:?} after SIGTERM: {}", sigterm_at.elapsed(), out.summary());
+    eprintln!(
+        "ended {:?} after SIGTERM: {}",
+        sigterm_at.elapsed(),
+        out.summary()
+    );
     let clear = matches!(
         (out.code(), out.finish_reason()),
-        (Code::Ok, Some(FinishReason::Cancelled | FinishReason::Length)) | (Code::Unavailable, _)
+        (
+            Code::Ok,
+            Some(FinishReason::Cancelled | FinishReason::Length)
+        ) | (Code::Unavailable, _)
     );
     assert!(clear, "unclear end: {}", out.summary());
-    let status = server.wait_exit(Duration::from_secs(11)).expect("server did not exit within timeout + 10 s");
+    let status = server
+        .wait_exit(Duration::from_secs(11))
+        .expect("server did not exit within timeout + 10 s");
     assert!(status.success(), "exit status {status}");
 }
 
@@ -602,34 +778,170 @@ fn sigterm_just_after_enqueue_respects_timeout() {
 #[test]
 fn malformed_requests_get_invalid_argument() {
     const LIMIT: u32 = 8;
-    let server = Server::tiny("fault-malformed", &["--max-new-tokens-limit", &LIMIT.to_string()]);
+    let server = Server::tiny(
+        "fault-malformed",
+        &["--max-new-tokens-limit", &LIMIT.to_string()],
+    );
     let addr = server.addr();
-    let sampling = |t: Option<f32>, k: Option<i32>, p: Option<f32>| Some(SamplingParams { temperature: t, top_k: k, top_p: p, seed: Some(7) });
+    let sampling = |t: Option<f32>, k: Option<i32>, p: Option<f32>| {
+        Some(SamplingParams {
+            temperature: t,
+            top_k: k,
+            top_p: p,
+            seed: Some(7),
+        })
+    };
     let base = || client::text_request("Hello there", 2, true);
-    let ids = |ids: Vec<u32>, n: u32| GenerateRequest { prompt_token_ids: ids, max_new_tokens: n, ignore_eos: true, ..Default::default() };
+    let ids = |ids: Vec<u32>, n: u32| GenerateRequest {
+        prompt_token_ids: ids,
+        max_new_tokens: n,
+        ignore_eos: true,
+        ..Default::default()
+    };
     // All cases at once: rejections are immediate, the accepted ones batch.
     // (case, request, Some(field names any of which the message must contain) = rejected; None = accepted)
     let cases: Vec<(&str, GenerateRequest, Option<&[&str]>)> = vec![
-        ("empty prompt, no ids", GenerateRequest { prompt: String::new(), ..base() }, Some(&["prompt"])),
-        ("both prompt and ids", GenerateRequest { prompt_token_ids: vec![1, 2], ..base() }, Some(&["prompt"])),
-        ("token id = vocab size", ids(vec![1, 50257], 2), Some(&["prompt_token_ids"])),
-        ("token id u32::MAX", ids(vec![u32::MAX], 2), Some(&["prompt_token_ids"])),
-        ("prompt + max_new_tokens > context", ids(vec![1; 1000], 25), Some(&["max_new_tokens", "context"])),
-        ("max_new_tokens 0", GenerateRequest { max_new_tokens: 0, ..base() }, Some(&["max_new_tokens"])),
-        ("max_new_tokens above limit", GenerateRequest { max_new_tokens: LIMIT + 1, ..base() }, Some(&["max_new_tokens"])),
-        ("temperature < 0", GenerateRequest { sampling: sampling(Some(-0.5), None, None), ..base() }, Some(&["temperature"])),
-        ("temperature NaN", GenerateRequest { sampling: sampling(Some(f32::NAN), None, None), ..base() }, Some(&["temperature"])),
-        ("top_p 0", GenerateRequest { sampling: sampling(None, None, Some(0.0)), ..base() }, Some(&["top_p"])),
-        ("top_p > 1", GenerateRequest { sampling: sampling(None, None, Some(1.5)), ..base() }, Some(&["top_p"])),
-        ("top_p < 0", GenerateRequest { sampling: sampling(None, None, Some(-0.1)), ..base() }, Some(&["top_p"])),
-        ("top_p NaN", GenerateRequest { sampling: sampling(None, None, Some(f32::NAN)), ..base() }, Some(&["top_p"])),
-        ("top_k < 0", GenerateRequest { sampling: sampling(None, Some(-1), None), ..base() }, Some(&["top_k"])),
+        (
+            "empty prompt, no ids",
+            GenerateRequest {
+                prompt: String::new(),
+                ..base()
+            },
+            Some(&["prompt"]),
+        ),
+        (
+            "both prompt and ids",
+            GenerateRequest {
+                prompt_token_ids: vec![1, 2],
+                ..base()
+            },
+            Some(&["prompt"]),
+        ),
+        (
+            "token id = vocab size",
+            ids(vec![1, 50257], 2),
+            Some(&["prompt_token_ids"]),
+        ),
+        (
+            "token id u32::MAX",
+            ids(vec![u32::MAX], 2),
+            Some(&["prompt_token_ids"]),
+        ),
+        (
+            "prompt + max_new_tokens > context",
+            ids(vec![1; 1000], 25),
+            Some(&["max_new_tokens", "context"]),
+        ),
+        (
+            "max_new_tokens 0",
+            GenerateRequest {
+                max_new_tokens: 0,
+                ..base()
+            },
+            Some(&["max_new_tokens"]),
+        ),
+        (
+            "max_new_tokens above limit",
+            GenerateRequest {
+                max_new_tokens: LIMIT + 1,
+                ..base()
+            },
+            Some(&["max_new_tokens"]),
+        ),
+        (
+            "temperature < 0",
+            GenerateRequest {
+                sampling: sampling(Some(-0.5), None, None),
+                ..base()
+            },
+            Some(&["temperature"]),
+        ),
+        (
+            "temperature NaN",
+            GenerateRequest {
+                sampling: sampling(Some(f32::NAN), None, None),
+                ..base()
+            },
+            Some(&["temperature"]),
+        ),
+        (
+            "top_p 0",
+            GenerateRequest {
+                sampling: sampling(None, None, Some(0.0)),
+                ..base()
+            },
+            Some(&["top_p"]),
+        ),
+        (
+            "top_p > 1",
+            GenerateRequest {
+                sampling: sampling(None, None, Some(1.5)),
+                ..base()
+            },
+            Some(&["top_p"]),
+        ),
+        (
+            "top_p < 0",
+            GenerateRequest {
+                sampling: sampling(None, None, Some(-0.1)),
+                ..base()
+            },
+            Some(&["top_p"]),
+        ),
+        (
+            "top_p NaN",
+            GenerateRequest {
+                sampling: sampling(None, None, Some(f32::NAN)),
+                ..base()
+            },
+            Some(&["top_p"]),
+        ),
+        (
+            "top_k < 0",
+            GenerateRequest {
+                sampling: sampling(None, Some(-1), None),
+                ..base()
+            },
+            Some(&["top_k"]),
+        ),
         // Boundaries that are valid.
-        ("prompt + max_new_tokens = context", ids(vec![1; 1022], 2), None),
-        ("max_new_tokens = limit", GenerateRequest { max_new_tokens: LIMIT, ..base() }, None),
-        ("top_p = 1", GenerateRequest { sampling: sampling(Some(0.8), None, Some(1.0)), ..base() }, None),
-        ("temperature 0, top_k 0", GenerateRequest { sampling: sampling(Some(0.0), Some(0), None), ..base() }, None),
-        ("top_k 5", GenerateRequest { sampling: sampling(Some(1.0), Some(5), Some(0.9)), ..base() }, None),
+        (
+            "prompt + max_new_tokens = context",
+            ids(vec![1; 1022], 2),
+            None,
+        ),
+        (
+            "max_new_tokens = limit",
+            GenerateRequest {
+                max_new_tokens: LIMIT,
+                ..base()
+            },
+            None,
+        ),
+        (
+            "top_p = 1",
+            GenerateRequest {
+                sampling: sampling(Some(0.8), None, Some(1.0)),
+                ..base()
+            },
+            None,
+        ),
+        (
+            "temperature 0, top_k 0",
+            GenerateRequest {
+                sampling: sampling(Some(0.0), Some(0), None),
+                ..base()
+            },
+            None,
+        ),
+        (
+            "top_k 5",
+            GenerateRequest {
+                sampling: sampling(Some(1.0), Some(5), Some(0.9)),
+                ..base()
+            },
+            None,
+        ),
         ("largest token id", ids(vec![50256, 0], 2), None),
     ];
     let results = server
@@ -638,7 +950,9 @@ fn malformed_requests_get_invalid_argument() {
             let mut tasks = Vec::new();
             for (name, req, expect) in cases {
                 let mut c = c.clone();
-                tasks.push(tokio::spawn(async move { (name, expect, client::generate(&mut c, req, None).await) }));
+                tasks.push(tokio::spawn(async move {
+                    (name, expect, client::generate(&mut c, req, None).await)
+                }));
             }
             let mut results = Vec::new();
             for t in tasks {
@@ -651,11 +965,21 @@ fn malformed_requests_get_invalid_argument() {
     for (name, expect, out) in &results {
         match expect {
             Some(fields) => {
-                let msg = out.status.as_ref().map(|s| s.message().to_owned()).unwrap_or_default();
+                let msg = out
+                    .status
+                    .as_ref()
+                    .map(|s| s.message().to_owned())
+                    .unwrap_or_default();
                 if out.code() != Code::InvalidArgument || !fields.iter().any(|f| msg.contains(f)) {
-                    failures.push(format!("{name}: expected INVALID_ARGUMENT naming {fields:?}, got {}", out.summary()));
+                    failures.push(format!(
+                        "{name}: expected INVALID_ARGUMENT naming {fields:?}, got {}",
+                        out.summary()
+                    ));
                 } else if out.started.is_some() {
-                    failures.push(format!("{name}: rejected after `started`: {}", out.summary()));
+                    failures.push(format!(
+                        "{name}: rejected after `started`: {}",
+                        out.summary()
+                    ));
                 }
             }
             None => {
@@ -665,7 +989,13 @@ fn malformed_requests_get_invalid_argument() {
             }
         }
     }
-    assert!(failures.is_empty(), "{} of {} cases wrong:\n{}", failures.len(), results.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases wrong:\n{}",
+        failures.len(),
+        results.len(),
+        failures.join("\n")
+    );
     server.assert_idle_and_serving();
 }
 
@@ -687,30 +1017,65 @@ fn deadlines_exceeded_free_blocks() {
             let mut c = client::connect(addr).await?;
             // While running.
             let running_dl = Duration::from_millis(300) + 5 * step;
-            let running = client::generate(&mut c, client::ids_request(vec![7, 8, 9, 10], 1000), Some(running_dl)).await;
-            client::wait_idle(addr, Duration::from_secs(5)).await.context("blocks freed after the running deadline")?;
+            let running = client::generate(
+                &mut c,
+                client::ids_request(vec![7, 8, 9, 10], 1000),
+                Some(running_dl),
+            )
+            .await;
+            client::wait_idle(addr, Duration::from_secs(5))
+                .await
+                .context("blocks freed after the running deadline")?;
             // While queued.
             let blocker = Blocker::start(addr).await?;
             let queued_dl = Duration::from_millis(100);
-            let queued = client::generate(&mut c, client::ids_request(vec![7, 8, 9, 10], 20), Some(queued_dl)).await;
+            let queued = client::generate(
+                &mut c,
+                client::ids_request(vec![7, 8, 9, 10], 20),
+                Some(queued_dl),
+            )
+            .await;
             blocker.ensure_running("the queued request's deadline")?;
             blocker.release().await;
             // A deadline that does not expire.
-            let generous = client::generate(&mut c, client::text_request("plenty of time", 4, true), Some(Duration::from_secs(60))).await;
+            let generous = client::generate(
+                &mut c,
+                client::text_request("plenty of time", 4, true),
+                Some(Duration::from_secs(60)),
+            )
+            .await;
             anyhow::Ok(((running, running_dl), (queued, queued_dl), generous))
         })
         .unwrap_or_else(|e| panic!("{e:#}\n{}", server.stderr_tail(30)));
     for (what, (out, dl)) in [("running", &running), ("queued", &queued)] {
-        assert_eq!(out.code(), Code::DeadlineExceeded, "{what}: {}", out.summary());
+        assert_eq!(
+            out.code(),
+            Code::DeadlineExceeded,
+            "{what}: {}",
+            out.summary()
+        );
         let took = out.status_at.unwrap().duration_since(out.call_start);
         assert!(
             took + Duration::from_millis(5) >= *dl && took <= *dl + Duration::from_secs(3),
             "{what}: DEADLINE_EXCEEDED after {took:?} for a {dl:?} deadline"
         );
     }
-    assert!(!running.0.tokens.is_empty(), "the running request streamed no token before its deadline: {}", running.0.summary());
-    assert!(queued.0.tokens.is_empty(), "the queued request got tokens, so it was admitted: {}", queued.0.summary());
-    assert_eq!(generous.code(), Code::Ok, "generous deadline: {}", generous.summary());
+    assert!(
+        !running.0.tokens.is_empty(),
+        "the running request streamed no token before its deadline: {}",
+        running.0.summary()
+    );
+    assert!(
+        queued.0.tokens.is_empty(),
+        "the queued request got tokens, so it was admitted: {}",
+        queued.0.summary()
+    );
+    assert_eq!(
+        generous.code(),
+        Code::Ok,
+        "generous deadline: {}",
+        generous.summary()
+    );
     let idle = server.assert_idle_and_serving();
     let after = idle.counters.unwrap_or_default();
     // Counters: 2 deadlines + the released blocker (cancelled). The queued
@@ -721,8 +1086,13 @@ fn deadlines_exceeded_free_blocks() {
     // later Cancel finds nothing. Reported; tighten to == 2 once fixed.
     let dl = after.deadline_exceeded - before.deadline_exceeded;
     let cancelled = after.cancelled - before.cancelled;
-    assert!(dl >= 1 && dl + cancelled == 3, "deadline_exceeded +{dl}, cancelled +{cancelled}: {after:?}");
+    assert!(
+        dl >= 1 && dl + cancelled == 3,
+        "deadline_exceeded +{dl}, cancelled +{cancelled}: {after:?}"
+    );
     if dl < 2 {
-        eprintln!("NOTE: the running request's deadline was counted as cancelled (known server race)");
+        eprintln!(
+            "NOTE: the running request's deadline was counted as cancelled (known server race)"
+        );
     }
 }

@@ -5,6 +5,11 @@
 //! steps (each ends with the engine's one device->host read, so wall time is
 //! device time). `--prefill N,L` also times one prefill of N prompts of L
 //! tokens. Prints a table and writes the numbers as JSON.
+//!
+//! `--reference DIR` (a fixture made by `scripts/make_reference_fixtures.py`)
+//! instead checks the engine on this device against transformers' numbers:
+//! the max |logit difference| at each prompt's last position, and how many
+//! greedy tokens match. This is the f16 check on a GPU.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -44,7 +49,7 @@ struct Args {
     #[arg(long, default_value_t = 4)]
     warmup: usize,
     /// Also time a prefill of N prompts of L tokens: `N,L`.
-    #[arg(long, value_delimiter = ',', num_args = 2)]
+    #[arg(long, value_delimiter = ',')]
     prefill: Option<Vec<usize>>,
     /// Largest prefill batch used to fill the decode batch.
     #[arg(long, default_value_t = 32)]
@@ -52,6 +57,10 @@ struct Args {
     /// KV block size.
     #[arg(long, default_value_t = 16)]
     block_size: usize,
+    /// Check against a reference fixture dir (config.json, model.safetensors,
+    /// reference.json) instead of benchmarking.
+    #[arg(long)]
+    reference: Option<PathBuf>,
     /// Where to write the JSON report.
     #[arg(long, default_value = "engine_bench.json")]
     json: PathBuf,
@@ -104,6 +113,9 @@ fn run<B: Backend>(
     device: B::Device,
     device_name: &str,
 ) -> anyhow::Result<serde_json::Value> {
+    if let Some(dir) = &args.reference {
+        return check_reference::<B>(dir, device, device_name);
+    }
     let source = match &args.model_dir {
         Some(dir) => ModelSource::Dir(dir.clone()),
         None => ModelSource::Preset {
@@ -112,6 +124,13 @@ fn run<B: Backend>(
         },
     };
     let (model, config) = load_model::<B>(&source, &device)?;
+    if args
+        .prefill
+        .as_ref()
+        .is_some_and(|p| p.len() != 2 || p[0] == 0 || p[1] == 0)
+    {
+        bail!("--prefill takes N,L (two positive numbers)");
+    }
     let max_new = args.warmup + args.steps + 1;
     if args.context + max_new > config.n_positions {
         bail!(
@@ -157,6 +176,9 @@ fn run<B: Backend>(
     let mut decode_rows = Vec::new();
     for &b in &args.batch_sizes {
         let ids: Vec<SeqId> = (0..b as SeqId).collect();
+        // Progress on stderr: first calls of a new shape include kernel
+        // compilation (and autotuning on CUDA), which can dominate.
+        let t = Instant::now();
         for chunk in ids.chunks(args.prefill_chunk.max(1)) {
             let reqs = chunk
                 .iter()
@@ -170,9 +192,19 @@ fn run<B: Backend>(
                 .collect();
             engine.prefill(reqs)?;
         }
+        eprintln!(
+            "batch {b}: prefill {:.0} ms",
+            t.elapsed().as_secs_f64() * 1e3
+        );
+        let t = Instant::now();
         for _ in 0..args.warmup {
             engine.decode(&ids)?;
         }
+        eprintln!(
+            "batch {b}: {} warmup steps {:.0} ms",
+            args.warmup,
+            t.elapsed().as_secs_f64() * 1e3
+        );
         let mut ms = Vec::with_capacity(args.steps);
         for _ in 0..args.steps {
             let t = Instant::now();
@@ -233,5 +265,121 @@ fn run<B: Backend>(
         "block_size": args.block_size,
         "decode": decode_rows,
         "prefill": prefill_row,
+    }))
+}
+
+/// Runs a reference fixture's prompts through the engine on `device`.
+fn check_reference<B: Backend>(
+    dir: &std::path::Path,
+    device: B::Device,
+    device_name: &str,
+) -> anyhow::Result<serde_json::Value> {
+    let text = std::fs::read_to_string(dir.join("reference.json"))
+        .with_context(|| format!("reading {}/reference.json", dir.display()))?;
+    let reference: serde_json::Value = serde_json::from_str(&text)?;
+    let cases = reference["cases"]
+        .as_array()
+        .context("reference.json: no cases")?;
+    let ids = |v: &serde_json::Value| -> Vec<u32> {
+        v.as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|x| x.as_u64())
+            .map(|x| x as u32)
+            .collect()
+    };
+    let floats = |v: &serde_json::Value| -> Vec<f32> {
+        v.as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|x| x.as_f64())
+            .map(|x| x as f32)
+            .collect()
+    };
+    let (model, config) = load_model::<B>(&ModelSource::Dir(dir.to_path_buf()), &device)?;
+    let engine_config = EngineConfig {
+        block_size: 16,
+        num_blocks: 64,
+    };
+    let mut engine = Engine::new(model, config.clone(), engine_config, u32::MAX, device)?;
+
+    // Prefill logits, all prompts in one batch (one read of the logits: a check, not a step).
+    let prompts: Vec<Vec<u32>> = cases.iter().map(|c| ids(&c["prompt"])).collect();
+    let t = Instant::now();
+    let logits: Vec<f32> = engine
+        .prompt_logits(&prompts)?
+        .into_data()
+        .iter::<f32>()
+        .collect();
+    eprintln!(
+        "reference prefill: {:.0} ms",
+        t.elapsed().as_secs_f64() * 1e3
+    );
+    let v = config.vocab_size;
+    let (mut max_diff, mut max_ref) = (0.0f32, 0.0f32);
+    for (i, c) in cases.iter().enumerate() {
+        let want = floats(&c["last_logits"]);
+        for (a, b) in logits[i * v..(i + 1) * v].iter().zip(&want) {
+            max_diff = max_diff.max((a - b).abs());
+            max_ref = max_ref.max(b.abs());
+        }
+    }
+
+    // Greedy continuations, all sequences batched.
+    let n = reference["new_tokens"].as_u64().unwrap_or(16) as usize;
+    let reqs = prompts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| SequenceRequest {
+            id: i as SeqId,
+            prompt: p.clone(),
+            max_new_tokens: n,
+            ignore_eos: true,
+            sampling: SamplingParams::greedy(),
+        })
+        .collect();
+    let mut got: Vec<Vec<u32>> = vec![Vec::new(); prompts.len()];
+    let t = Instant::now();
+    let mut out = engine.prefill(reqs)?;
+    loop {
+        for t in &out.tokens {
+            got[t.id as usize].push(t.token);
+        }
+        let active: Vec<SeqId> = (0..prompts.len() as SeqId)
+            .filter(|&id| got[id as usize].len() < n)
+            .collect();
+        if active.is_empty() {
+            break;
+        }
+        out = engine.decode(&active)?;
+    }
+    eprintln!(
+        "reference generation: {:.0} ms",
+        t.elapsed().as_secs_f64() * 1e3
+    );
+    let matching: Vec<usize> = cases
+        .iter()
+        .zip(&got)
+        .map(|(c, g)| {
+            ids(&c["greedy"])
+                .iter()
+                .zip(g)
+                .take_while(|(a, b)| a == b)
+                .count()
+        })
+        .collect();
+    println!("device {device_name}: reference {}", dir.display());
+    println!(
+        "  prefill logits: max |engine - transformers| = {max_diff:e} (max |logit| {max_ref:.3})"
+    );
+    println!("  greedy tokens matching before first divergence: {matching:?} of {n} each");
+    println!("  blocks in use after: {}", engine.kv_blocks_used());
+    Ok(json!({
+        "device": device_name,
+        "reference": dir.display().to_string(),
+        "max_abs_logit_diff": max_diff,
+        "max_abs_logit": max_ref,
+        "greedy_tokens": n,
+        "greedy_matching_prefix": matching,
     }))
 }

@@ -61,7 +61,13 @@ mod tests {
     }
 
     fn same(n: usize, prompt_tokens: usize, blocks: usize) -> Vec<Candidate> {
-        vec![Candidate { prompt_tokens, blocks }; n]
+        vec![
+            Candidate {
+                prompt_tokens,
+                blocks
+            };
+            n
+        ]
     }
 
     #[test]
@@ -76,23 +82,38 @@ mod tests {
 
     #[test]
     fn running_slots_cap_batch() {
-        let b = AdmissionBudget { free_running_slots: 2, ..budget() };
+        let b = AdmissionBudget {
+            free_running_slots: 2,
+            ..budget()
+        };
         assert_eq!(plan(b, same(10, 1, 1)), 2);
     }
 
     #[test]
     fn kv_blocks_cap_batch_and_requests_wait() {
         assert_eq!(plan(budget(), same(10, 1, 20)), 2);
-        let b = AdmissionBudget { free_blocks: 5, ..budget() };
+        let b = AdmissionBudget {
+            free_blocks: 5,
+            ..budget()
+        };
         assert_eq!(plan(b, same(3, 1, 20)), 0);
     }
 
     #[test]
     fn fifo_no_overtaking() {
         let q = [
-            Candidate { prompt_tokens: 1, blocks: 1 },
-            Candidate { prompt_tokens: 1, blocks: 60 },
-            Candidate { prompt_tokens: 1, blocks: 1 },
+            Candidate {
+                prompt_tokens: 1,
+                blocks: 1,
+            },
+            Candidate {
+                prompt_tokens: 1,
+                blocks: 60,
+            },
+            Candidate {
+                prompt_tokens: 1,
+                blocks: 1,
+            },
         ];
         assert_eq!(plan(budget(), q), 1);
     }

@@ -66,7 +66,11 @@ pub enum Event {
     /// The request left the pending queue into a prefill batch.
     Admitted(Admission),
     /// Generated token `index` (0-based), sampled at `at`.
-    Token { index: u32, token_id: u32, at: Instant },
+    Token {
+        index: u32,
+        token_id: u32,
+        at: Instant,
+    },
     /// The request is done (possibly without ever being admitted).
     Finished {
         kind: FinishKind,

@@ -90,13 +90,20 @@ impl Harness {
 
     /// Starts the worker; returns once every request ended, then stops it.
     fn run(mut self, engine: Engine<B>, knobs: SchedulerKnobs) -> Outcome {
-        let worker = Worker::new(engine, knobs, self.rx.take().unwrap(), Arc::clone(&self.stats));
+        let worker = Worker::new(
+            engine,
+            knobs,
+            self.rx.take().unwrap(),
+            Arc::clone(&self.stats),
+        );
         let thread = std::thread::spawn(move || worker.run());
         let mut per_request = HashMap::new();
         for (id, mut rx) in self.events.drain() {
             let mut events = Vec::new();
             loop {
-                let ev = rx.blocking_recv().expect("a terminal event before the channel closes");
+                let ev = rx
+                    .blocking_recv()
+                    .expect("a terminal event before the channel closes");
                 let terminal = matches!(ev, Event::Finished { .. } | Event::Failed { .. });
                 events.push(ev);
                 if terminal {
@@ -174,10 +181,17 @@ fn prefill_knob_and_decode_knob_are_independent() {
         batches.insert(a.iteration, a.prefill_batch_size);
         assert_eq!(out.finish(id), (FinishKind::Length, 6));
     }
-    assert_eq!(out.admission(1).unwrap().prefill_batch_size, 4, "first prefill takes 4");
+    assert_eq!(
+        out.admission(1).unwrap().prefill_batch_size,
+        4,
+        "first prefill takes 4"
+    );
     assert_eq!(batches.values().sum::<u32>(), 10);
     let groups = out.decode_group_sizes();
-    assert!(groups.iter().all(|g| *g <= 2), "decode steps larger than 2: {groups:?}");
+    assert!(
+        groups.iter().all(|g| *g <= 2),
+        "decode steps larger than 2: {groups:?}"
+    );
     assert!(groups.contains(&2));
     out.assert_all_free();
 }
@@ -190,7 +204,9 @@ fn larger_prefill_knob_admits_in_fewer_iterations() {
             h.submit(id, 2, 1);
         }
         let out = h.run(engine(64), knobs(2, prefill, 1000));
-        let mut its: Vec<u64> = (1..=8).map(|id| out.admission(id).unwrap().iteration).collect();
+        let mut its: Vec<u64> = (1..=8)
+            .map(|id| out.admission(id).unwrap().iteration)
+            .collect();
         its.dedup();
         its.len()
     };
@@ -242,7 +258,9 @@ fn cancel_before_and_after_admission_frees_everything() {
         })
         .unwrap();
         let start = Instant::now();
-        while SchedulerStats::get(&stats.iterations) < 3 && start.elapsed() < Duration::from_secs(30) {
+        while SchedulerStats::get(&stats.iterations) < 3
+            && start.elapsed() < Duration::from_secs(30)
+        {
             std::thread::sleep(Duration::from_millis(1));
         }
         tx.send(Command::Cancel {
@@ -253,7 +271,10 @@ fn cancel_before_and_after_admission_frees_everything() {
     });
     let out = h.run(engine(11), knobs(8, 8, 1000));
     canceller.join().unwrap();
-    assert!(out.admission(2).is_none(), "a cancelled queued request is never admitted");
+    assert!(
+        out.admission(2).is_none(),
+        "a cancelled queued request is never admitted"
+    );
     assert_eq!(out.finish(2), (FinishKind::Cancelled, 0));
     let (kind, n) = out.finish(1);
     assert_eq!(kind, FinishKind::Cancelled);

@@ -192,7 +192,9 @@ impl<B: Backend> Worker<B> {
                 sampling,
             });
         }
-        self.stats.admitted.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+        self.stats
+            .admitted
+            .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
         let ids: Vec<SeqId> = seqs.iter().map(|s| s.id).collect();
         let result = guarded(|| self.engine.prefill(seqs));
         self.apply(result, &ids);
@@ -311,7 +313,10 @@ impl<B: Backend> Worker<B> {
             .chain(self.running.keys().copied())
             .collect();
         if !ids.is_empty() {
-            tracing::warn!(requests = ids.len(), "cancelling every queued and running request");
+            tracing::warn!(
+                requests = ids.len(),
+                "cancelling every queued and running request"
+            );
         }
         for id in ids {
             self.cancel(id, reason);

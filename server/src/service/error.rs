@@ -12,7 +12,10 @@ use crate::scheduler::{QueueFull, SchedulerGone};
 pub enum ServiceError {
     /// A request field has a value the server cannot take.
     #[error("{field}: {message}")]
-    InvalidArgument { field: &'static str, message: String },
+    InvalidArgument {
+        field: &'static str,
+        message: String,
+    },
     #[error(transparent)]
     QueueFull(#[from] QueueFull),
     #[error("the model is still loading; retry when health reports SERVING")]

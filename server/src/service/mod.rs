@@ -43,6 +43,26 @@ pub struct ServiceState {
     pub seed: u64,
 }
 
+/// Counts one accepted request in `SchedulerStats::in_flight` until dropped
+/// (at the end of its stream task, or when the submit fails).
+struct InFlight(SchedulerHandle);
+
+impl InFlight {
+    fn enter(scheduler: &SchedulerHandle) -> Self {
+        SchedulerStats::bump(&scheduler.stats().in_flight);
+        Self(scheduler.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0
+            .stats()
+            .in_flight
+            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct InferenceService {
     scheduler: SchedulerHandle,
@@ -76,7 +96,13 @@ impl InferenceService {
                 (ids, "prompt")
             }
         };
-        validate::check_prompt(&prompt, field, checked.max_new_tokens, model, &self.state.knobs)?;
+        validate::check_prompt(
+            &prompt,
+            field,
+            checked.max_new_tokens,
+            model,
+            &self.state.knobs,
+        )?;
         let tokenized = Instant::now();
 
         let permit = self.scheduler.reserve()?;
@@ -94,6 +120,7 @@ impl InferenceService {
         let prompt_tokens = prompt.len() as u32;
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         let enqueued = Instant::now();
+        let in_flight = InFlight::enter(&self.scheduler);
         self.scheduler.submit(QueuedRequest {
             id,
             prompt,
@@ -121,7 +148,10 @@ impl InferenceService {
             detokenizer: self.state.tokenizer.detokenizer(),
             scheduler: self.scheduler.clone(),
         };
-        tokio::spawn(task.run());
+        tokio::spawn(async move {
+            task.run().await;
+            drop(in_flight);
+        });
         Ok(ReceiverStream::new(out_rx))
     }
 }

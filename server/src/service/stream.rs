@@ -99,7 +99,11 @@ impl RequestStream {
                     metrics::observe(metrics::QUEUE_TIME, a.admitted_at - self.times.enqueued);
                     progress.admission = Some(a);
                 }
-                Some(Event::Token { index, token_id, at }) => {
+                Some(Event::Token {
+                    index,
+                    token_id,
+                    at,
+                }) => {
                     match progress.last_token {
                         None => {
                             progress.first_token = Some(at);

@@ -61,7 +61,10 @@ pub fn check_request(
     };
     let max_new_tokens = req.max_new_tokens as usize;
     if max_new_tokens == 0 {
-        return Err(ServiceError::invalid("max_new_tokens", "must be at least 1"));
+        return Err(ServiceError::invalid(
+            "max_new_tokens",
+            "must be at least 1",
+        ));
     }
     if max_new_tokens > knobs.max_new_tokens_limit {
         return Err(ServiceError::invalid(
@@ -122,7 +125,11 @@ pub fn check_prompt(
         return Err(ServiceError::invalid(field, "tokenizes to no tokens"));
     }
     let vocab = model.config.vocab_size;
-    if let Some((pos, bad)) = ids.iter().enumerate().find(|(_, id)| **id as usize >= vocab) {
+    if let Some((pos, bad)) = ids
+        .iter()
+        .enumerate()
+        .find(|(_, id)| **id as usize >= vocab)
+    {
         return Err(ServiceError::invalid(
             field,
             format!("token id {bad} at position {pos} is outside the vocabulary (size {vocab})"),
@@ -212,16 +219,76 @@ mod tests {
             ..req()
         };
         let cases: Vec<(pb::GenerateRequest, &str)> = vec![
-            (pb::GenerateRequest { prompt: String::new(), ..req() }, "prompt"),
-            (pb::GenerateRequest { prompt_token_ids: vec![1], ..req() }, "prompt"),
-            (pb::GenerateRequest { max_new_tokens: 0, ..req() }, "max_new_tokens"),
-            (pb::GenerateRequest { max_new_tokens: 257, ..req() }, "max_new_tokens"),
-            (pb::GenerateRequest { request_id: "x".repeat(300), ..req() }, "request_id"),
-            (sampling(pb::SamplingParams { temperature: Some(-1.0), ..Default::default() }), "sampling.temperature"),
-            (sampling(pb::SamplingParams { temperature: Some(f32::NAN), ..Default::default() }), "sampling.temperature"),
-            (sampling(pb::SamplingParams { top_k: Some(-1), ..Default::default() }), "sampling.top_k"),
-            (sampling(pb::SamplingParams { top_p: Some(0.0), ..Default::default() }), "sampling.top_p"),
-            (sampling(pb::SamplingParams { top_p: Some(1.5), ..Default::default() }), "sampling.top_p"),
+            (
+                pb::GenerateRequest {
+                    prompt: String::new(),
+                    ..req()
+                },
+                "prompt",
+            ),
+            (
+                pb::GenerateRequest {
+                    prompt_token_ids: vec![1],
+                    ..req()
+                },
+                "prompt",
+            ),
+            (
+                pb::GenerateRequest {
+                    max_new_tokens: 0,
+                    ..req()
+                },
+                "max_new_tokens",
+            ),
+            (
+                pb::GenerateRequest {
+                    max_new_tokens: 257,
+                    ..req()
+                },
+                "max_new_tokens",
+            ),
+            (
+                pb::GenerateRequest {
+                    request_id: "x".repeat(300),
+                    ..req()
+                },
+                "request_id",
+            ),
+            (
+                sampling(pb::SamplingParams {
+                    temperature: Some(-1.0),
+                    ..Default::default()
+                }),
+                "sampling.temperature",
+            ),
+            (
+                sampling(pb::SamplingParams {
+                    temperature: Some(f32::NAN),
+                    ..Default::default()
+                }),
+                "sampling.temperature",
+            ),
+            (
+                sampling(pb::SamplingParams {
+                    top_k: Some(-1),
+                    ..Default::default()
+                }),
+                "sampling.top_k",
+            ),
+            (
+                sampling(pb::SamplingParams {
+                    top_p: Some(0.0),
+                    ..Default::default()
+                }),
+                "sampling.top_p",
+            ),
+            (
+                sampling(pb::SamplingParams {
+                    top_p: Some(1.5),
+                    ..Default::default()
+                }),
+                "sampling.top_p",
+            ),
         ];
         for (r, field) in cases {
             let err = check_request(r.clone(), &knobs()).expect_err(field);
@@ -242,15 +309,30 @@ mod tests {
     fn prompt_checks() {
         let (m, k) = (model(), knobs());
         assert!(check_prompt(&[1, 2, 3], "prompt", 4, &m, &k).is_ok());
-        assert_eq!(field_of(check_prompt(&[], "prompt", 4, &m, &k).unwrap_err()), "prompt");
+        assert_eq!(
+            field_of(check_prompt(&[], "prompt", 4, &m, &k).unwrap_err()),
+            "prompt"
+        );
         assert_eq!(
             field_of(check_prompt(&[50257], "prompt_token_ids", 4, &m, &k).unwrap_err()),
             "prompt_token_ids"
         );
         let long = vec![1u32; 1000];
-        assert_eq!(field_of(check_prompt(&long, "prompt", 100, &m, &k).unwrap_err()), "max_new_tokens");
-        assert_eq!(field_of(check_prompt(&long[..600], "prompt", 10, &m, &k).unwrap_err()), "prompt");
-        let small = ModelInfo { kv_blocks_total: 1, ..model() };
-        assert_eq!(field_of(check_prompt(&[1; 10], "prompt", 10, &small, &k).unwrap_err()), "max_new_tokens");
+        assert_eq!(
+            field_of(check_prompt(&long, "prompt", 100, &m, &k).unwrap_err()),
+            "max_new_tokens"
+        );
+        assert_eq!(
+            field_of(check_prompt(&long[..600], "prompt", 10, &m, &k).unwrap_err()),
+            "prompt"
+        );
+        let small = ModelInfo {
+            kv_blocks_total: 1,
+            ..model()
+        };
+        assert_eq!(
+            field_of(check_prompt(&[1; 10], "prompt", 10, &small, &k).unwrap_err()),
+            "max_new_tokens"
+        );
     }
 }

@@ -44,12 +44,17 @@ fn parse() -> anyhow::Result<(String, SocketAddr, Duration)> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let (listen, upstream, delay) = parse()?;
-    let listener = tokio::net::TcpListener::bind(&listen).await.with_context(|| format!("bind {listen}"))?;
+    let listener = tokio::net::TcpListener::bind(&listen)
+        .await
+        .with_context(|| format!("bind {listen}"))?;
     let mut out = std::io::stdout().lock();
     writeln!(out, "listening on {}", listener.local_addr()?)?;
     out.flush()?;
     drop(out);
-    eprintln!("delay_relay: {} -> {upstream}, {delay:?} each way", listener.local_addr()?);
+    eprintln!(
+        "delay_relay: {} -> {upstream}, {delay:?} each way",
+        listener.local_addr()?
+    );
     ember_tests::relay::serve(listener, upstream, delay).await?;
     Ok(())
 }
