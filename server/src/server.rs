@@ -26,7 +26,7 @@ use tonic_health::ServingStatus;
 
 use crate::cli::{DeviceSpec, ServerConfig};
 use crate::model::ModelSource;
-use crate::scheduler::{self, SchedulerConfig, SchedulerHandle, SchedulerStats};
+use crate::scheduler::{self, SchedulerConfig, SchedulerHandle, SchedulerStats, Spawned};
 use crate::service::{InferenceService, ServiceState};
 
 /// Runs the server on `listener` until `shutdown` resolves and draining ends.
@@ -177,12 +177,6 @@ fn load_tokenizer(model: &ModelSource) -> anyhow::Result<Gpt2Tokenizer> {
     }
     Ok(Gpt2Tokenizer::embedded()?)
 }
-
-type Spawned = (
-    SchedulerHandle,
-    tokio::sync::oneshot::Receiver<Result<scheduler::ModelInfo, String>>,
-    std::thread::JoinHandle<()>,
-);
 
 /// Starts the scheduler with the backend `device` asks for: NdArray (f32) on
 /// the CPU, Cuda (f16) on a GPU.

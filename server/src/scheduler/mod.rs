@@ -127,6 +127,12 @@ impl SchedulerHandle {
     }
 }
 
+/// Yields the model info once loaded and warmed up, or why it could not be.
+pub type ReadyReceiver = oneshot::Receiver<Result<ModelInfo, String>>;
+
+/// A started scheduler: its handle, its readiness, its thread.
+pub type Spawned = (SchedulerHandle, ReadyReceiver, std::thread::JoinHandle<()>);
+
 /// Starts the scheduler thread for backend `B` on `device`. The returned
 /// receiver yields the model info once the model is loaded and warmed up, or
 /// the reason it could not be.
@@ -134,11 +140,7 @@ pub fn spawn<B: Backend>(
     device: B::Device,
     device_name: String,
     config: SchedulerConfig,
-) -> std::io::Result<(
-    SchedulerHandle,
-    oneshot::Receiver<Result<ModelInfo, String>>,
-    std::thread::JoinHandle<()>,
-)> {
+) -> std::io::Result<Spawned> {
     let (tx, rx) = mpsc::unbounded_channel();
     let (ready_tx, ready_rx) = oneshot::channel();
     let stats = Arc::new(SchedulerStats::default());
