@@ -262,11 +262,12 @@ impl<B: Backend> Worker<B> {
                     FinishReason::Eos => FinishKind::Eos,
                     FinishReason::Length => FinishKind::Length,
                 };
+                // Counted before the client can see the end of its stream.
+                SchedulerStats::bump(&self.stats.finished);
                 let _ = r.events.send(Event::Finished {
                     kind,
                     completion_tokens: r.generated,
                 });
-                SchedulerStats::bump(&self.stats.finished);
             }
         }
         if !gone.is_empty() {
