@@ -23,7 +23,8 @@ struct TestServer {
 }
 
 impl TestServer {
-    async fn start(extra: &[&str]) -> Self {
+    /// Starts the server without waiting for it to be ready.
+    async fn spawn(extra: &[&str]) -> Self {
         let mut args = vec![
             "ember-server",
             "--preset",
@@ -41,11 +42,16 @@ impl TestServer {
         let task = tokio::spawn(ember_server::server::run(config, listener, async {
             let _ = stop_rx.await;
         }));
-        let server = Self {
+        Self {
             addr,
             stop: Some(stop),
             task: Some(task),
-        };
+        }
+    }
+
+    /// Starts the server and waits until it is SERVING.
+    async fn start(extra: &[&str]) -> Self {
+        let server = Self::spawn(extra).await;
         server.wait_serving().await;
         server
     }
@@ -408,27 +414,7 @@ async fn deadline_exceeded_frees_blocks() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_is_not_serving_before_ready_and_serving_after() {
-    let args = [
-        "ember-server",
-        "--preset",
-        "tiny",
-        "--device",
-        "cpu",
-        "--listen",
-        "127.0.0.1:0",
-    ];
-    let config = Args::try_parse_from(args).unwrap().validate().unwrap();
-    let listener = TcpListener::bind(config.listen).await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stop_rx) = oneshot::channel::<()>();
-    let task = tokio::spawn(ember_server::server::run(config, listener, async {
-        let _ = stop_rx.await;
-    }));
-    let server = TestServer {
-        addr,
-        stop: Some(stop),
-        task: Some(task),
-    };
+    let server = TestServer::spawn(&[]).await;
     // Seen at least once NOT_SERVING or already SERVING; then SERVING for good.
     let first = server.health().await;
     assert!(matches!(
