@@ -126,13 +126,16 @@ impl<B: Backend> Worker<B> {
     fn iterate(&mut self) {
         self.iteration += 1;
         SchedulerStats::bump(&self.stats.iterations);
-        self.admit_and_prefill();
-        // Readers (GetServerInfo, shutdown) see admissions before the steps run.
-        self.publish_gauges();
+        if self.admit_and_prefill() {
+            // Readers (GetServerInfo, metrics) see admissions before the
+            // decode step runs, not an iteration late.
+            self.publish_gauges();
+        }
         self.decode_step();
     }
 
-    fn admit_and_prefill(&mut self) {
+    /// True if anything was admitted.
+    fn admit_and_prefill(&mut self) -> bool {
         // Requests whose client already left are dropped before planning.
         self.pending.retain(|r| {
             let gone = r.events.is_closed();
@@ -156,7 +159,7 @@ impl<B: Backend> Worker<B> {
             }),
         );
         if n == 0 {
-            return;
+            return false;
         }
         let admission = Admission {
             admitted_at: Instant::now(),
@@ -198,6 +201,7 @@ impl<B: Backend> Worker<B> {
         let ids: Vec<SeqId> = seqs.iter().map(|s| s.id).collect();
         let result = guarded(|| self.engine.prefill(seqs));
         self.apply(result, &ids);
+        true
     }
 
     fn decode_step(&mut self) {
