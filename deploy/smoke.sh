@@ -21,7 +21,7 @@
 #   EMBER_SMOKE_CACHE    base rootfs tarball cache (default /var/cache/ember-smoke)
 #   EMBER_SMOKE_MIRROR   Debian mirror for debootstrap (default deb.debian.org)
 #   EMBER_SMOKE_BIN_DIR  where ember-server and loadgen are (default target/release;
-#                        built there with --no-default-features if missing)
+#                        built there (CPU features) if missing)
 #   EMBER_SMOKE_BUILD=0  fail instead of building missing release binaries
 #   EMBER_SMOKE_REQUESTS, EMBER_SMOKE_TOKENS   the loadgen workload (32, 16)
 #
@@ -115,8 +115,8 @@ bin_dir=${EMBER_SMOKE_BIN_DIR:-$repo/target/release}
 if [[ ! -x "$bin_dir/ember-server" || ! -x "$bin_dir/loadgen" ]]; then
     [[ ${EMBER_SMOKE_BUILD:-1} != 0 && $bin_dir == "$repo/target/release" ]] \
         || die "no ember-server and loadgen in $bin_dir"
-    log "cargo build --release --no-default-features (slow on 2 cores)"
-    (cd "$repo" && cargo build --release --no-default-features -p ember-server -p ember-loadgen)
+    log "cargo build --release (CPU; slow on 2 cores)"
+    (cd "$repo" && bash scripts/setup.sh && cargo build --release -p ember-server -p ember-loadgen)
 fi
 phase_done "release binaries"
 

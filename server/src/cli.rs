@@ -91,6 +91,21 @@ pub struct Args {
     /// Skip the startup warmup (health turns SERVING right after loading).
     #[arg(long, env = "EMBER_NO_WARMUP")]
     pub no_warmup: bool,
+
+    /// CUDA only: where CubeCL keeps autotune results and compiled kernels, so a
+    /// restart does not tune and compile again. Default:
+    /// $XDG_CACHE_HOME/ember/kernels (or ~/.cache/ember/kernels).
+    #[arg(long, env = "EMBER_KERNEL_CACHE_DIR")]
+    pub kernel_cache_dir: Option<PathBuf>,
+}
+
+/// `$XDG_CACHE_HOME/ember/kernels`, else `$HOME/.cache/ember/kernels`.
+pub fn default_kernel_cache_dir() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("ember").join("kernels"))
 }
 
 /// Where the engine runs.
@@ -153,6 +168,8 @@ pub struct ServerConfig {
     pub shutdown_timeout: Duration,
     pub metrics_addr: Option<SocketAddr>,
     pub warmup: bool,
+    /// CubeCL's autotune and kernel cache (CUDA).
+    pub kernel_cache_dir: Option<PathBuf>,
 }
 
 /// A flag with a value it cannot take; the message names the flag.
@@ -227,6 +244,13 @@ impl Args {
             shutdown_timeout: Duration::from_secs_f64(self.shutdown_timeout),
             metrics_addr,
             warmup: !self.no_warmup,
+            kernel_cache_dir: match self.kernel_cache_dir {
+                Some(dir) if dir.as_os_str().is_empty() => {
+                    return Err(FlagError("--kernel-cache-dir must not be empty".into()))
+                }
+                Some(dir) => Some(dir),
+                None => default_kernel_cache_dir(),
+            },
         })
     }
 }

@@ -2,7 +2,9 @@
 //!
 //! Layout (arrows point one way: service -> scheduler -> engine -> model):
 //! - [`cli`]: flags, validated into a `ServerConfig` (bad values name the flag).
-//! - [`server`]: wiring and lifecycle: device choice, gRPC services (Inference,
+//! - [`device`]: opening and configuring the engine's device (Flex f32 on the
+//!   CPU, CUDA f16), and CubeCL's kernel cache.
+//! - [`server`]: wiring and lifecycle: gRPC services (Inference,
 //!   health, reflection), readiness, draining shutdown.
 //! - [`service`]: the `ember.v1.Inference` handlers: validation, tokenization
 //!   off the scheduler thread, the per-request response stream, error -> status.
@@ -15,6 +17,7 @@
 //! - [`metrics`]: Prometheus names (vLLM-compatible) and recording helpers.
 
 pub mod cli;
+pub mod device;
 pub mod engine;
 pub mod metrics;
 pub mod model;

@@ -9,10 +9,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use burn::tensor::backend::Backend;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
-
-use crate::engine::Engine;
 
 pub const TTFT: &str = "ember:time_to_first_token_seconds";
 pub const QUEUE_TIME: &str = "ember:request_queue_time_seconds";
@@ -80,12 +77,11 @@ fn describe() {
 }
 
 /// Scheduler gauges, once per iteration.
-pub fn record_gauges<B: Backend>(waiting: usize, running: usize, engine: &Engine<B>) {
+pub fn record_gauges(waiting: usize, running: usize, kv_used: usize, kv_total: usize) {
     metrics::gauge!(NUM_WAITING).set(waiting as f64);
     metrics::gauge!(NUM_RUNNING).set(running as f64);
-    let used = engine.kv_blocks_used();
-    metrics::gauge!(KV_BLOCKS_USED).set(used as f64);
-    metrics::gauge!(KV_USAGE).set(used as f64 / engine.kv_blocks_total().max(1) as f64);
+    metrics::gauge!(KV_BLOCKS_USED).set(kv_used as f64);
+    metrics::gauge!(KV_USAGE).set(kv_used as f64 / kv_total.max(1) as f64);
 }
 
 pub fn observe(name: &'static str, d: Duration) {

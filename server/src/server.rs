@@ -24,7 +24,7 @@ use tonic::transport::server::TcpIncoming;
 use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
-use crate::cli::{DeviceSpec, ServerConfig};
+use crate::cli::ServerConfig;
 use crate::model::ModelSource;
 use crate::scheduler::{self, SchedulerConfig, SchedulerHandle, SchedulerStats, Spawned};
 use crate::service::{InferenceService, ServiceState};
@@ -51,7 +51,7 @@ pub async fn run(
         eos_token_id: tokenizer.eos_token_id(),
         warmup: config.warmup,
     };
-    let (handle, ready, join) = spawn_on_device(config.device, sched_config)?;
+    let (handle, ready, join) = spawn_on_device(&config, sched_config)?;
     let state = Arc::new(ServiceState {
         model: OnceLock::new(),
         draining: Default::default(),
@@ -83,7 +83,7 @@ pub async fn run(
     let startup: anyhow::Result<bool> = tokio::select! {
         r = ready => match r {
             Ok(Ok(info)) => {
-                tracing::info!(model = %info.name, device = %info.device, kv_blocks = info.kv_blocks_total,
+                tracing::info!(model = %info.name, device = %info.device, kv_blocks = info.limits.kv_blocks_total,
                     seconds = info.load_seconds, "model loaded and warmed up; SERVING");
                 if matches!(config.model, ModelSource::Preset { .. }) {
                     tracing::warn!("random weights: generated text is meaningless (use --model-dir for real GPT-2 weights)");
@@ -178,41 +178,9 @@ fn load_tokenizer(model: &ModelSource) -> anyhow::Result<Gpt2Tokenizer> {
     Ok(Gpt2Tokenizer::embedded()?)
 }
 
-/// Starts the scheduler with the backend `device` asks for: NdArray (f32) on
-/// the CPU, Cuda (f16) on a GPU.
-fn spawn_on_device(device: DeviceSpec, config: SchedulerConfig) -> anyhow::Result<Spawned> {
-    let device = match device {
-        DeviceSpec::Auto if cuda_available() => DeviceSpec::Cuda(0),
-        DeviceSpec::Auto => DeviceSpec::Cpu,
-        other => other,
-    };
-    match device {
-        DeviceSpec::Cuda(index) => spawn_cuda(index, config),
-        _ => Ok(scheduler::spawn::<burn::backend::NdArray<f32>>(
-            Default::default(),
-            "cpu (NdArray f32)".into(),
-            config,
-        )?),
-    }
-}
-
-#[cfg(feature = "cuda")]
-fn spawn_cuda(index: usize, config: SchedulerConfig) -> anyhow::Result<Spawned> {
-    use burn::backend::cuda::CudaDevice;
-    Ok(scheduler::spawn::<burn::backend::Cuda<half::f16>>(
-        CudaDevice { index },
-        format!("cuda:{index} (Cuda f16)"),
-        config,
-    )?)
-}
-
-#[cfg(not(feature = "cuda"))]
-fn spawn_cuda(_index: usize, _config: SchedulerConfig) -> anyhow::Result<Spawned> {
-    anyhow::bail!("--device cuda: this binary was built without the `cuda` feature")
-}
-
-/// A cheap check for `--device auto`: built with CUDA and an NVIDIA device
-/// node present.
-fn cuda_available() -> bool {
-    cfg!(feature = "cuda") && std::path::Path::new("/dev/nvidiactl").exists()
+/// Opens the device `--device` names and starts the scheduler on it.
+fn spawn_on_device(config: &ServerConfig, scheduler: SchedulerConfig) -> anyhow::Result<Spawned> {
+    let device = crate::device::open(config.device, config.kernel_cache_dir.as_deref())?;
+    tracing::info!(device = %device.name, "engine device");
+    Ok(scheduler::spawn(device, scheduler)?)
 }

@@ -15,8 +15,9 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{bail, Context};
-use burn::prelude::*;
 use clap::Parser;
+use ember_server::cli::{default_kernel_cache_dir, DeviceSpec};
+use ember_server::device::{self, EngineDevice};
 use ember_server::engine::{Engine, EngineConfig, SamplingParams, SeqId, SequenceRequest};
 use ember_server::model::{load_model, ModelSource, Preset};
 use rand::rngs::StdRng;
@@ -29,7 +30,10 @@ use serde_json::json;
 struct Args {
     /// cpu or cuda (cuda:N for another GPU).
     #[arg(long, default_value = "cpu")]
-    device: String,
+    device: DeviceSpec,
+    /// Run the server's startup warmup (every bucketed shape) first and report its time.
+    #[arg(long)]
+    server_warmup: bool,
     /// Built-in architecture with random weights (gpt2 or tiny).
     #[arg(long, default_value = "gpt2")]
     preset: Preset,
@@ -74,32 +78,15 @@ fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
-    let report = match args.device.as_str() {
-        "cpu" => {
-            run::<burn::backend::NdArray<f32>>(&args, Default::default(), "cpu (NdArray f32)")?
-        }
-        d if d.starts_with("cuda") => run_cuda(&args, d)?,
-        other => bail!("--device must be cpu or cuda[:N], got {other}"),
+    let device = device::open(args.device, default_kernel_cache_dir().as_deref())?;
+    let report = match &args.reference {
+        Some(dir) => check_reference(dir, device)?,
+        None => run(&args, device)?,
     };
     std::fs::write(&args.json, serde_json::to_string_pretty(&report)?)
         .with_context(|| format!("writing {}", args.json.display()))?;
     println!("wrote {}", args.json.display());
     Ok(())
-}
-
-#[cfg(feature = "cuda")]
-fn run_cuda(args: &Args, spec: &str) -> anyhow::Result<serde_json::Value> {
-    let index = match spec.strip_prefix("cuda:") {
-        Some(n) => n.parse().context("--device cuda:N needs a number")?,
-        None => 0,
-    };
-    let device = burn::backend::cuda::CudaDevice { index };
-    run::<burn::backend::Cuda<half::f16>>(args, device, &format!("cuda:{index} (Cuda f16)"))
-}
-
-#[cfg(not(feature = "cuda"))]
-fn run_cuda(_: &Args, _: &str) -> anyhow::Result<serde_json::Value> {
-    bail!("built without the `cuda` feature")
 }
 
 /// p-th percentile (0..=100) of sorted samples, nearest rank.
@@ -108,14 +95,8 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted.get(i).copied().unwrap_or(f64::NAN)
 }
 
-fn run<B: Backend>(
-    args: &Args,
-    device: B::Device,
-    device_name: &str,
-) -> anyhow::Result<serde_json::Value> {
-    if let Some(dir) = &args.reference {
-        return check_reference::<B>(dir, device, device_name);
-    }
+fn run(args: &Args, device: EngineDevice) -> anyhow::Result<serde_json::Value> {
+    let device_name = device.name.clone();
     let source = match &args.model_dir {
         Some(dir) => ModelSource::Dir(dir.clone()),
         None => ModelSource::Preset {
@@ -123,7 +104,7 @@ fn run<B: Backend>(
             seed: 0,
         },
     };
-    let (model, config) = load_model::<B>(&source, &device)?;
+    let (model, config) = load_model(&source, &device.device)?;
     if args
         .prefill
         .as_ref()
@@ -156,8 +137,26 @@ fn run<B: Backend>(
     let engine_config = EngineConfig {
         block_size: args.block_size,
         num_blocks,
+        max_batch: max_b,
+        bucketed: device.bucketed,
     };
-    let mut engine = Engine::new(model, config.clone(), engine_config, u32::MAX, device)?;
+    let mut engine = Engine::new(
+        model,
+        config.clone(),
+        engine_config,
+        u32::MAX,
+        device.device,
+    )?;
+    let warmup = if args.server_warmup {
+        let report = engine.warmup(args.prefill_chunk, 8192)?;
+        println!(
+            "server warmup: {} decode + {} prefill shapes in {:.1} s",
+            report.decode_shapes, report.prefill_shapes, report.seconds
+        );
+        json!({"decode_shapes": report.decode_shapes, "prefill_shapes": report.prefill_shapes, "seconds": report.seconds})
+    } else {
+        serde_json::Value::Null
+    };
     let mut rng = StdRng::seed_from_u64(0);
     let mut prompt = |len: usize| -> Vec<u32> {
         (0..len)
@@ -265,15 +264,16 @@ fn run<B: Backend>(
         "block_size": args.block_size,
         "decode": decode_rows,
         "prefill": prefill_row,
+        "server_warmup": warmup,
     }))
 }
 
 /// Runs a reference fixture's prompts through the engine on `device`.
-fn check_reference<B: Backend>(
+fn check_reference(
     dir: &std::path::Path,
-    device: B::Device,
-    device_name: &str,
+    device: EngineDevice,
 ) -> anyhow::Result<serde_json::Value> {
+    let device_name = device.name.clone();
     let text = std::fs::read_to_string(dir.join("reference.json"))
         .with_context(|| format!("reading {}/reference.json", dir.display()))?;
     let reference: serde_json::Value = serde_json::from_str(&text)?;
@@ -296,12 +296,20 @@ fn check_reference<B: Backend>(
             .map(|x| x as f32)
             .collect()
     };
-    let (model, config) = load_model::<B>(&ModelSource::Dir(dir.to_path_buf()), &device)?;
+    let (model, config) = load_model(&ModelSource::Dir(dir.to_path_buf()), &device.device)?;
     let engine_config = EngineConfig {
         block_size: 16,
         num_blocks: 64,
+        max_batch: 8,
+        bucketed: device.bucketed,
     };
-    let mut engine = Engine::new(model, config.clone(), engine_config, u32::MAX, device)?;
+    let mut engine = Engine::new(
+        model,
+        config.clone(),
+        engine_config,
+        u32::MAX,
+        device.device,
+    )?;
 
     // Prefill logits, all prompts in one batch (one read of the logits: a check, not a step).
     let prompts: Vec<Vec<u32>> = cases.iter().map(|c| ids(&c["prompt"])).collect();

@@ -1,32 +1,35 @@
-//! Host-side construction of one step's inputs from block tables.
+//! One step's model inputs: prefill batches built on the host, decode batches
+//! derived on the device from the persistent [`DecodeBuffers`].
 //!
-//! Everything here is small integer bookkeeping done on the host and uploaded
-//! as a handful of index tensors per step; the masks are computed on device
-//! from per-sequence lengths (no `[B, Q, T]` upload).
-//!
-//! - Prefill pads prompts on the right to `Q = longest prompt`. Padding rows are
-//!   computed but never written to the cache (`write_rows` lists the real
-//!   ones) and never read (the causal+padding mask hides them), and logits are
-//!   taken only at each prompt's last row.
-//! - Decode has one new token per sequence at its own position; its context
-//!   (`T = longest context`) is gathered from the cache through the block table.
+//! - Prefill pads prompts on the right to `Q` (the longest prompt, or its
+//!   bucket) and the batch to `B` rows (the count, or its bucket). Every row is
+//!   written to the cache: a real token at its sequence's slot, a padding token
+//!   at the padding block's first slot, which nothing real ever reads. The
+//!   causal+padding mask hides padding keys; logits are taken only at each
+//!   prompt's last row.
+//! - Decode feeds one token per row. Each row's context is read from the cache
+//!   through its block table: the slot list `table[t / bs] * bs + t % bs` for
+//!   `t < T` is computed on the device from the block-table buffer (`T` =
+//!   `ctx_blocks * bs`, the batch's context bucket), and a mask built from the
+//!   context-length buffer hides positions `>= len`. Nothing is read
+//!   back or uploaded here: the step's inputs were written into the buffers once.
 
 use burn::prelude::*;
-use burn::tensor::TensorData;
 
 use super::blocks::slot_of;
-use crate::model::{AttentionMeta, MASK_BIAS};
+use super::buffers::DecodeBuffers;
+use crate::model::AttentionMeta;
 
 /// Everything [`Gpt2::forward`](crate::model::Gpt2::forward) needs for one step.
 #[derive(Debug, Clone)]
-pub struct StepInputs<B: Backend> {
+pub struct StepInputs {
     /// `[B, Q]`
-    pub tokens: Tensor<B, 2, Int>,
+    pub tokens: Tensor<2, Int>,
     /// `[B, Q]`
-    pub positions: Tensor<B, 2, Int>,
+    pub positions: Tensor<2, Int>,
     /// `[B]`, rows of the flattened `[B*Q]` whose logits are needed.
-    pub last_rows: Tensor<B, 1, Int>,
-    pub meta: AttentionMeta<B>,
+    pub last_rows: Tensor<1, Int>,
+    pub meta: AttentionMeta,
 }
 
 /// One prompt to prefill and the blocks reserved for it.
@@ -36,128 +39,106 @@ pub struct PrefillSeq<'a> {
     pub table: &'a [u32],
 }
 
-/// One sequence to advance by one token.
-#[derive(Debug, Clone, Copy)]
-pub struct DecodeSeq<'a> {
-    /// The token to feed (the last one sampled).
-    pub token: u32,
-    /// Its position (= tokens already in the cache).
-    pub pos: usize,
-    pub table: &'a [u32],
+/// The padded shape of a prefill batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PrefillShape {
+    /// Rows (sequences plus padding rows).
+    pub rows: usize,
+    /// Tokens per row.
+    pub len: usize,
 }
 
-fn ints<B: Backend, const D: usize>(
-    values: Vec<i64>,
-    shape: [usize; D],
-    device: &B::Device,
-) -> Tensor<B, D, Int> {
+fn ints<const D: usize>(values: Vec<i32>, shape: [usize; D], device: &Device) -> Tensor<D, Int> {
     Tensor::from_data(TensorData::new(values, shape), device)
 }
 
-/// Builds the padded prefill batch (prompts must be non-empty).
-pub fn prefill_inputs<B: Backend>(
+/// Builds the padded prefill batch (`shape` at least the batch's own size;
+/// prompts must be non-empty). `pad_slot` takes the padding rows' K/V.
+pub fn prefill_inputs(
     seqs: &[PrefillSeq<'_>],
+    shape: PrefillShape,
     block_size: usize,
-    device: &B::Device,
-) -> StepInputs<B> {
-    let b = seqs.len();
-    let q = seqs
-        .iter()
-        .map(|s| s.prompt.len())
-        .max()
-        .unwrap_or(1)
-        .max(1);
-    let mut tokens = vec![0i64; b * q];
-    let mut positions = vec![0i64; b * q];
-    let mut write_rows = Vec::new();
-    let mut write_slots = Vec::new();
-    let mut last_rows = Vec::with_capacity(b);
-    let mut lengths = Vec::with_capacity(b);
+    pad_slot: usize,
+    device: &Device,
+) -> StepInputs {
+    let PrefillShape { rows: b, len: q } = shape;
+    debug_assert!(b >= seqs.len() && seqs.iter().all(|s| s.prompt.len() <= q));
+    let mut tokens = vec![0i32; b * q];
+    let mut positions = vec![0i32; b * q];
+    let mut write_slots = vec![pad_slot as i32; b * q];
+    let mut last_rows = vec![0i32; b];
+    let mut lengths = vec![0i32; b];
     for (i, s) in seqs.iter().enumerate() {
         for p in 0..q {
-            positions[i * q + p] = p as i64;
+            positions[i * q + p] = p as i32;
         }
         for (p, &tok) in s.prompt.iter().enumerate() {
-            tokens[i * q + p] = i64::from(tok);
-            write_rows.push((i * q + p) as i64);
-            write_slots.push(slot_of(s.table, block_size, p) as i64);
+            tokens[i * q + p] = tok as i32;
+            write_slots[i * q + p] = slot_of(s.table, block_size, p) as i32;
         }
-        last_rows.push((i * q + s.prompt.len().max(1) - 1) as i64);
-        lengths.push(s.prompt.len() as i64);
+        last_rows[i] = (i * q + s.prompt.len().max(1) - 1) as i32;
+        lengths[i] = s.prompt.len() as i32;
     }
-    let n = write_rows.len();
-    let lengths = ints::<B, 1>(lengths, [b], device);
+    let lengths = ints::<1>(lengths, [b], device);
 
     // masked[b, 0, i, j] = j > i (future) || j >= len[b] (padding key).
-    let shape = [b, 1, q, q];
-    let i = Tensor::<B, 1, Int>::arange(0..q as i64, device)
+    let mask = [b, 1, q, q];
+    let i = Tensor::<1, Int>::arange(0..q as i64, device)
         .reshape([1, 1, q, 1])
-        .expand(shape);
-    let j = Tensor::<B, 1, Int>::arange(0..q as i64, device)
+        .expand(mask);
+    let j = Tensor::<1, Int>::arange(0..q as i64, device)
         .reshape([1, 1, 1, q])
-        .expand(shape);
-    let len = lengths.reshape([b, 1, 1, 1]).expand(shape);
+        .expand(mask);
+    let len = lengths.reshape([b, 1, 1, 1]).expand(mask);
     let masked = j.clone().greater(i).bool_or(j.greater_equal(len));
-    let mask_bias = Tensor::<B, 4>::zeros(shape, device).mask_fill(masked, MASK_BIAS);
 
     StepInputs {
         tokens: ints(tokens, [b, q], device),
         positions: ints(positions, [b, q], device),
         last_rows: ints(last_rows, [b], device),
         meta: AttentionMeta {
-            write_rows: (n < b * q).then(|| ints(write_rows, [n], device)),
-            write_slots: ints(write_slots, [n, 1], device),
+            write_slots: ints(write_slots, [b * q], device),
             context_slots: None,
             context_len: q,
-            mask_bias,
+            mask: masked,
         },
     }
 }
 
-/// Builds a decode batch: one token per sequence, context gathered by slot.
-pub fn decode_inputs<B: Backend>(
-    seqs: &[DecodeSeq<'_>],
-    block_size: usize,
-    device: &B::Device,
-) -> StepInputs<B> {
-    let b = seqs.len();
-    // Context of each sequence = its cached tokens plus the new one.
-    let t = seqs.iter().map(|s| s.pos + 1).max().unwrap_or(1);
-    let mut tokens = Vec::with_capacity(b);
-    let mut positions = Vec::with_capacity(b);
-    let mut write_slots = Vec::with_capacity(b);
-    let mut context = Vec::with_capacity(b * t);
-    let mut lengths = Vec::with_capacity(b);
-    for s in seqs {
-        tokens.push(i64::from(s.token));
-        positions.push(s.pos as i64);
-        write_slots.push(slot_of(s.table, block_size, s.pos) as i64);
-        let len = s.pos + 1;
-        context.extend((0..len).map(|p| slot_of(s.table, block_size, p) as i64));
-        // Padding points at a valid slot of the same sequence; it is masked.
-        let pad = slot_of(s.table, block_size, 0) as i64;
-        context.extend(std::iter::repeat_n(pad, t - len));
-        lengths.push(len as i64);
-    }
+/// The decode step's inputs from `buffers` (already written for this step),
+/// attending over the first `ctx_blocks` blocks of each row's table.
+pub fn decode_inputs(buffers: &DecodeBuffers, ctx_blocks: usize, block_size: usize) -> StepInputs {
+    let b = buffers.rows();
+    let t = ctx_blocks * block_size;
+    let device = buffers.device();
+    let tables = buffers.tables.tensor().slice([0..b, 0..ctx_blocks]); // [B, nb]
+    let offsets =
+        Tensor::<1, Int>::arange(0..block_size as i64, device).reshape([1, 1, block_size]);
+    let context_slots = (tables
+        .mul_scalar(block_size as i64)
+        .reshape([b, ctx_blocks, 1])
+        + offsets)
+        .reshape([b * t]); // [B*T]
+
     let shape = [b, 1, 1, t];
-    let j = Tensor::<B, 1, Int>::arange(0..t as i64, device)
+    let j = Tensor::<1, Int>::arange(0..t as i64, device)
         .reshape([1, 1, 1, t])
         .expand(shape);
-    let len = ints::<B, 1>(lengths, [b], device)
+    let len = buffers
+        .context_lens
+        .tensor()
         .reshape([b, 1, 1, 1])
         .expand(shape);
-    let mask_bias = Tensor::<B, 4>::zeros(shape, device).mask_fill(j.greater_equal(len), MASK_BIAS);
 
     StepInputs {
-        tokens: ints(tokens, [b, 1], device),
-        positions: ints(positions, [b, 1], device),
-        last_rows: Tensor::arange(0..b as i64, device),
+        tokens: buffers.tokens.tensor().reshape([b, 1]),
+        positions: buffers.positions.tensor().reshape([b, 1]),
+        last_rows: buffers.last_rows.clone(),
         meta: AttentionMeta {
-            write_rows: None,
-            write_slots: ints(write_slots, [b, 1], device),
-            context_slots: Some(ints(context, [b * t], device)),
+            write_slots: buffers.write_slots.tensor(),
+            context_slots: Some(context_slots),
             context_len: t,
-            mask_bias,
+            mask: j.greater_equal(len),
         },
     }
 }
@@ -165,16 +146,19 @@ pub fn decode_inputs<B: Backend>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::buffers::DecodeRow;
 
-    type TestBackend = burn::backend::NdArray<f32>;
+    fn ints_of<const D: usize>(t: Tensor<D, Int>) -> Vec<i64> {
+        t.into_data().iter::<i64>().collect()
+    }
 
-    fn values<const D: usize>(t: Tensor<TestBackend, D>) -> Vec<f32> {
-        t.into_data().iter::<f32>().collect()
+    fn bools(t: Tensor<4, Bool>) -> Vec<bool> {
+        t.into_data().iter::<bool>().collect()
     }
 
     #[test]
     fn prefill_mask_is_causal_and_hides_padding() {
-        let dev = Default::default();
+        let dev = Device::flex();
         let (a, b) = ([1u32, 2, 3], [7u32]);
         let seqs = [
             PrefillSeq {
@@ -186,62 +170,55 @@ mod tests {
                 table: &[1],
             },
         ];
-        let inputs = prefill_inputs::<TestBackend>(&seqs, 4, &dev);
-        let m: Vec<bool> = values(inputs.meta.mask_bias)
-            .iter()
-            .map(|&x| x < 0.0)
-            .collect();
+        let shape = PrefillShape { rows: 3, len: 3 };
+        let inputs = prefill_inputs(&seqs, shape, 4, 99, &dev);
+        let m = bools(inputs.meta.mask);
         #[rustfmt::skip]
         let expected = [
             false, true, true,   false, false, true,   false, false, false, // seq 0: causal
             false, true, true,   false, true, true,    false, true, true,   // seq 1: one key
+            true, true, true,    true, true, true,     true, true, true,    // padding row
         ];
         assert_eq!(m, expected);
-        let slots: Vec<i64> = inputs.meta.write_slots.into_data().iter::<i64>().collect();
-        assert_eq!(slots, [0, 1, 2, 4]);
-        let rows: Vec<i64> = inputs
-            .meta
-            .write_rows
-            .unwrap()
-            .into_data()
-            .iter::<i64>()
-            .collect();
-        assert_eq!(rows, [0, 1, 2, 3]);
-        let last: Vec<i64> = inputs.last_rows.into_data().iter::<i64>().collect();
-        assert_eq!(last, [2, 3]);
+        // Real tokens at their slots, padding positions at the padding slot.
+        let slots = ints_of(inputs.meta.write_slots);
+        assert_eq!(slots, [0, 1, 2, 4, 99, 99, 99, 99, 99]);
+        assert_eq!(ints_of(inputs.last_rows), [2, 3, 0]);
     }
 
     #[test]
     fn decode_gathers_context_through_block_tables() {
-        let dev = Default::default();
-        let seqs = [
-            DecodeSeq {
+        let dev = Device::flex();
+        let mut buffers = DecodeBuffers::new(4, 3, 10, &dev);
+        let rows = [
+            DecodeRow {
                 token: 5,
                 pos: 2,
                 table: &[3, 0],
             },
-            DecodeSeq {
+            DecodeRow {
                 token: 6,
                 pos: 0,
                 table: &[1],
             },
         ];
-        let inputs = decode_inputs::<TestBackend>(&seqs, 2, &dev);
-        let ctx: Vec<i64> = inputs
-            .meta
-            .context_slots
-            .unwrap()
-            .into_data()
-            .iter::<i64>()
-            .collect();
-        // seq 0: positions 0,1 in block 3, position 2 in block 0; seq 1: one slot + padding.
-        assert_eq!(ctx, [6, 7, 0, 2, 2, 2]);
-        let slots: Vec<i64> = inputs.meta.write_slots.into_data().iter::<i64>().collect();
-        assert_eq!(slots, [0, 2]);
-        let m: Vec<bool> = values(inputs.meta.mask_bias)
-            .iter()
-            .map(|&x| x < 0.0)
-            .collect();
-        assert_eq!(m, [false, false, false, false, true, true]);
+        buffers.write(&rows, 2, 7);
+        let inputs = decode_inputs(&buffers, 2, 2);
+        let ctx = ints_of(inputs.meta.context_slots.unwrap());
+        // Row 0: blocks 3 then 0; row 1: block 1 then the padding block 7 (masked);
+        // rows 2-3 pad the bucket and read only the padding block.
+        #[rustfmt::skip]
+        assert_eq!(ctx, [6, 7, 0, 1,   2, 3, 14, 15,   14, 15, 14, 15,   14, 15, 14, 15]);
+        assert_eq!(ints_of(inputs.meta.write_slots), [0, 2, 14, 14]);
+        assert_eq!(ints_of(inputs.tokens), [5, 6, 0, 0]);
+        assert_eq!(ints_of(inputs.positions), [2, 0, 0, 0]);
+        let m = bools(inputs.meta.mask);
+        #[rustfmt::skip]
+        assert_eq!(m, [
+            false, false, false, true,
+            false, true, true, true,
+            false, true, true, true,
+            false, true, true, true,
+        ]);
     }
 }

@@ -4,6 +4,12 @@
 //! turns into [`EngineError::OutOfBlocks`](super::EngineError::OutOfBlocks), so
 //! the scheduler can keep a request waiting. A block id `b` owns cache slots
 //! `b * block_size .. (b + 1) * block_size`.
+//!
+//! The cache holds one block more than the allocator hands out: the padding
+//! block ([`BlockAllocator::padding_block`]). Rows that only pad a decode batch
+//! up to its bucket write and read there, so they never touch a sequence's K/V.
+
+use super::EngineError;
 
 /// Free list of KV blocks.
 #[derive(Debug)]
@@ -43,6 +49,25 @@ impl BlockAllocator {
         Some(self.free.split_off(at))
     }
 
+    /// Reserves `counts[i]` blocks for each of several sequences, all or none.
+    pub fn reserve_tables(&mut self, counts: &[usize]) -> Result<Vec<Vec<u32>>, EngineError> {
+        let needed = counts.iter().sum();
+        let free = self.free();
+        let mut pool = self
+            .allocate(needed)
+            .ok_or(EngineError::OutOfBlocks { needed, free })?;
+        Ok(counts
+            .iter()
+            .map(|&n| pool.split_off(pool.len() - n))
+            .collect())
+    }
+
+    /// The block that padding rows use: never allocated, one past the last
+    /// allocatable block.
+    pub fn padding_block(&self) -> u32 {
+        self.total as u32
+    }
+
     /// Returns blocks to the free list.
     pub fn release(&mut self, blocks: Vec<u32>) {
         debug_assert!(self.free.len() + blocks.len() <= self.total);
@@ -69,6 +94,22 @@ mod tests {
         assert_eq!(a.free(), 1);
         a.release(x);
         assert_eq!((a.free(), a.used(), a.total()), (4, 0, 4));
+    }
+
+    #[test]
+    fn tables_are_reserved_all_or_nothing() {
+        let mut a = BlockAllocator::new(5);
+        let tables = a.reserve_tables(&[2, 0, 3]).unwrap();
+        assert_eq!(tables.iter().map(Vec::len).collect::<Vec<_>>(), [2, 0, 3]);
+        let mut all: Vec<u32> = tables.concat();
+        all.sort_unstable();
+        assert_eq!(all, [0, 1, 2, 3, 4]);
+        a.release(tables.concat());
+        assert!(matches!(
+            a.reserve_tables(&[4, 2]),
+            Err(EngineError::OutOfBlocks { needed: 6, free: 5 })
+        ));
+        assert_eq!((a.free(), a.padding_block()), (5, 5));
     }
 
     #[test]

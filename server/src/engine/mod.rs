@@ -2,22 +2,38 @@
 //!
 //! Layout:
 //! - [`types`]: requests, sampling parameters, step outputs, [`EngineError`].
-//! - [`blocks`]: the block allocator (free list, per-sequence block tables).
-//! - [`batch`]: host-side construction of a step's index tensors (slots,
-//!   positions, masks) from block tables.
+//! - [`blocks`]: the block allocator (free list, all-or-nothing reservation of
+//!   block tables, the padding block).
+//! - [`limits`]: the one check of a request against the model and cache
+//!   limits (the service runs it before queueing, the engine at prefill).
+//! - [`sequence`]: per-sequence state and the stop rules.
+//! - [`buffers`]: the persistent device buffers a decode step's inputs are
+//!   written into, one set per decode bucket; [`inplace`] writes them in place.
+//! - [`batch`]: a step's model inputs (prefill built on the host, decode
+//!   derived on the device from the buffers).
 //! - [`sampler`]: per-row sampling on device (greedy fast path; temperature,
 //!   top-k, top-p with per-sequence seeded RNGs); one device->host read.
 //! - [`runner`]: [`Engine`], which owns the model, the cache and the sequences
-//!   and implements prefill / decode / release with the stop rules.
+//!   and implements prefill / decode / release.
+//! - [`warmup`]: runs every step shape before the server reports SERVING.
 
 pub mod batch;
 pub mod blocks;
+pub mod buffers;
+mod inplace;
+pub mod limits;
 pub mod runner;
 pub mod sampler;
+mod sequence;
 pub mod types;
+pub mod warmup;
+
+#[cfg(test)]
+mod tests;
 
 pub use runner::Engine;
 pub use types::{
     EngineConfig, EngineError, FinishReason, FinishedSeq, SampledToken, SamplingParams, SeqId,
     SequenceRequest, StepOutput,
 };
+pub use warmup::WarmupReport;

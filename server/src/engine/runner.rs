@@ -1,86 +1,67 @@
 //! [`Engine`]: the model, the paged KV cache and the active sequences.
 //!
 //! Each step (prefill or decode) is one batched forward pass, one sampling
-//! pass and one device->host read of the chosen ids. Stop rules live here:
-//! a sampled EOS (unless `ignore_eos`) finishes a sequence without emitting it;
-//! the token that reaches `max_new_tokens` is emitted and finishes it. A
-//! finished sequence's blocks are freed inside the step.
+//! pass and one device->host read of the chosen ids. A finished sequence's
+//! blocks are freed inside the step (stop rules: [`super::sequence`]).
 //!
 //! Admission reserves a sequence's whole budget of blocks,
 //! `ceil((prompt + max_new_tokens) / block_size)`, so a running sequence never
 //! runs out of cache and never needs preemption; refusing admission is the
 //! scheduler's back-pressure signal ([`EngineError::OutOfBlocks`]).
+//!
+//! Step shapes: with `bucketed` on (CUDA), decode batches are padded to
+//! power-of-two buckets up to `max_batch` and prefill batches to power-of-two
+//! rows and lengths, so the set of shapes is small and known in advance
+//! (autotune runs once per shape, a CUDA graph can be kept per bucket). A
+//! decode step's inputs go through the bucket's persistent [`DecodeBuffers`].
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use burn::prelude::*;
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 
-use super::batch::{decode_inputs, prefill_inputs, DecodeSeq, PrefillSeq, StepInputs};
+use super::batch::{decode_inputs, prefill_inputs, PrefillSeq, PrefillShape, StepInputs};
 use super::blocks::BlockAllocator;
-use super::sampler::{sample, RowChoice};
+use super::buffers::{DecodeBuffers, DecodeRow};
+use super::limits::{LimitField, RequestLimits};
+use super::sampler::{sample, RowChoice, SamplingParamsRows};
+use super::sequence::Sequence;
 use super::types::*;
 use crate::model::{Gpt2, Gpt2Config, KvCache};
 
-/// Per-sequence state between steps.
-#[derive(Debug)]
-struct Sequence {
-    /// Blocks reserved for the sequence's whole budget, in position order.
-    table: Vec<u32>,
-    /// Tokens whose K/V are in the cache (= position of `last_token`).
-    cached: usize,
-    /// The last sampled token, fed at the next decode step.
-    last_token: u32,
-    /// Tokens emitted so far.
-    generated: usize,
-    max_new_tokens: usize,
-    ignore_eos: bool,
-    sampling: SamplingParams,
-    /// The sequence's own RNG, seeded from `sampling.seed`, one draw per step.
-    rng: StdRng,
-}
-
-impl Sequence {
-    fn choice(&mut self) -> RowChoice {
-        let p = self.sampling;
-        if p.is_greedy() {
-            RowChoice::Greedy
-        } else {
-            RowChoice::Sample {
-                temperature: p.temperature,
-                top_k: p.top_k,
-                top_p: p.top_p,
-                uniform: self.rng.random::<f32>(),
-            }
-        }
-    }
-}
+/// Shortest padded prompt length when prefill shapes are bucketed.
+const MIN_PREFILL_BUCKET: usize = 16;
 
 /// Runs many GPT-2 sequences at once over a paged KV cache.
-pub struct Engine<B: Backend> {
-    model: Gpt2<B>,
-    config: Gpt2Config,
-    /// K/V storage of all layers, `num_blocks * block_size` slots each.
-    cache: KvCache<B>,
+pub struct Engine {
+    pub(super) model: Gpt2,
+    pub(super) config: Gpt2Config,
+    /// K/V storage of all layers, `(num_blocks + 1) * block_size` slots each
+    /// (the extra block is the padding block).
+    pub(super) cache: KvCache,
     /// Which blocks are free.
-    blocks: BlockAllocator,
-    block_size: usize,
+    pub(super) blocks: BlockAllocator,
+    pub(super) block_size: usize,
+    /// Largest decode batch (and decode bucket).
+    pub(super) max_batch: usize,
+    /// Whether step shapes are padded to buckets.
+    pub(super) bucketed: bool,
     /// Active sequences (prefilled, not finished or released).
-    seqs: HashMap<SeqId, Sequence>,
+    pub(super) seqs: HashMap<SeqId, Sequence>,
+    /// Persistent decode inputs, one set per decode bucket, made on first use.
+    pub(super) decode_buffers: BTreeMap<usize, DecodeBuffers>,
     /// Token that ends a sequence (unless `ignore_eos`).
-    eos_token_id: u32,
-    device: B::Device,
+    pub(super) eos_token_id: u32,
+    pub(super) device: Device,
 }
 
-impl<B: Backend> Engine<B> {
-    /// Allocates the KV cache (`num_blocks * block_size` slots per layer, K and V).
+impl Engine {
+    /// Allocates the KV cache (`(num_blocks + 1) * block_size` slots per layer, K and V).
     pub fn new(
-        model: Gpt2<B>,
+        model: Gpt2,
         config: Gpt2Config,
         engine_config: EngineConfig,
         eos_token_id: u32,
-        device: B::Device,
+        device: Device,
     ) -> Result<Self, EngineError> {
         config
             .validate()
@@ -88,33 +69,40 @@ impl<B: Backend> Engine<B> {
         let EngineConfig {
             block_size,
             num_blocks,
+            max_batch,
+            bucketed,
         } = engine_config;
-        if block_size == 0 || num_blocks == 0 {
+        if block_size == 0 || num_blocks == 0 || max_batch == 0 {
             return Err(EngineError::InvalidConfig(format!(
-                "block_size ({block_size}) and num_blocks ({num_blocks}) must be > 0"
+                "block_size ({block_size}), num_blocks ({num_blocks}) and max_batch ({max_batch}) must be > 0"
             )));
         }
-        // Slot ids travel as the backend's int type (i32 on CUDA).
+        // Slot ids travel as 32-bit ints on the device.
         let num_slots = block_size
-            .checked_mul(num_blocks)
+            .checked_mul(num_blocks + 1)
             .filter(|&n| n <= i32::MAX as usize)
             .ok_or_else(|| {
-                EngineError::InvalidConfig("block_size * num_blocks exceeds i32".into())
+                EngineError::InvalidConfig("block_size * (num_blocks + 1) exceeds i32".into())
             })?;
+        let cache = KvCache::new(config.n_layer, config.n_embd, num_slots, &device);
         tracing::info!(
             block_size,
             num_blocks,
-            kv_bytes = num_blocks * Self::kv_bytes_per_block(&config, block_size, 4),
-            "allocating paged KV cache (bytes shown at f32)"
+            max_batch,
+            bucketed,
+            kv_bytes = num_slots * config.n_layer * config.n_embd * 2 * cache.elem_bytes(),
+            "allocated the paged KV cache"
         );
-        let cache = KvCache::new(config.n_layer, config.n_embd, num_slots, &device);
         Ok(Self {
             model,
             config,
             cache,
             blocks: BlockAllocator::new(num_blocks),
             block_size,
+            max_batch,
+            bucketed,
             seqs: HashMap::new(),
+            decode_buffers: BTreeMap::new(),
             eos_token_id,
             device,
         })
@@ -137,7 +125,7 @@ impl<B: Backend> Engine<B> {
     /// `ceil((prompt + max_new_tokens) / block_size)`. Reserving the whole
     /// budget at admission means a running sequence never needs preemption.
     pub fn blocks_required(&self, prompt_len: usize, max_new_tokens: usize) -> usize {
-        (prompt_len + max_new_tokens).div_ceil(self.block_size)
+        self.limits().blocks_required(prompt_len, max_new_tokens)
     }
 
     pub fn kv_blocks_total(&self) -> usize {
@@ -162,32 +150,28 @@ impl<B: Backend> Engine<B> {
         self.seqs.contains_key(&id)
     }
 
+    /// What a request must fit into (the engine has no prompt-length knob).
+    pub fn limits(&self) -> RequestLimits {
+        RequestLimits {
+            vocab_size: self.config.vocab_size,
+            context: self.config.n_positions,
+            block_size: self.block_size,
+            kv_blocks_total: self.blocks.total(),
+            max_prompt_tokens: usize::MAX,
+        }
+    }
+
     /// Checks a request against the model's limits (not against free blocks).
     pub fn validate(&self, req: &SequenceRequest) -> Result<(), EngineError> {
-        let c = &self.config;
-        let invalid = |m: String| Err(EngineError::InvalidRequest(m));
-        if req.prompt.is_empty() {
-            return invalid(format!("sequence {}: empty prompt", req.id));
-        }
-        if req.max_new_tokens == 0 {
-            return invalid(format!("sequence {}: max_new_tokens must be >= 1", req.id));
-        }
-        if req.prompt.len() + req.max_new_tokens > c.n_positions {
-            return invalid(format!(
-                "sequence {}: prompt ({}) + max_new_tokens ({}) exceeds the context window ({})",
-                req.id,
-                req.prompt.len(),
-                req.max_new_tokens,
-                c.n_positions
-            ));
-        }
-        if let Some(&t) = req.prompt.iter().find(|&&t| t as usize >= c.vocab_size) {
-            return invalid(format!(
-                "sequence {}: token id {t} >= vocab size {}",
-                req.id, c.vocab_size
-            ));
-        }
-        Ok(())
+        self.limits()
+            .check(&req.prompt, req.max_new_tokens)
+            .map_err(|v| {
+                let field = match v.field {
+                    LimitField::Prompt => "prompt",
+                    LimitField::MaxNewTokens => "max_new_tokens",
+                };
+                EngineError::InvalidRequest(format!("sequence {}: {field} {}", req.id, v.message))
+            })
     }
 
     /// Batched prefill of new sequences (different lengths, one forward pass,
@@ -198,57 +182,35 @@ impl<B: Backend> Engine<B> {
             return Ok(StepOutput::default());
         }
         let mut ids = HashSet::with_capacity(reqs.len());
-        let mut needed = 0;
         for req in &reqs {
             self.validate(req)?;
             if self.seqs.contains_key(&req.id) || !ids.insert(req.id) {
                 return Err(EngineError::DuplicateSequence(req.id));
             }
-            needed += self.blocks_required(req.prompt.len(), req.max_new_tokens);
         }
-        let free = self.blocks.free();
-        let Some(mut pool) = self.blocks.allocate(needed) else {
-            return Err(EngineError::OutOfBlocks { needed, free });
-        };
-        let tables: Vec<Vec<u32>> = reqs
+        let counts: Vec<usize> = reqs
             .iter()
-            .map(|r| {
-                let n = self.blocks_required(r.prompt.len(), r.max_new_tokens);
-                pool.split_off(pool.len() - n)
-            })
+            .map(|r| self.blocks_required(r.prompt.len(), r.max_new_tokens))
             .collect();
-
-        let seqs: Vec<PrefillSeq<'_>> = reqs
-            .iter()
-            .zip(&tables)
-            .map(|(r, t)| PrefillSeq {
-                prompt: &r.prompt,
-                table: t,
-            })
-            .collect();
-        let inputs = prefill_inputs::<B>(&seqs, self.block_size, &self.device);
-        let logits = self.forward(inputs);
-
+        let tables = self.blocks.reserve_tables(&counts)?;
         let mut states: Vec<(SeqId, Sequence)> = reqs
-            .into_iter()
+            .iter()
             .zip(tables)
-            .map(|(r, table)| {
-                let seq = Sequence {
-                    table,
-                    cached: r.prompt.len(),
-                    last_token: 0,
-                    generated: 0,
-                    max_new_tokens: r.max_new_tokens,
-                    ignore_eos: r.ignore_eos,
-                    sampling: r.sampling,
-                    rng: StdRng::seed_from_u64(r.sampling.seed),
-                };
-                (r.id, seq)
-            })
+            .map(|(r, table)| (r.id, Sequence::new(r, table)))
             .collect();
         let choices: Vec<RowChoice> = states.iter_mut().map(|(_, s)| s.choice()).collect();
-        let tokens = match sample(logits, &choices) {
-            Ok(t) => t,
+        let prompts: Vec<&[u32]> = reqs.iter().map(|r| r.prompt.as_slice()).collect();
+        let tables: Vec<&[u32]> = states.iter().map(|(_, s)| s.table.as_slice()).collect();
+        let result = self
+            .prefill_logits(&prompts, &tables)
+            .and_then(|(logits, rows)| {
+                let mut params =
+                    SamplingParamsRows::new(rows, self.config.vocab_size, &self.device);
+                params.write(&choices);
+                sample(logits, &params, choices.len())
+            });
+        let tokens = match result {
+            Ok(tokens) => tokens,
             Err(e) => {
                 for (_, s) in states {
                     self.blocks.release(s.table);
@@ -258,60 +220,93 @@ impl<B: Backend> Engine<B> {
         };
 
         let mut out = StepOutput::default();
-        for ((id, seq), token) in states.into_iter().zip(tokens) {
+        for ((id, mut seq), token) in states.into_iter().zip(tokens) {
+            let verdict = seq.judge(token, self.eos_token_id);
             self.seqs.insert(id, seq);
-            self.accept(id, token, &mut out);
+            self.record(id, token, verdict, &mut out);
         }
         Ok(out)
     }
 
     /// One batched decode step for exactly these active sequences (each at its
-    /// own position): feeds each one's last sampled token, samples the next.
+    /// own position, at most `max_batch`): feeds each one's last sampled token,
+    /// samples the next.
     pub fn decode(&mut self, ids: &[SeqId]) -> Result<StepOutput, EngineError> {
         if ids.is_empty() {
             return Ok(StepOutput::default());
         }
-        let (logits, choices) = self.decode_forward(ids)?;
-        let tokens = sample(logits, &choices)?;
+        let (logits, bucket) = self.decode_forward(ids)?;
+        let params = &self.decode_buffers[&bucket].sampling;
+        let tokens = sample(logits, params, ids.len())?;
 
         let mut out = StepOutput::default();
         for (&id, token) in ids.iter().zip(tokens) {
-            if let Some(s) = self.seqs.get_mut(&id) {
-                s.cached += 1;
-            }
-            self.accept(id, token, &mut out);
+            let Some(seq) = self.seqs.get_mut(&id) else {
+                continue;
+            };
+            seq.cached += 1;
+            let verdict = seq.judge(token, self.eos_token_id);
+            self.record(id, token, verdict, &mut out);
         }
         Ok(out)
     }
 
-    /// The forward half of [`Engine::decode`]: checks `ids`, writes each
-    /// sequence's last token's K/V and returns the logits `[B, vocab]` with each
-    /// row's sampling choice (drawing one uniform per sampling row).
-    fn decode_forward(
+    /// The forward half of [`Engine::decode`]: checks `ids`, writes the step's
+    /// inputs (and each row's sampling choice, drawing one uniform per sampling
+    /// row) into the bucket's buffers and runs the model. Returns the logits
+    /// `[bucket, vocab]` and the bucket.
+    pub(super) fn decode_forward(
         &mut self,
         ids: &[SeqId],
-    ) -> Result<(Tensor<B, 2>, Vec<RowChoice>), EngineError> {
+    ) -> Result<(Tensor<2>, usize), EngineError> {
+        if ids.len() > self.max_batch {
+            return Err(EngineError::InvalidRequest(format!(
+                "decode batch of {} exceeds max_batch {}",
+                ids.len(),
+                self.max_batch
+            )));
+        }
         let mut seen = HashSet::with_capacity(ids.len());
-        let mut batch = Vec::with_capacity(ids.len());
         for &id in ids {
-            let s = self.seqs.get(&id).ok_or(EngineError::UnknownSequence(id))?;
+            if !self.seqs.contains_key(&id) {
+                return Err(EngineError::UnknownSequence(id));
+            }
             if !seen.insert(id) {
                 return Err(EngineError::InvalidRequest(format!(
                     "sequence {id} listed twice in one decode step"
                 )));
             }
-            batch.push(DecodeSeq {
-                token: s.last_token,
-                pos: s.cached,
-                table: &s.table,
-            });
         }
-        let inputs = decode_inputs::<B>(&batch, self.block_size, &self.device);
-        let choices = ids
+        let choices: Vec<RowChoice> = ids
             .iter()
             .filter_map(|id| self.seqs.get_mut(id).map(Sequence::choice))
             .collect();
-        Ok((self.forward(inputs), choices))
+        let rows: Vec<DecodeRow<'_>> = ids
+            .iter()
+            .filter_map(|id| self.seqs.get(id))
+            .map(|s| DecodeRow {
+                token: s.last_token,
+                pos: s.cached,
+                table: &s.table,
+            })
+            .collect();
+        let bucket = self.decode_bucket(ids.len());
+        let logits = run_decode(
+            &self.model,
+            &mut self.cache,
+            &mut self.decode_buffers,
+            DecodeGeometry::of(
+                &self.config,
+                self.block_size,
+                self.blocks.padding_block(),
+                &self.device,
+            ),
+            bucket,
+            &rows,
+            &choices,
+            None,
+        );
+        Ok((logits, bucket))
     }
 
     /// Frees a sequence's blocks (cancel). Returns false if unknown.
@@ -325,72 +320,10 @@ impl<B: Backend> Engine<B> {
         }
     }
 
-    /// Runs forward passes over the batch shapes the server will use (prefill
-    /// batches up to `prefill_max_batch`, decode batches up to `max_batch`),
-    /// leaving no state behind (all blocks it took are free after).
-    pub fn warmup(
-        &mut self,
-        max_batch: usize,
-        prefill_max_batch: usize,
-    ) -> Result<(), EngineError> {
-        let prompt_len = 8.min(self.config.n_positions.saturating_sub(2)).max(1);
-        let max_new = 2;
-        let per_seq = self.blocks_required(prompt_len, max_new);
-        let fits = |engine: &Self, n: usize| n.min(engine.blocks.free() / per_seq.max(1));
-        let mut next_id = SeqId::MAX;
-        let mut fresh_ids = |engine: &Self, n: usize| {
-            let mut v = Vec::with_capacity(n);
-            while v.len() < n {
-                if !engine.seqs.contains_key(&next_id) {
-                    v.push(next_id);
-                }
-                next_id -= 1;
-            }
-            v
-        };
-        let request = |id| SequenceRequest {
-            id,
-            prompt: vec![0; prompt_len],
-            max_new_tokens: max_new,
-            ignore_eos: true,
-            sampling: SamplingParams::greedy(),
-        };
-        for n in batch_sizes(prefill_max_batch) {
-            let n = fits(self, n);
-            let ids = fresh_ids(self, n);
-            let result = self.prefill(ids.iter().map(|&id| request(id)).collect());
-            ids.iter().for_each(|&id| {
-                self.release(id);
-            });
-            result?;
-        }
-        for n in batch_sizes(max_batch) {
-            let n = fits(self, n);
-            let ids = fresh_ids(self, n);
-            let mut result = Ok(StepOutput::default());
-            for chunk in ids.chunks(prefill_max_batch.max(1)) {
-                result = self.prefill(chunk.iter().map(|&id| request(id)).collect());
-                if result.is_err() {
-                    break;
-                }
-            }
-            if result.is_ok() {
-                result = self.decode(&ids);
-            }
-            ids.iter().for_each(|&id| {
-                self.release(id);
-            });
-            result?;
-        }
-        tracing::info!(max_batch, prefill_max_batch, "engine warmed up");
-        Ok(())
-    }
-
     /// Logits `[B, vocab]` at the last position of each prompt, computed through
     /// the same prefill path as [`Engine::prefill`] with temporary blocks that are
     /// freed again (for scoring and for tests against reference logits).
-    pub fn prompt_logits(&mut self, prompts: &[Vec<u32>]) -> Result<Tensor<B, 2>, EngineError> {
-        let mut tables = Vec::with_capacity(prompts.len());
+    pub fn prompt_logits(&mut self, prompts: &[Vec<u32>]) -> Result<Tensor<2>, EngineError> {
         for (i, p) in prompts.iter().enumerate() {
             self.validate(&SequenceRequest {
                 id: i as SeqId,
@@ -400,487 +333,152 @@ impl<B: Backend> Engine<B> {
                 sampling: SamplingParams::greedy(),
             })?;
         }
-        let needed: usize = prompts
+        let counts: Vec<usize> = prompts
             .iter()
             .map(|p| p.len().div_ceil(self.block_size))
-            .sum();
-        let free = self.blocks.free();
-        let Some(mut pool) = self.blocks.allocate(needed) else {
-            return Err(EngineError::OutOfBlocks { needed, free });
-        };
-        for p in prompts {
-            tables.push(pool.split_off(pool.len() - p.len().div_ceil(self.block_size)));
-        }
-        let seqs: Vec<PrefillSeq<'_>> = prompts
-            .iter()
-            .zip(&tables)
-            .map(|(p, t)| PrefillSeq {
-                prompt: p,
-                table: t,
-            })
             .collect();
-        let inputs = prefill_inputs::<B>(&seqs, self.block_size, &self.device);
-        let logits = self.forward(inputs);
+        let tables = self.blocks.reserve_tables(&counts)?;
+        let views: Vec<&[u32]> = prompts.iter().map(Vec::as_slice).collect();
+        let table_views: Vec<&[u32]> = tables.iter().map(Vec::as_slice).collect();
+        let result = self.prefill_logits(&views, &table_views);
         for t in tables {
             self.blocks.release(t);
         }
-        Ok(logits)
+        let (logits, _) = result?;
+        Ok(logits.slice([0..prompts.len()]))
     }
 
-    fn forward(&mut self, inputs: StepInputs<B>) -> Tensor<B, 2> {
-        let StepInputs {
-            tokens,
-            positions,
-            last_rows,
-            meta,
-        } = inputs;
-        self.model
-            .forward(tokens, positions, last_rows, &meta, &mut self.cache)
+    /// Runs the prefill forward pass over `prompts` (blocks already reserved in
+    /// `tables`), padded to the step's shape. Returns logits `[rows, vocab]`
+    /// and `rows` (the padded batch; the first `prompts.len()` rows are real).
+    pub(super) fn prefill_logits(
+        &mut self,
+        prompts: &[&[u32]],
+        tables: &[&[u32]],
+    ) -> Result<(Tensor<2>, usize), EngineError> {
+        let longest = prompts.iter().map(|p| p.len()).max().unwrap_or(1);
+        let shape = self.prefill_shape(prompts.len(), longest);
+        let seqs: Vec<PrefillSeq<'_>> = prompts
+            .iter()
+            .zip(tables)
+            .map(|(prompt, table)| PrefillSeq { prompt, table })
+            .collect();
+        let pad_slot = self.blocks.padding_block() as usize * self.block_size;
+        let inputs = prefill_inputs(&seqs, shape, self.block_size, pad_slot, &self.device);
+        Ok((forward(&self.model, &mut self.cache, inputs), shape.rows))
     }
 
-    /// Applies the stop rules to a sampled token and records the events.
-    fn accept(&mut self, id: SeqId, token: u32, out: &mut StepOutput) {
-        let eos = self.eos_token_id;
-        let Some(seq) = self.seqs.get_mut(&id) else {
-            return;
-        };
-        let reason = if token == eos && !seq.ignore_eos {
-            Some(FinishReason::Eos)
+    /// The decode bucket of a batch of `n` rows.
+    pub(super) fn decode_bucket(&self, n: usize) -> usize {
+        if self.bucketed {
+            n.max(1).next_power_of_two().min(self.max_batch)
         } else {
+            n.max(1)
+        }
+    }
+
+    /// The padded shape of a prefill batch of `n` prompts, the longest `longest`.
+    pub(super) fn prefill_shape(&self, n: usize, longest: usize) -> PrefillShape {
+        if self.bucketed {
+            PrefillShape {
+                rows: n.max(1).next_power_of_two(),
+                len: longest
+                    .max(MIN_PREFILL_BUCKET)
+                    .next_power_of_two()
+                    .min(self.config.n_positions)
+                    .max(longest),
+            }
+        } else {
+            PrefillShape {
+                rows: n.max(1),
+                len: longest.max(1),
+            }
+        }
+    }
+
+    /// Records a judged token in the step's output; frees a finished sequence.
+    fn record(
+        &mut self,
+        id: SeqId,
+        token: u32,
+        verdict: super::sequence::Verdict,
+        out: &mut StepOutput,
+    ) {
+        if verdict.emit {
             out.tokens.push(SampledToken { id, token });
-            seq.last_token = token;
-            seq.generated += 1;
-            (seq.generated >= seq.max_new_tokens).then_some(FinishReason::Length)
-        };
-        if let Some(reason) = reason {
+        }
+        if let Some(reason) = verdict.finish {
             out.finished.push(FinishedSeq { id, reason });
             self.release(id);
         }
     }
 }
 
-/// 1, 2, 4, ... up to and including `max` (empty for 0).
-fn batch_sizes(max: usize) -> Vec<usize> {
-    let mut v: Vec<usize> = std::iter::successors(Some(1usize), |n| n.checked_mul(2))
-        .take_while(|&n| n < max)
-        .collect();
-    if max > 0 {
-        v.push(max);
-    }
-    v
+/// What a decode step needs to know about the cache layout.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct DecodeGeometry<'a> {
+    pub block_size: usize,
+    /// Block-table width: blocks of the longest allowed sequence.
+    pub table_width: usize,
+    pub padding_block: u32,
+    pub vocab: usize,
+    pub device: &'a Device,
 }
 
-#[cfg(test)]
-mod tests {
-    use std::collections::HashMap;
+impl<'a> DecodeGeometry<'a> {
+    pub fn of(
+        config: &Gpt2Config,
+        block_size: usize,
+        padding_block: u32,
+        device: &'a Device,
+    ) -> Self {
+        Self {
+            block_size,
+            table_width: config.n_positions.div_ceil(block_size),
+            padding_block,
+            vocab: config.vocab_size,
+            device,
+        }
+    }
+}
 
-    use super::*;
-    use crate::model::fixtures::{max_abs_diff, reference, tiny_gpt2_dir};
-    use crate::model::{load_model, ModelSource};
-
-    type TestBackend = burn::backend::NdArray<f32>;
-
-    /// The fixture's EOS (its greedy continuations never produce it).
-    const EOS: u32 = 999;
-
-    fn engine(block_size: usize, num_blocks: usize) -> Engine<TestBackend> {
-        let dev = Default::default();
-        let (model, config) =
-            load_model::<TestBackend>(&ModelSource::Dir(tiny_gpt2_dir()), &dev).unwrap();
-        Engine::new(
-            model,
-            config,
-            EngineConfig {
-                block_size,
-                num_blocks,
-            },
-            EOS,
-            dev,
+/// One decode forward pass of `bucket` rows (the real `rows` first, padding
+/// after) through the bucket's persistent buffers. `ctx_blocks` overrides the
+/// context bucket (warmup uses it to reach every shape). Returns logits
+/// `[bucket, vocab]`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn run_decode(
+    model: &Gpt2,
+    cache: &mut KvCache,
+    buffers: &mut BTreeMap<usize, DecodeBuffers>,
+    geometry: DecodeGeometry<'_>,
+    bucket: usize,
+    rows: &[DecodeRow<'_>],
+    choices: &[RowChoice],
+    ctx_blocks: Option<usize>,
+) -> Tensor<2> {
+    let buffers = buffers.entry(bucket).or_insert_with(|| {
+        DecodeBuffers::new(
+            bucket,
+            geometry.table_width,
+            geometry.vocab,
+            geometry.device,
         )
-        .unwrap()
-    }
+    });
+    let needed = buffers.write(rows, geometry.block_size, geometry.padding_block);
+    buffers.write_sampling(choices);
+    let ctx_blocks = ctx_blocks.unwrap_or(needed).max(needed);
+    let inputs = decode_inputs(buffers, ctx_blocks, geometry.block_size);
+    forward(model, cache, inputs)
+}
 
-    fn req(
-        id: SeqId,
-        prompt: &[u32],
-        max_new_tokens: usize,
-        sampling: SamplingParams,
-    ) -> SequenceRequest {
-        SequenceRequest {
-            id,
-            prompt: prompt.to_vec(),
-            max_new_tokens,
-            ignore_eos: true,
-            sampling,
-        }
-    }
-
-    fn rows(t: Tensor<TestBackend, 2>) -> Vec<Vec<f32>> {
-        let [_, v] = t.dims();
-        let flat: Vec<f32> = t.into_data().iter::<f32>().collect();
-        flat.chunks(v).map(<[f32]>::to_vec).collect()
-    }
-
-    /// Collects a step's tokens per sequence and returns the ids still running.
-    fn absorb(out: StepOutput, tokens: &mut HashMap<SeqId, Vec<u32>>, active: &mut Vec<SeqId>) {
-        for t in out.tokens {
-            tokens.entry(t.id).or_default().push(t.token);
-        }
-        for f in out.finished {
-            active.retain(|&id| id != f.id);
-        }
-    }
-
-    /// Prefills `reqs` together and decodes them together until all finish.
-    fn generate(
-        engine: &mut Engine<TestBackend>,
-        reqs: Vec<SequenceRequest>,
-    ) -> HashMap<SeqId, Vec<u32>> {
-        let mut active: Vec<SeqId> = reqs.iter().map(|r| r.id).collect();
-        let mut tokens = HashMap::new();
-        absorb(engine.prefill(reqs).unwrap(), &mut tokens, &mut active);
-        while !active.is_empty() {
-            let ids = active.clone();
-            absorb(engine.decode(&ids).unwrap(), &mut tokens, &mut active);
-        }
-        tokens
-    }
-
-    #[test]
-    fn prefill_logits_match_transformers() {
-        let reference = reference();
-        let mut engine = engine(4, 64);
-        let prompts: Vec<Vec<u32>> = reference.cases.iter().map(|c| c.prompt.clone()).collect();
-        // All prompts in one padded batch, and each alone.
-        let batched = rows(engine.prompt_logits(&prompts).unwrap());
-        let mut worst = 0.0f32;
-        for (case, got) in reference.cases.iter().zip(&batched) {
-            worst = worst.max(max_abs_diff(got, &case.last_logits));
-            let alone = rows(
-                engine
-                    .prompt_logits(std::slice::from_ref(&case.prompt))
-                    .unwrap(),
-            );
-            worst = worst.max(max_abs_diff(&alone[0], &case.last_logits));
-        }
-        eprintln!("prefill logits: max |burn - transformers| = {worst:e}");
-        assert!(worst < 1e-4, "max abs diff {worst}");
-        assert_eq!(engine.kv_blocks_used(), 0);
-    }
-
-    #[test]
-    fn greedy_continuations_and_decode_logits_match_transformers() {
-        let reference = reference();
-        let n = reference.new_tokens;
-        let mut engine = engine(4, 128);
-        let reqs: Vec<_> = reference
-            .cases
-            .iter()
-            .enumerate()
-            .map(|(i, c)| req(i as SeqId, &c.prompt, n, SamplingParams::greedy()))
-            .collect();
-        let ids: Vec<SeqId> = (0..reqs.len() as SeqId).collect();
-        let mut tokens = HashMap::new();
-        let mut active = ids.clone();
-        absorb(engine.prefill(reqs).unwrap(), &mut tokens, &mut active);
-        for _ in 0..n - 2 {
-            absorb(engine.decode(&ids).unwrap(), &mut tokens, &mut active);
-        }
-        // The last step's logits, through the paged decode path.
-        let (logits, _) = engine.decode_forward(&ids).unwrap();
-        let logits = rows(logits);
-        let worst = reference
-            .cases
-            .iter()
-            .zip(&logits)
-            .map(|(c, got)| max_abs_diff(got, &c.final_logits))
-            .fold(0.0, f32::max);
-        eprintln!("decode logits (step {n}): max |burn - transformers| = {worst:e}");
-        assert!(worst < 1e-4, "max abs diff {worst}");
-        absorb(engine.decode(&ids).unwrap(), &mut tokens, &mut active);
-        assert!(active.is_empty());
-        for (i, case) in reference.cases.iter().enumerate() {
-            assert_eq!(tokens[&(i as SeqId)], case.greedy, "prompt {i}");
-        }
-        assert_eq!((engine.kv_blocks_used(), engine.num_active()), (0, 0));
-    }
-
-    #[test]
-    fn mixed_batches_and_late_joiners_match_each_sequence_alone() {
-        let reference = reference();
-        let n = reference.new_tokens;
-        let cases = &reference.cases;
-        // Each alone.
-        let mut engine = engine(4, 64);
-        for (i, c) in cases.iter().enumerate() {
-            let got = generate(
-                &mut engine,
-                vec![req(i as SeqId, &c.prompt, n, SamplingParams::greedy())],
-            );
-            assert_eq!(got[&(i as SeqId)], c.greedy, "alone {i}");
-        }
-        // Continuous batching: 0 and 2 start together, 1 joins after 3 steps,
-        // 3 after 7, with different budgets so they finish at different steps.
-        let budgets = [n, n - 5, n, n - 2];
-        let mut tokens = HashMap::new();
-        let mut active = vec![0, 2];
-        let first = vec![
-            req(0, &cases[0].prompt, budgets[0], SamplingParams::greedy()),
-            req(2, &cases[2].prompt, budgets[2], SamplingParams::greedy()),
-        ];
-        absorb(engine.prefill(first).unwrap(), &mut tokens, &mut active);
-        for step in 1.. {
-            if step == 3 || step == 7 {
-                let i = if step == 3 { 1 } else { 3 };
-                active.push(i as SeqId);
-                let r = req(
-                    i as SeqId,
-                    &cases[i].prompt,
-                    budgets[i],
-                    SamplingParams::greedy(),
-                );
-                absorb(engine.prefill(vec![r]).unwrap(), &mut tokens, &mut active);
-            }
-            if active.is_empty() {
-                break;
-            }
-            let ids = active.clone();
-            absorb(engine.decode(&ids).unwrap(), &mut tokens, &mut active);
-        }
-        for (i, c) in cases.iter().enumerate() {
-            assert_eq!(tokens[&(i as SeqId)], c.greedy[..budgets[i]], "batched {i}");
-        }
-        assert_eq!((engine.kv_blocks_used(), engine.num_active()), (0, 0));
-    }
-
-    #[test]
-    fn stop_rules_eos_and_length() {
-        let reference = reference();
-        let case = &reference.cases[1];
-        let mut engine = engine(4, 32);
-        // EOS = the first greedy token: finishes at prefill, not emitted.
-        engine.eos_token_id = case.greedy[0];
-        let mut r = req(1, &case.prompt, 8, SamplingParams::greedy());
-        r.ignore_eos = false;
-        let out = engine.prefill(vec![r.clone()]).unwrap();
-        assert!(out.tokens.is_empty());
-        assert_eq!(
-            out.finished,
-            [FinishedSeq {
-                id: 1,
-                reason: FinishReason::Eos
-            }]
-        );
-        assert_eq!((engine.kv_blocks_used(), engine.num_active()), (0, 0));
-        // ignore_eos: emitted like any token.
-        r.ignore_eos = true;
-        let out = engine.prefill(vec![r]).unwrap();
-        assert_eq!(
-            out.tokens,
-            [SampledToken {
-                id: 1,
-                token: case.greedy[0]
-            }]
-        );
-        assert!(out.finished.is_empty());
-        assert!(engine.release(1));
-        // max_new_tokens = 1: the token is emitted and the sequence finishes.
-        let out = engine
-            .prefill(vec![req(2, &case.prompt, 1, SamplingParams::greedy())])
-            .unwrap();
-        assert_eq!(
-            out.tokens,
-            [SampledToken {
-                id: 2,
-                token: case.greedy[0]
-            }]
-        );
-        assert_eq!(
-            out.finished,
-            [FinishedSeq {
-                id: 2,
-                reason: FinishReason::Length
-            }]
-        );
-        assert_eq!((engine.kv_blocks_used(), engine.num_active()), (0, 0));
-    }
-
-    #[test]
-    fn release_frees_blocks_and_unknown_ids_are_errors() {
-        let mut engine = engine(4, 32);
-        engine
-            .prefill(vec![req(1, &[1, 2, 3, 4, 5], 6, SamplingParams::greedy())])
-            .unwrap();
-        assert_eq!(engine.kv_blocks_used(), 3);
-        engine.decode(&[1]).unwrap();
-        assert!(matches!(
-            engine.decode(&[1, 2]),
-            Err(EngineError::UnknownSequence(2))
-        ));
-        assert!(matches!(
-            engine.decode(&[1, 1]),
-            Err(EngineError::InvalidRequest(_))
-        ));
-        assert!(engine.release(1));
-        assert!(!engine.release(1));
-        assert_eq!(
-            (
-                engine.kv_blocks_used(),
-                engine.kv_blocks_free(),
-                engine.num_active()
-            ),
-            (0, 32, 0)
-        );
-    }
-
-    #[test]
-    fn out_of_blocks_leaves_the_engine_unchanged() {
-        let mut engine = engine(4, 5);
-        engine
-            .prefill(vec![req(1, &[1, 2, 3], 5, SamplingParams::greedy())])
-            .unwrap(); // 2 blocks
-        let before = (engine.kv_blocks_free(), engine.num_active());
-        // 2 + 2 blocks needed, 3 free: neither is admitted.
-        let err = engine
-            .prefill(vec![
-                req(2, &[4, 5, 6], 5, SamplingParams::greedy()),
-                req(3, &[7], 7, SamplingParams::greedy()),
-            ])
-            .unwrap_err();
-        assert!(
-            matches!(err, EngineError::OutOfBlocks { needed: 4, free: 3 }),
-            "{err}"
-        );
-        assert_eq!((engine.kv_blocks_free(), engine.num_active()), before);
-        assert!(!engine.contains(2) && !engine.contains(3));
-        // The running sequence is unaffected and one that fits is admitted.
-        engine.decode(&[1]).unwrap();
-        engine
-            .prefill(vec![req(3, &[7], 7, SamplingParams::greedy())])
-            .unwrap();
-        assert_eq!(engine.kv_blocks_free(), 1);
-    }
-
-    #[test]
-    fn invalid_requests_are_rejected() {
-        let mut engine = engine(4, 64);
-        let g = SamplingParams::greedy();
-        let cases = [
-            req(1, &[], 4, g),        // empty prompt
-            req(1, &[1, 2], 0, g),    // no tokens to generate
-            req(1, &[1000], 4, g),    // token id >= vocab
-            req(1, &[1; 100], 29, g), // 129 > n_positions 128
-        ];
-        for r in cases {
-            assert!(matches!(
-                engine.prefill(vec![r]),
-                Err(EngineError::InvalidRequest(_))
-            ));
-        }
-        engine.prefill(vec![req(1, &[1; 100], 28, g)]).unwrap(); // exactly 128 fits
-        assert!(matches!(
-            engine.prefill(vec![req(1, &[1], 1, g)]),
-            Err(EngineError::DuplicateSequence(1))
-        ));
-        assert!(matches!(
-            engine.prefill(vec![req(5, &[1], 2, g), req(5, &[2], 2, g)]),
-            Err(EngineError::DuplicateSequence(5))
-        ));
-        assert_eq!(engine.num_active(), 1);
-    }
-
-    #[test]
-    fn seeded_sampling_is_reproducible_and_seeds_differ() {
-        let mut engine = engine(4, 64);
-        let prompt = reference().cases[2].prompt.clone();
-        let sample = |engine: &mut Engine<TestBackend>, seed, top_k, top_p| {
-            let p = SamplingParams {
-                temperature: 1.5,
-                top_k,
-                top_p,
-                seed,
-            };
-            generate(engine, vec![req(7, &prompt, 12, p)])
-                .remove(&7)
-                .unwrap()
-        };
-        for (top_k, top_p) in [(0, 1.0), (50, 1.0), (0, 0.9), (40, 0.95)] {
-            let a = sample(&mut engine, 1, top_k, top_p);
-            let b = sample(&mut engine, 1, top_k, top_p);
-            let c = sample(&mut engine, 2, top_k, top_p);
-            assert_eq!(a, b, "same seed, top_k {top_k} top_p {top_p}");
-            assert_ne!(a, c, "different seeds, top_k {top_k} top_p {top_p}");
-        }
-        // Sampling rows next to greedy rows: both unaffected by batching.
-        let greedy = reference().cases[2].greedy[..12].to_vec();
-        let p = SamplingParams {
-            temperature: 1.5,
-            top_k: 0,
-            top_p: 1.0,
-            seed: 1,
-        };
-        let alone = sample(&mut engine, 1, 0, 1.0);
-        let mixed = generate(
-            &mut engine,
-            vec![
-                req(7, &prompt, 12, p),
-                req(8, &prompt, 12, SamplingParams::greedy()),
-            ],
-        );
-        assert_eq!((mixed[&7].clone(), mixed[&8].clone()), (alone, greedy));
-        assert_eq!(engine.kv_blocks_used(), 0);
-    }
-
-    #[test]
-    fn block_accounting() {
-        let engine = engine(16, 10);
-        assert_eq!(engine.blocks_required(1, 1), 1);
-        assert_eq!(engine.blocks_required(10, 6), 1);
-        assert_eq!(engine.blocks_required(10, 7), 2);
-        assert_eq!(engine.blocks_required(100, 28), 8);
-        assert_eq!(
-            (
-                engine.kv_blocks_total(),
-                engine.kv_blocks_free(),
-                engine.kv_blocks_used()
-            ),
-            (10, 10, 0)
-        );
-        let gpt2 = Gpt2Config::gpt2();
-        // 2 (K, V) * 12 layers * 16 tokens * 768 * 2 bytes.
-        assert_eq!(
-            Engine::<TestBackend>::kv_bytes_per_block(&gpt2, 16, 2),
-            589_824
-        );
-        assert_eq!(batch_sizes(0), Vec::<usize>::new());
-        assert_eq!(batch_sizes(6), [1, 2, 4, 6]);
-        assert_eq!(batch_sizes(8), [1, 2, 4, 8]);
-    }
-
-    #[test]
-    fn warmup_leaves_no_state_behind() {
-        let mut engine = engine(4, 16);
-        engine
-            .prefill(vec![req(1, &[3, 4], 3, SamplingParams::greedy())])
-            .unwrap();
-        engine.warmup(8, 4).unwrap(); // 8 decode rows need 24 blocks: capped, not an error
-        assert_eq!((engine.num_active(), engine.kv_blocks_used()), (1, 2));
-        engine.release(1);
-        assert_eq!(engine.kv_blocks_used(), 0);
-    }
-
-    #[test]
-    fn rejects_unusable_configs() {
-        let dev = Default::default();
-        let (model, config) =
-            load_model::<TestBackend>(&ModelSource::Dir(tiny_gpt2_dir()), &dev).unwrap();
-        let bad = EngineConfig {
-            block_size: 0,
-            num_blocks: 4,
-        };
-        assert!(matches!(
-            Engine::new(model, config, bad, EOS, dev),
-            Err(EngineError::InvalidConfig(_))
-        ));
-    }
+/// The model's forward pass over a step's inputs.
+pub(super) fn forward(model: &Gpt2, cache: &mut KvCache, inputs: StepInputs) -> Tensor<2> {
+    let StepInputs {
+        tokens,
+        positions,
+        last_rows,
+        meta,
+    } = inputs;
+    model.forward(tokens, positions, last_rows, &meta, cache)
 }

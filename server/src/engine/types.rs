@@ -3,13 +3,18 @@
 /// Caller-chosen identifier of a sequence (unique among active sequences).
 pub type SeqId = u64;
 
-/// KV cache geometry.
+/// KV cache geometry and step shapes.
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
     /// Tokens per KV block.
     pub block_size: usize,
     /// Blocks in the cache (shared by all sequences).
     pub num_blocks: usize,
+    /// Most sequences in one decode step (the largest decode bucket).
+    pub max_batch: usize,
+    /// Pad step shapes to power-of-two buckets. Needed on CUDA (a bounded set
+    /// of shapes to autotune and capture); pure overhead on the CPU.
+    pub bucketed: bool,
 }
 
 impl Default for EngineConfig {
@@ -17,6 +22,8 @@ impl Default for EngineConfig {
         Self {
             block_size: 16,
             num_blocks: 1024,
+            max_batch: 32,
+            bucketed: false,
         }
     }
 }

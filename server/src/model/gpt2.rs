@@ -8,44 +8,22 @@
 use burn::nn::Embedding;
 use burn::prelude::*;
 
-use super::block::{Block, BlockConfig};
-use super::config::Gpt2Config;
-use super::init::normal_init;
+use super::block::Block;
 use super::kv_cache::{AttentionMeta, KvCache};
-use super::layer_norm::{LayerNorm, LayerNormConfig};
-
-impl Gpt2Config {
-    /// Builds a GPT-2 with GPT-2's random initialization (normal, std 0.02),
-    /// drawn from the backend's RNG.
-    pub fn init<B: Backend>(&self, device: &B::Device) -> Gpt2<B> {
-        let block = BlockConfig::new(self.n_embd, self.n_head, self.layer_norm_epsilon);
-        Gpt2 {
-            wte: Embedding {
-                weight: normal_init().init([self.vocab_size, self.n_embd], device),
-            },
-            wpe: Embedding {
-                weight: normal_init().init([self.n_positions, self.n_embd], device),
-            },
-            blocks: (0..self.n_layer).map(|_| block.init(device)).collect(),
-            ln_f: LayerNormConfig::new(self.n_embd)
-                .with_epsilon(self.layer_norm_epsilon)
-                .init(device),
-        }
-    }
-}
+use super::layer_norm::LayerNorm;
 
 /// GPT-2 (decoder-only transformer, pre-LN, tied LM head).
 #[derive(Module, Debug)]
-pub struct Gpt2<B: Backend> {
+pub struct Gpt2 {
     /// Token embedding `[vocab, E]`, also the LM head (transposed).
-    pub wte: Embedding<B>,
+    pub wte: Embedding,
     /// Position embedding `[n_positions, E]`.
-    pub wpe: Embedding<B>,
-    pub blocks: Vec<Block<B>>,
-    pub ln_f: LayerNorm<B>,
+    pub wpe: Embedding,
+    pub blocks: Vec<Block>,
+    pub ln_f: LayerNorm,
 }
 
-impl<B: Backend> Gpt2<B> {
+impl Gpt2 {
     /// - `tokens`, `positions`: `[B, Q]` (padding rows hold any valid id/position)
     /// - `last_rows`: `[B]` index into the flattened `[B*Q]` rows of the row
     ///   whose logits each sequence needs
@@ -53,12 +31,12 @@ impl<B: Backend> Gpt2<B> {
     /// - returns logits `[B, vocab]`
     pub fn forward(
         &self,
-        tokens: Tensor<B, 2, Int>,
-        positions: Tensor<B, 2, Int>,
-        last_rows: Tensor<B, 1, Int>,
-        meta: &AttentionMeta<B>,
-        cache: &mut KvCache<B>,
-    ) -> Tensor<B, 2> {
+        tokens: Tensor<2, Int>,
+        positions: Tensor<2, Int>,
+        last_rows: Tensor<1, Int>,
+        meta: &AttentionMeta,
+        cache: &mut KvCache,
+    ) -> Tensor<2> {
         let [b, q] = tokens.dims();
         let mut x = self.wte.forward(tokens) + self.wpe.forward(positions); // [B, Q, E]
         let e = x.dims()[2];

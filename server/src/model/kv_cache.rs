@@ -6,48 +6,56 @@
 //! head's view is a reshape, never a copy. Which slots belong to which sequence
 //! is the engine's business (block tables); the model only sees slot indices:
 //!
-//! - new K/V rows are written with `scatter_nd(.., Assign)` at `write_slots`,
-//!   in place because the layer's tensors are moved in and out uniquely owned;
+//! - new K/V rows are written with `select_assign(0, .., Assign)` at
+//!   `write_slots`, in place because the layer's tensors are moved in and out
+//!   uniquely owned (Flex's `scatter_nd` would copy the whole cache);
 //! - a decode step reads each sequence's context with one `select` of its slots
-//!   into a padded `[B, T, n_embd]` view (a gather of the live context, not a
-//!   copy of the cache), and an additive mask hides the padding.
+//!   into a padded `[B, T, n_embd]` tensor (a gather of the live context, not a
+//!   copy of the cache), and a boolean mask hides the padding.
 
 use burn::prelude::*;
 use burn::tensor::IndexingUpdateOp;
 
 /// K and V storage of one layer, each `[num_slots, n_embd]`.
 #[derive(Debug)]
-pub struct LayerKv<B: Backend> {
-    pub k: Tensor<B, 2>,
-    pub v: Tensor<B, 2>,
+pub struct LayerKv {
+    pub k: Tensor<2>,
+    pub v: Tensor<2>,
 }
 
-impl<B: Backend> LayerKv<B> {
-    /// Writes `k`/`v` rows (`[N, n_embd]`) at `slots` (`[N, 1]`), in place when
+impl LayerKv {
+    /// Writes `k`/`v` rows (`[N, n_embd]`) at `slots` (`[N]`), in place when
     /// the storage is uniquely owned.
-    pub fn write(self, slots: Tensor<B, 2, Int>, k: Tensor<B, 2>, v: Tensor<B, 2>) -> Self {
+    pub fn write(self, slots: Tensor<1, Int>, k: Tensor<2>, v: Tensor<2>) -> Self {
         Self {
             k: self
                 .k
-                .scatter_nd(slots.clone(), k, IndexingUpdateOp::Assign),
-            v: self.v.scatter_nd(slots, v, IndexingUpdateOp::Assign),
+                .select_assign(0, slots.clone(), k, IndexingUpdateOp::Assign),
+            v: self.v.select_assign(0, slots, v, IndexingUpdateOp::Assign),
         }
     }
 }
 
 /// The paged KV cache of a whole model.
 #[derive(Debug)]
-pub struct KvCache<B: Backend> {
+pub struct KvCache {
     /// One entry per transformer block. Taken out for the duration of a forward
     /// pass so each layer's tensors are uniquely owned while written.
-    pub layers: Vec<LayerKv<B>>,
+    pub layers: Vec<LayerKv>,
     /// Total token slots (`num_blocks * block_size`).
     pub num_slots: usize,
 }
 
-impl<B: Backend> KvCache<B> {
+impl KvCache {
+    /// Bytes of one stored element (the device's float dtype).
+    pub fn elem_bytes(&self) -> usize {
+        self.layers
+            .first()
+            .map_or(4, |layer| layer.k.dtype().size())
+    }
+
     /// Allocates zeroed storage for `num_slots` tokens in each of `n_layer` layers.
-    pub fn new(n_layer: usize, n_embd: usize, num_slots: usize, device: &B::Device) -> Self {
+    pub fn new(n_layer: usize, n_embd: usize, num_slots: usize, device: &Device) -> Self {
         let layers = (0..n_layer)
             .map(|_| LayerKv {
                 k: Tensor::zeros([num_slots, n_embd], device),
@@ -60,27 +68,21 @@ impl<B: Backend> KvCache<B> {
 
 /// Where a forward pass reads and writes K/V, shared by all layers of one step.
 ///
-/// Shapes use `B` = sequences in the batch, `Q` = query rows per sequence
-/// (padded), `T` = key positions per sequence (padded), `N` = real new tokens.
+/// Shapes use `B` = rows in the batch, `Q` = query rows per sequence (padded),
+/// `T` = key positions per sequence (padded).
 #[derive(Debug, Clone)]
-pub struct AttentionMeta<B: Backend> {
-    /// `[N]`: which rows of the flattened `[B*Q]` new tokens are real (padding
-    /// rows are not written). `None` when every row is real (decode).
-    pub write_rows: Option<Tensor<B, 1, Int>>,
-    /// `[N, 1]`: cache slot of each real new token.
-    pub write_slots: Tensor<B, 2, Int>,
+pub struct AttentionMeta {
+    /// `[B*Q]`: cache slot of each new token, row-major over `[B, Q]`.
+    /// Padding tokens point at the padding block, which nothing real reads.
+    pub write_slots: Tensor<1, Int>,
     /// `[B*T]`: slots to gather as each sequence's context (padding entries
     /// point at any valid slot and are masked). `None` means the context is
     /// exactly the new tokens (prefill without cached prefix): attention uses
     /// the fresh K/V and `T == Q`.
-    pub context_slots: Option<Tensor<B, 1, Int>>,
+    pub context_slots: Option<Tensor<1, Int>>,
     /// Padded context length `T`.
     pub context_len: usize,
-    /// `[B, 1, Q, T]`: added to attention scores; 0 where visible, a large
-    /// negative number where masked (future or padding).
-    pub mask_bias: Tensor<B, 4>,
+    /// `[B, 1, Q, T]`: true where a key is hidden from a query (future or
+    /// padding). A row with every key hidden (a padding row) attends to nothing.
+    pub mask: Tensor<4, Bool>,
 }
-
-/// Score added at masked positions: far below any real score, yet finite in
-/// f16, so a row never becomes NaN.
-pub const MASK_BIAS: f32 = -1.0e4;

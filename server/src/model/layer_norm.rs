@@ -5,43 +5,24 @@
 //! variance becomes inf. So the statistics are computed in f32 and only the
 //! result is cast back. On an f32 backend the casts are no-ops.
 
-use burn::module::{Initializer, Param};
+use burn::module::Param;
 use burn::prelude::*;
 use burn::tensor::DType;
-
-/// Configuration of [`LayerNorm`].
-#[derive(Config, Debug)]
-pub struct LayerNormConfig {
-    pub d_model: usize,
-    #[config(default = 1e-5)]
-    pub epsilon: f64,
-}
-
-impl LayerNormConfig {
-    /// Scale 1, shift 0.
-    pub fn init<B: Backend>(&self, device: &B::Device) -> LayerNorm<B> {
-        LayerNorm {
-            gamma: Initializer::Ones.init([self.d_model], device),
-            beta: Initializer::Zeros.init([self.d_model], device),
-            epsilon: self.epsilon,
-        }
-    }
-}
 
 /// `y = (x - mean) / sqrt(var + eps) * gamma + beta` over the last dimension
 /// (biased variance, as PyTorch).
 #[derive(Module, Debug)]
-pub struct LayerNorm<B: Backend> {
+pub struct LayerNorm {
     /// Scale `[d_model]` (HF: `weight`).
-    pub gamma: Param<Tensor<B, 1>>,
+    pub gamma: Param<Tensor<1>>,
     /// Shift `[d_model]` (HF: `bias`).
-    pub beta: Param<Tensor<B, 1>>,
+    pub beta: Param<Tensor<1>>,
     pub epsilon: f64,
 }
 
-impl<B: Backend> LayerNorm<B> {
+impl LayerNorm {
     /// `[..., d_model]` -> `[..., d_model]`, same dtype as the input.
-    pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
+    pub fn forward<const D: usize>(&self, x: Tensor<D>) -> Tensor<D> {
         let dtype = x.dtype();
         let x = x.cast(DType::F32);
         let mean = x.clone().mean_dim(D - 1);
@@ -59,14 +40,15 @@ mod tests {
     use super::*;
     use burn::tensor::TensorData;
 
-    type TestBackend = burn::backend::NdArray<f32>;
-
     #[test]
     fn normalizes_the_last_dimension() {
-        let dev = Default::default();
-        let mut ln = LayerNormConfig::new(4).init::<TestBackend>(&dev);
-        ln.beta = Param::from_tensor(Tensor::from_data([0.0, 0.0, 0.0, 1.0], &dev));
-        let x = Tensor::<TestBackend, 2>::from_data(
+        let dev = Device::flex();
+        let ln = LayerNorm {
+            gamma: Param::from_tensor(Tensor::ones([4], &dev)),
+            beta: Param::from_tensor(Tensor::from_data([0.0, 0.0, 0.0, 1.0], &dev)),
+            epsilon: 1e-5,
+        };
+        let x = Tensor::<2>::from_data(
             TensorData::new(
                 vec![1.0f32, 2.0, 3.0, 4.0, 3000.0, -3000.0, 0.0, 0.0],
                 [2, 4],

@@ -22,9 +22,11 @@ use safetensors::{Dtype, SafeTensors};
 
 use super::config::Gpt2Config;
 use super::gpt2::Gpt2;
-use super::init::INIT_STD;
 use super::weights::TensorRole;
 use super::ModelError;
+
+/// Standard deviation of GPT-2's weight initialization (normal, mean 0).
+pub const INIT_STD: f64 = 0.02;
 
 /// Where to get a model.
 #[derive(Debug, Clone)]
@@ -75,10 +77,7 @@ impl fmt::Display for Preset {
 }
 
 /// Loads (or randomly builds) a model and returns it with its configuration.
-pub fn load_model<B: Backend>(
-    source: &ModelSource,
-    device: &B::Device,
-) -> Result<(Gpt2<B>, Gpt2Config), ModelError> {
+pub fn load_model(source: &ModelSource, device: &Device) -> Result<(Gpt2, Gpt2Config), ModelError> {
     match source {
         ModelSource::Dir(dir) => {
             let config = Gpt2Config::from_hf_json(&dir.join("config.json"))?;
@@ -99,11 +98,7 @@ pub fn load_model<B: Backend>(
 }
 
 /// GPT-2's init from a host RNG seeded with `seed` (identical on every backend).
-pub fn random_model<B: Backend>(
-    config: &Gpt2Config,
-    seed: u64,
-    device: &B::Device,
-) -> Result<Gpt2<B>, ModelError> {
+pub fn random_model(config: &Gpt2Config, seed: u64, device: &Device) -> Result<Gpt2, ModelError> {
     let mut rng = StdRng::seed_from_u64(seed);
     let normal = Normal::new(0.0f32, INIT_STD as f32)
         .map_err(|e| ModelError::InvalidConfig(e.to_string()))?;
@@ -119,11 +114,11 @@ pub fn random_model<B: Backend>(
 }
 
 /// Loads `model.safetensors` into a model of shape `config`.
-pub fn load_safetensors<B: Backend>(
+pub fn load_safetensors(
     config: &Gpt2Config,
     path: &Path,
-    device: &B::Device,
-) -> Result<Gpt2<B>, ModelError> {
+    device: &Device,
+) -> Result<Gpt2, ModelError> {
     let bytes = std::fs::read(path).map_err(|source| ModelError::Io {
         path: path.to_path_buf(),
         source,
@@ -198,8 +193,6 @@ mod tests {
     use super::*;
     use crate::model::fixtures::tiny_gpt2_dir;
 
-    type TestBackend = burn::backend::NdArray<f32>;
-
     /// A fresh temp dir holding the fixture's config.json.
     fn temp_model_dir(tag: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!("ember-{tag}-{}", std::process::id()));
@@ -233,7 +226,7 @@ mod tests {
         v.iter().flat_map(|x| x.to_le_bytes()).collect()
     }
 
-    fn flat_params(model: &Gpt2<TestBackend>) -> Vec<f32> {
+    fn flat_params(model: &Gpt2) -> Vec<f32> {
         let mut out: Vec<f32> = model.wte.weight.val().into_data().iter::<f32>().collect();
         let b = model.blocks.last().unwrap();
         out.extend(b.attn.c_attn.weight.val().into_data().iter::<f32>());
@@ -253,9 +246,8 @@ mod tests {
 
     #[test]
     fn loads_the_fixture_directory() {
-        let dev = Default::default();
-        let (model, config) =
-            load_model::<TestBackend>(&ModelSource::Dir(tiny_gpt2_dir()), &dev).unwrap();
+        let dev = Device::flex();
+        let (model, config) = load_model(&ModelSource::Dir(tiny_gpt2_dir()), &dev).unwrap();
         assert_eq!((config.n_layer, config.n_head, config.n_embd), (2, 4, 64));
         assert_eq!((config.n_positions, config.vocab_size), (128, 1000));
         assert_eq!(model.blocks.len(), 2);
@@ -277,8 +269,7 @@ mod tests {
             })
             .collect();
         write_safetensors(&dir.join("model.safetensors"), &tensors);
-        let err = load_model::<TestBackend>(&ModelSource::Dir(dir.clone()), &Default::default())
-            .unwrap_err();
+        let err = load_model(&ModelSource::Dir(dir.clone()), &Device::flex()).unwrap_err();
         let msg = err.to_string();
         assert!(msg.contains("h.1.mlp.c_fc.weight"), "{msg}");
         assert!(
@@ -297,8 +288,7 @@ mod tests {
             .map(|(n, s, v)| (n, Dtype::F32, s, f32_bytes(&v)))
             .collect();
         write_safetensors(&dir.join("model.safetensors"), &tensors);
-        let err = load_model::<TestBackend>(&ModelSource::Dir(dir.clone()), &Default::default())
-            .unwrap_err();
+        let err = load_model(&ModelSource::Dir(dir.clone()), &Device::flex()).unwrap_err();
         assert!(
             matches!(&err, ModelError::MissingTensor { name, expected } if name == "ln_f.bias" && expected == &[64])
         );
@@ -308,9 +298,8 @@ mod tests {
 
     #[test]
     fn loads_unprefixed_f16_and_bf16_keys() {
-        let dev = Default::default();
-        let (reference, _) =
-            load_model::<TestBackend>(&ModelSource::Dir(tiny_gpt2_dir()), &dev).unwrap();
+        let dev = Device::flex();
+        let (reference, _) = load_model(&ModelSource::Dir(tiny_gpt2_dir()), &dev).unwrap();
         for (tag, dtype) in [("f16", Dtype::F16), ("bf16", Dtype::BF16)] {
             let dir = temp_model_dir(tag);
             let tensors: Vec<_> = fixture_tensors()
@@ -331,8 +320,7 @@ mod tests {
                 })
                 .collect();
             write_safetensors(&dir.join("model.safetensors"), &tensors);
-            let (model, _) =
-                load_model::<TestBackend>(&ModelSource::Dir(dir.clone()), &dev).unwrap();
+            let (model, _) = load_model(&ModelSource::Dir(dir.clone()), &dev).unwrap();
             let (a, b) = (flat_params(&reference), flat_params(&model));
             let worst = a
                 .iter()
@@ -369,8 +357,7 @@ mod tests {
             tensors.retain(|t| t.0 != "lm_head.weight");
             tensors.push(head);
             write_safetensors(&dir.join("model.safetensors"), &tensors);
-            let result =
-                load_model::<TestBackend>(&ModelSource::Dir(dir.clone()), &Default::default());
+            let result = load_model(&ModelSource::Dir(dir.clone()), &Device::flex());
             assert_eq!(result.is_ok(), tied, "{tag}");
             if !tied {
                 assert!(matches!(result, Err(ModelError::UntiedLmHead)));
@@ -381,9 +368,9 @@ mod tests {
 
     #[test]
     fn missing_directory_is_an_io_error() {
-        let err = load_model::<TestBackend>(
+        let err = load_model(
             &ModelSource::Dir("/nonexistent/ember".into()),
-            &Default::default(),
+            &Device::flex(),
         )
         .unwrap_err();
         assert!(matches!(err, ModelError::Io { .. }), "{err}");
@@ -391,11 +378,11 @@ mod tests {
 
     #[test]
     fn random_init_is_seeded_and_follows_gpt2_init() {
-        let dev = Default::default();
+        let dev = Device::flex();
         let config = Gpt2Config::new(1, 2, 16, 8, 300);
-        let a = flat_params(&random_model::<TestBackend>(&config, 7, &dev).unwrap());
-        let b = flat_params(&random_model::<TestBackend>(&config, 7, &dev).unwrap());
-        let c = flat_params(&random_model::<TestBackend>(&config, 8, &dev).unwrap());
+        let a = flat_params(&random_model(&config, 7, &dev).unwrap());
+        let b = flat_params(&random_model(&config, 7, &dev).unwrap());
+        let c = flat_params(&random_model(&config, 8, &dev).unwrap());
         assert_eq!(a, b);
         assert_ne!(a, c);
         // wte: std ~0.02 (300 * 16 samples).

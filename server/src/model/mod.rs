@@ -18,7 +18,6 @@ pub mod error;
 #[cfg(test)]
 pub(crate) mod fixtures;
 pub mod gpt2;
-pub mod init;
 pub mod kv_cache;
 pub mod layer_norm;
 pub mod load;
@@ -28,5 +27,5 @@ pub mod weights;
 pub use config::Gpt2Config;
 pub use error::ModelError;
 pub use gpt2::Gpt2;
-pub use kv_cache::{AttentionMeta, KvCache, LayerKv, MASK_BIAS};
+pub use kv_cache::{AttentionMeta, KvCache, LayerKv};
 pub use load::{load_model, random_model, ModelSource, Preset};

@@ -34,30 +34,30 @@ pub enum TensorRole {
 /// Callback answering `(name, role, expected shape)` with f32 data of exactly that shape.
 pub type Fetch<'a> = dyn FnMut(&str, TensorRole, &[usize]) -> Result<TensorData, ModelError> + 'a;
 
-struct Builder<'a, 'f, B: Backend> {
+struct Builder<'a, 'f> {
     fetch: &'a mut Fetch<'f>,
-    device: &'a B::Device,
+    device: &'a Device,
 }
 
-impl<B: Backend> Builder<'_, '_, B> {
+impl Builder<'_, '_> {
     fn tensor<const D: usize>(
         &mut self,
         name: &str,
         role: TensorRole,
         shape: [usize; D],
-    ) -> Result<Param<Tensor<B, D>>, ModelError> {
+    ) -> Result<Param<Tensor<D>>, ModelError> {
         let data = (self.fetch)(name, role, &shape)?;
-        if data.shape.as_slice() != shape.as_slice() {
+        if data.shape().as_slice() != shape.as_slice() {
             return Err(ModelError::ShapeMismatch {
                 name: name.to_string(),
                 expected: shape.to_vec(),
-                actual: data.shape.to_vec(),
+                actual: data.shape().to_vec(),
             });
         }
         Ok(Param::from_tensor(Tensor::from_data(data, self.device)))
     }
 
-    fn linear(&mut self, prefix: &str, d_in: usize, d_out: usize) -> Result<Linear<B>, ModelError> {
+    fn linear(&mut self, prefix: &str, d_in: usize, d_out: usize) -> Result<Linear, ModelError> {
         Ok(Linear {
             weight: self.tensor(
                 &format!("{prefix}.weight"),
@@ -68,7 +68,7 @@ impl<B: Backend> Builder<'_, '_, B> {
         })
     }
 
-    fn layer_norm(&mut self, prefix: &str, d: usize, eps: f64) -> Result<LayerNorm<B>, ModelError> {
+    fn layer_norm(&mut self, prefix: &str, d: usize, eps: f64) -> Result<LayerNorm, ModelError> {
         Ok(LayerNorm {
             gamma: self.tensor(&format!("{prefix}.weight"), TensorRole::NormScale, [d])?,
             beta: self.tensor(&format!("{prefix}.bias"), TensorRole::Bias, [d])?,
@@ -76,24 +76,24 @@ impl<B: Backend> Builder<'_, '_, B> {
         })
     }
 
-    fn embedding(&mut self, name: &str, rows: usize, d: usize) -> Result<Embedding<B>, ModelError> {
+    fn embedding(&mut self, name: &str, rows: usize, d: usize) -> Result<Embedding, ModelError> {
         Ok(Embedding {
             weight: self.tensor(name, TensorRole::Weight, [rows, d])?,
         })
     }
 }
 
-impl<B: Backend> Gpt2<B> {
+impl Gpt2 {
     /// Builds the model tensor by tensor from `fetch` (see the module docs).
     pub fn from_weights(
         config: &Gpt2Config,
-        device: &B::Device,
+        device: &Device,
         fetch: &mut Fetch<'_>,
     ) -> Result<Self, ModelError> {
         config.validate()?;
         let e = config.n_embd;
         let eps = config.layer_norm_epsilon;
-        let mut b = Builder::<B> { fetch, device };
+        let mut b = Builder { fetch, device };
         let wte = b.embedding("wte.weight", config.vocab_size, e)?;
         let wpe = b.embedding("wpe.weight", config.n_positions, e)?;
         let mut blocks = Vec::with_capacity(config.n_layer);

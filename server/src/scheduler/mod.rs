@@ -27,13 +27,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use burn::tensor::backend::Backend;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
 pub use request::{Admission, CancelReason, Event, FinishKind, QueuedRequest};
 pub use stats::SchedulerStats;
 
 use crate::cli::SchedulerKnobs;
+use crate::device::EngineDevice;
+use crate::engine::limits::RequestLimits;
 use crate::engine::{Engine, EngineConfig, SeqId};
 use crate::model::{load_model, Gpt2Config, ModelSource};
 
@@ -53,11 +54,11 @@ pub enum Command {
 pub struct ModelInfo {
     /// Human-readable model name (directory or preset).
     pub name: String,
-    /// Device the engine runs on, e.g. `cpu (NdArray f32)`.
+    /// Device the engine runs on, e.g. `cpu (Flex f32)`.
     pub device: String,
     pub config: Gpt2Config,
-    pub kv_blocks_total: usize,
-    pub block_size: usize,
+    /// What a request must fit into (checked before queueing).
+    pub limits: RequestLimits,
     /// Seconds spent loading the model and warming up.
     pub load_seconds: f64,
 }
@@ -133,14 +134,11 @@ pub type ReadyReceiver = oneshot::Receiver<Result<ModelInfo, String>>;
 /// A started scheduler: its handle, its readiness, its thread.
 pub type Spawned = (SchedulerHandle, ReadyReceiver, std::thread::JoinHandle<()>);
 
-/// Starts the scheduler thread for backend `B` on `device`. The returned
-/// receiver yields the model info once the model is loaded and warmed up, or
-/// the reason it could not be.
-pub fn spawn<B: Backend>(
-    device: B::Device,
-    device_name: String,
-    config: SchedulerConfig,
-) -> std::io::Result<Spawned> {
+/// Starts the scheduler thread on `device`. The returned receiver yields the
+/// model info once the model is loaded and warmed up, or the reason it could
+/// not be.
+pub fn spawn(device: EngineDevice, config: SchedulerConfig) -> std::io::Result<Spawned> {
+    let device_name = device.name.clone();
     let (tx, rx) = mpsc::unbounded_channel();
     let (ready_tx, ready_rx) = oneshot::channel();
     let stats = Arc::new(SchedulerStats::default());
@@ -156,7 +154,7 @@ pub fn spawn<B: Backend>(
         .spawn(move || {
             let started = Instant::now();
             let engine = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                build_engine::<B>(&device, &config)
+                build_engine(&device, &config)
             })) {
                 Ok(Ok(engine)) => engine,
                 Ok(Err(msg)) => {
@@ -174,8 +172,10 @@ pub fn spawn<B: Backend>(
                 name: model_name(&config.model),
                 device: device_name,
                 config: engine.model_config().clone(),
-                kv_blocks_total: engine.kv_blocks_total(),
-                block_size: engine.block_size(),
+                limits: RequestLimits {
+                    max_prompt_tokens: config.knobs.prefill_max_tokens,
+                    ..engine.limits()
+                },
                 load_seconds: started.elapsed().as_secs_f64(),
             };
             let worker = worker::Worker::new(engine, config.knobs.clone(), rx, stats);
@@ -194,19 +194,16 @@ fn model_name(source: &ModelSource) -> String {
     }
 }
 
-fn build_engine<B: Backend>(
-    device: &B::Device,
-    config: &SchedulerConfig,
-) -> Result<Engine<B>, String> {
+fn build_engine(device: &EngineDevice, config: &SchedulerConfig) -> Result<Engine, String> {
     let (model, model_config) =
-        load_model::<B>(&config.model, device).map_err(|e| e.to_string())?;
+        load_model(&config.model, &device.device).map_err(|e| e.to_string())?;
     let knobs = &config.knobs;
     let num_blocks = match config.kv_blocks {
         Some(n) => n,
         None => {
-            let elem_bytes = std::mem::size_of::<B::FloatElem>();
             let per_block =
-                Engine::<B>::kv_bytes_per_block(&model_config, knobs.block_size, elem_bytes).max(1);
+                Engine::kv_bytes_per_block(&model_config, knobs.block_size, device.float_bytes)
+                    .max(1);
             let per_seq = model_config.n_positions.div_ceil(knobs.block_size);
             let wanted = knobs.max_running() * per_seq;
             let affordable = config.kv_memory_bytes / per_block;
@@ -231,17 +228,17 @@ fn build_engine<B: Backend>(
         EngineConfig {
             block_size: knobs.block_size,
             num_blocks,
+            max_batch: knobs.max_batch_size,
+            bucketed: device.bucketed,
         },
         config.eos_token_id,
-        device.clone(),
+        device.device.clone(),
     )
     .map_err(|e| e.to_string())?;
     if config.warmup {
-        let t = Instant::now();
         engine
-            .warmup(knobs.max_batch_size, knobs.prefill_max_batch_size)
+            .warmup(knobs.prefill_max_batch_size, knobs.prefill_max_tokens)
             .map_err(|e| format!("warmup failed: {e}"))?;
-        tracing::info!(seconds = t.elapsed().as_secs_f64(), "warmup done");
     }
     Ok(engine)
 }

@@ -1,4 +1,4 @@
-//! Scheduler tests on the tiny model (NdArray, CPU): admission knobs, token
+//! Scheduler tests on the tiny model (Flex, CPU): admission knobs, token
 //! budget, waiting for KV blocks, cancellation, finish events.
 //!
 //! Every test queues all its commands before the worker starts, so the first
@@ -8,15 +8,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use burn::backend::NdArray;
+use burn::prelude::Device;
 use tokio::sync::{mpsc, Semaphore};
 
 use super::worker::Worker;
 use super::*;
 use crate::engine::{Engine, EngineConfig, SamplingParams};
 use crate::model::{load_model, ModelSource, Preset};
-
-type B = NdArray<f32>;
 
 fn knobs(max_batch: usize, prefill_batch: usize, prefill_tokens: usize) -> SchedulerKnobs {
     SchedulerKnobs {
@@ -29,19 +27,21 @@ fn knobs(max_batch: usize, prefill_batch: usize, prefill_tokens: usize) -> Sched
     }
 }
 
-fn engine(num_blocks: usize) -> Engine<B> {
-    let device = Default::default();
+fn engine(num_blocks: usize) -> Engine {
+    let device = Device::flex();
     let source = ModelSource::Preset {
         preset: Preset::Tiny,
         seed: 7,
     };
-    let (model, config) = load_model::<B>(&source, &device).expect("tiny model");
+    let (model, config) = load_model(&source, &device).expect("tiny model");
     Engine::new(
         model,
         config,
         EngineConfig {
             block_size: 4,
             num_blocks,
+            max_batch: 64,
+            bucketed: false,
         },
         50256,
         device,
@@ -89,7 +89,7 @@ impl Harness {
     }
 
     /// Starts the worker; returns once every request ended, then stops it.
-    fn run(mut self, engine: Engine<B>, knobs: SchedulerKnobs) -> Outcome {
+    fn run(mut self, engine: Engine, knobs: SchedulerKnobs) -> Outcome {
         let worker = Worker::new(
             engine,
             knobs,

@@ -23,7 +23,6 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::Instant;
 
-use burn::tensor::backend::Backend;
 use tokio::sync::mpsc;
 
 use super::admission::{self, AdmissionBudget, Candidate};
@@ -41,8 +40,8 @@ struct Running {
     generated: u32,
 }
 
-pub(crate) struct Worker<B: Backend> {
-    engine: Engine<B>,
+pub(crate) struct Worker {
+    engine: Engine,
     knobs: SchedulerKnobs,
     commands: mpsc::UnboundedReceiver<Command>,
     /// Submitted, not yet admitted; FIFO.
@@ -55,9 +54,9 @@ pub(crate) struct Worker<B: Backend> {
     iteration: u64,
 }
 
-impl<B: Backend> Worker<B> {
+impl Worker {
     pub(crate) fn new(
-        engine: Engine<B>,
+        engine: Engine,
         knobs: SchedulerKnobs,
         commands: mpsc::UnboundedReceiver<Command>,
         stats: Arc<SchedulerStats>,
@@ -333,7 +332,12 @@ impl<B: Backend> Worker<B> {
         SchedulerStats::set(&s.queue_depth, self.pending.len());
         SchedulerStats::set(&s.active_sequences, self.running.len());
         SchedulerStats::set(&s.kv_blocks_used, self.engine.kv_blocks_used());
-        crate::metrics::record_gauges(self.pending.len(), self.running.len(), &self.engine);
+        crate::metrics::record_gauges(
+            self.pending.len(),
+            self.running.len(),
+            self.engine.kv_blocks_used(),
+            self.engine.kv_blocks_total(),
+        );
     }
 }
 

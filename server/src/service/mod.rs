@@ -96,13 +96,7 @@ impl InferenceService {
                 (ids, "prompt")
             }
         };
-        validate::check_prompt(
-            &prompt,
-            field,
-            checked.max_new_tokens,
-            model,
-            &self.state.knobs,
-        )?;
+        validate::check_prompt(&prompt, field, checked.max_new_tokens, model)?;
         let tokenized = Instant::now();
 
         let permit = self.scheduler.reserve()?;

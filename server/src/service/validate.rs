@@ -8,6 +8,7 @@ use ember_common::pb;
 
 use super::error::ServiceError;
 use crate::cli::SchedulerKnobs;
+use crate::engine::limits::LimitField;
 use crate::engine::SamplingParams;
 use crate::scheduler::ModelInfo;
 
@@ -119,60 +120,20 @@ pub fn check_prompt(
     field: &'static str,
     max_new_tokens: usize,
     model: &ModelInfo,
-    knobs: &SchedulerKnobs,
 ) -> Result<(), ServiceError> {
-    if ids.is_empty() {
-        return Err(ServiceError::invalid(field, "tokenizes to no tokens"));
-    }
-    let vocab = model.config.vocab_size;
-    if let Some((pos, bad)) = ids
-        .iter()
-        .enumerate()
-        .find(|(_, id)| **id as usize >= vocab)
-    {
-        return Err(ServiceError::invalid(
-            field,
-            format!("token id {bad} at position {pos} is outside the vocabulary (size {vocab})"),
-        ));
-    }
-    let context = model.config.n_positions;
-    if ids.len() + max_new_tokens > context {
-        return Err(ServiceError::invalid(
-            "max_new_tokens",
-            format!(
-                "prompt ({} tokens) + max_new_tokens ({max_new_tokens}) exceeds the model's context of {context} tokens",
-                ids.len()
-            ),
-        ));
-    }
-    if ids.len() > knobs.prefill_max_tokens {
-        return Err(ServiceError::invalid(
-            field,
-            format!(
-                "{} prompt tokens exceed the server's --prefill-max-tokens {}",
-                ids.len(),
-                knobs.prefill_max_tokens
-            ),
-        ));
-    }
-    // Same reservation rule as Engine::blocks_required: the whole budget
-    // (prompt + max_new_tokens) is reserved at admission.
-    let blocks = (ids.len() + max_new_tokens).div_ceil(model.block_size);
-    if blocks > model.kv_blocks_total {
-        return Err(ServiceError::invalid(
-            "max_new_tokens",
-            format!(
-                "prompt + max_new_tokens needs {blocks} KV blocks but the server has {} in all",
-                model.kv_blocks_total
-            ),
-        ));
-    }
-    Ok(())
+    model.limits.check(ids, max_new_tokens).map_err(|v| {
+        let field = match v.field {
+            LimitField::Prompt => field,
+            LimitField::MaxNewTokens => "max_new_tokens",
+        };
+        ServiceError::invalid(field, v.message)
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::limits::RequestLimits;
     use crate::model::Gpt2Config;
 
     fn knobs() -> SchedulerKnobs {
@@ -187,12 +148,18 @@ mod tests {
     }
 
     fn model() -> ModelInfo {
+        let config = Gpt2Config::tiny();
         ModelInfo {
             name: "test".into(),
             device: "cpu".into(),
-            config: Gpt2Config::tiny(),
-            kv_blocks_total: 64,
-            block_size: 16,
+            limits: RequestLimits {
+                vocab_size: config.vocab_size,
+                context: config.n_positions,
+                block_size: 16,
+                kv_blocks_total: 64,
+                max_prompt_tokens: knobs().prefill_max_tokens,
+            },
+            config,
             load_seconds: 0.0,
         }
     }
@@ -307,31 +274,29 @@ mod tests {
 
     #[test]
     fn prompt_checks() {
-        let (m, k) = (model(), knobs());
-        assert!(check_prompt(&[1, 2, 3], "prompt", 4, &m, &k).is_ok());
+        let m = model();
+        assert!(check_prompt(&[1, 2, 3], "prompt", 4, &m).is_ok());
         assert_eq!(
-            field_of(check_prompt(&[], "prompt", 4, &m, &k).unwrap_err()),
+            field_of(check_prompt(&[], "prompt", 4, &m).unwrap_err()),
             "prompt"
         );
         assert_eq!(
-            field_of(check_prompt(&[50257], "prompt_token_ids", 4, &m, &k).unwrap_err()),
+            field_of(check_prompt(&[50257], "prompt_token_ids", 4, &m).unwrap_err()),
             "prompt_token_ids"
         );
         let long = vec![1u32; 1000];
         assert_eq!(
-            field_of(check_prompt(&long, "prompt", 100, &m, &k).unwrap_err()),
+            field_of(check_prompt(&long, "prompt", 100, &m).unwrap_err()),
             "max_new_tokens"
         );
         assert_eq!(
-            field_of(check_prompt(&long[..600], "prompt", 10, &m, &k).unwrap_err()),
+            field_of(check_prompt(&long[..600], "prompt", 10, &m).unwrap_err()),
             "prompt"
         );
-        let small = ModelInfo {
-            kv_blocks_total: 1,
-            ..model()
-        };
+        let mut small = model();
+        small.limits.kv_blocks_total = 1;
         assert_eq!(
-            field_of(check_prompt(&[1; 10], "prompt", 10, &small, &k).unwrap_err()),
+            field_of(check_prompt(&[1; 10], "prompt", 10, &small).unwrap_err()),
             "max_new_tokens"
         );
     }

@@ -1,0 +1,68 @@
+//! Writing host data into an existing device tensor's memory.
+//!
+//! On CUDA (CubeCL, behind fusion) the tensor's fusion handle is resolved to
+//! its CubeCL buffer (draining the work queued before it) and the bytes are
+//! copied into that buffer on the engine thread's stream, so they land after
+//! every op already queued and before the next one: the same device pointer,
+//! new contents. Each function returns whether it wrote in place; the caller
+//! replaces the tensor when it did not (the CPU, where a fresh tensor costs a
+//! host copy and nothing is captured).
+
+use burn::prelude::*;
+
+/// Copies `data` into the memory of `tensor` (an int tensor) if it lives on CUDA.
+pub(crate) fn write_int<const D: usize>(tensor: &Tensor<D, Int>, data: &TensorData) -> bool {
+    cuda::write_int(tensor, data)
+}
+
+/// Copies `data` into the memory of `tensor` (a float tensor) if it lives on CUDA.
+pub(crate) fn write_float<const D: usize>(tensor: &Tensor<D>, data: &TensorData) -> bool {
+    cuda::write_float(tensor, data)
+}
+
+#[cfg(feature = "cuda")]
+mod cuda {
+    use burn::backend::Cube;
+    use burn::prelude::*;
+    use burn_cubecl::tensor::CubeTensor;
+    use burn_cubecl::CubeBackend;
+
+    pub fn write_int<const D: usize>(tensor: &Tensor<D, Int>, data: &TensorData) -> bool {
+        // A clone keeps the buffer registered: the resolve below is then a read.
+        let Ok(fused) = tensor.clone().try_into_primitive::<Cube>() else {
+            return false;
+        };
+        let client = fused.client.clone();
+        copy_into(client.resolve_tensor_int::<CubeBackend>(fused), data)
+    }
+
+    pub fn write_float<const D: usize>(tensor: &Tensor<D>, data: &TensorData) -> bool {
+        let Ok(fused) = tensor.clone().try_into_primitive::<Cube>() else {
+            return false;
+        };
+        let client = fused.client.clone();
+        copy_into(client.resolve_tensor_float::<CubeBackend>(fused), data)
+    }
+
+    fn copy_into(target: CubeTensor, data: &TensorData) -> bool {
+        if target.dtype != data.dtype || !target.is_contiguous() {
+            return false;
+        }
+        let bytes = burn::tensor::Bytes::from_bytes_vec(data.as_bytes().to_vec());
+        target.client.write(&target.handle, bytes);
+        true
+    }
+}
+
+#[cfg(not(feature = "cuda"))]
+mod cuda {
+    use burn::prelude::*;
+
+    pub fn write_int<const D: usize>(_: &Tensor<D, Int>, _: &TensorData) -> bool {
+        false
+    }
+
+    pub fn write_float<const D: usize>(_: &Tensor<D>, _: &TensorData) -> bool {
+        false
+    }
+}

@@ -1,0 +1,132 @@
+//! Per-sequence state between steps and the stop rules.
+//!
+//! A sequence is created at prefill with its whole block budget reserved and
+//! lives until a stop rule ends it or the caller releases it. The stop rules:
+//! a sampled EOS (unless `ignore_eos`) finishes the sequence without emitting
+//! it; the token that reaches `max_new_tokens` is emitted and finishes it.
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use super::sampler::RowChoice;
+use super::types::{FinishReason, SamplingParams, SequenceRequest};
+
+/// One active sequence.
+#[derive(Debug)]
+pub(crate) struct Sequence {
+    /// Blocks reserved for the sequence's whole budget, in position order.
+    pub table: Vec<u32>,
+    /// Tokens whose K/V are in the cache (= position of `last_token`).
+    pub cached: usize,
+    /// The last sampled token, fed at the next decode step.
+    pub last_token: u32,
+    /// Tokens emitted so far.
+    pub generated: usize,
+    max_new_tokens: usize,
+    ignore_eos: bool,
+    sampling: SamplingParams,
+    /// The sequence's own RNG, seeded from `sampling.seed`, one draw per step.
+    rng: StdRng,
+}
+
+/// What the stop rules made of one sampled token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Verdict {
+    /// Whether the token is emitted to the client.
+    pub emit: bool,
+    /// Set when the sequence ends with this token.
+    pub finish: Option<FinishReason>,
+}
+
+impl Sequence {
+    /// A freshly prefilled sequence holding `table`.
+    pub fn new(req: &SequenceRequest, table: Vec<u32>) -> Self {
+        Self {
+            table,
+            cached: req.prompt.len(),
+            last_token: 0,
+            generated: 0,
+            max_new_tokens: req.max_new_tokens,
+            ignore_eos: req.ignore_eos,
+            sampling: req.sampling,
+            rng: StdRng::seed_from_u64(req.sampling.seed),
+        }
+    }
+
+    /// How this sequence picks its next token (draws its next uniform).
+    pub fn choice(&mut self) -> RowChoice {
+        let p = self.sampling;
+        if p.is_greedy() {
+            RowChoice::Greedy
+        } else {
+            RowChoice::Sample {
+                temperature: p.temperature,
+                top_k: p.top_k,
+                top_p: p.top_p,
+                uniform: self.rng.random::<f32>(),
+            }
+        }
+    }
+
+    /// Applies the stop rules to `token` and records it as the next input.
+    pub fn judge(&mut self, token: u32, eos_token_id: u32) -> Verdict {
+        if token == eos_token_id && !self.ignore_eos {
+            return Verdict {
+                emit: false,
+                finish: Some(FinishReason::Eos),
+            };
+        }
+        self.last_token = token;
+        self.generated += 1;
+        Verdict {
+            emit: true,
+            finish: (self.generated >= self.max_new_tokens).then_some(FinishReason::Length),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seq(max_new_tokens: usize, ignore_eos: bool) -> Sequence {
+        let req = SequenceRequest {
+            id: 1,
+            prompt: vec![1, 2, 3],
+            max_new_tokens,
+            ignore_eos,
+            sampling: SamplingParams::greedy(),
+        };
+        Sequence::new(&req, vec![0])
+    }
+
+    #[test]
+    fn eos_finishes_without_emitting_unless_ignored() {
+        let mut s = seq(4, false);
+        let v = s.judge(9, 9);
+        assert_eq!((v.emit, v.finish), (false, Some(FinishReason::Eos)));
+        assert_eq!(s.generated, 0);
+        let mut s = seq(4, true);
+        assert_eq!(
+            s.judge(9, 9),
+            Verdict {
+                emit: true,
+                finish: None
+            }
+        );
+        assert_eq!((s.last_token, s.generated, s.cached), (9, 1, 3));
+    }
+
+    #[test]
+    fn the_last_budgeted_token_is_emitted_and_finishes() {
+        let mut s = seq(2, false);
+        assert_eq!(s.judge(5, 9).finish, None);
+        assert_eq!(
+            s.judge(6, 9),
+            Verdict {
+                emit: true,
+                finish: Some(FinishReason::Length)
+            }
+        );
+    }
+}
