@@ -11,6 +11,11 @@ use ember_server::cli::Args;
 use tokio::net::TcpListener;
 use tracing_subscriber::EnvFilter;
 
+/// mimalloc keeps freed pages for reuse: the engine allocates multi-MB
+/// intermediates every step, which glibc would hand back to the OS each time.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()

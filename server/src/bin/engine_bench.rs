@@ -24,6 +24,11 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 
+/// mimalloc keeps freed pages for reuse: the engine allocates multi-MB
+/// intermediates every step, which glibc would hand back to the OS each time.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Engine micro-benchmark: decode step latency and throughput per batch size.
 #[derive(Debug, Parser)]
 #[command(name = "ember-engine-bench", about)]

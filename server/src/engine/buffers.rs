@@ -171,7 +171,7 @@ impl DecodeBuffers {
         self.write_slots.write(slots);
         self.tables.write(tables);
         self.context_lens.write(lens);
-        context_bucket(longest.div_ceil(block_size), w)
+        longest.div_ceil(block_size)
     }
 
     /// Writes the rows' sampling choices (padding rows are greedy).

@@ -21,7 +21,7 @@ use burn::prelude::*;
 
 use super::batch::{decode_inputs, prefill_inputs, PrefillSeq, PrefillShape, StepInputs};
 use super::blocks::BlockAllocator;
-use super::buffers::{DecodeBuffers, DecodeRow};
+use super::buffers::{context_bucket, DecodeBuffers, DecodeRow};
 use super::limits::{LimitField, RequestLimits};
 use super::sampler::{sample, RowChoice, SamplingParamsRows};
 use super::sequence::Sequence;
@@ -84,7 +84,8 @@ impl Engine {
             .ok_or_else(|| {
                 EngineError::InvalidConfig("block_size * (num_blocks + 1) exceeds i32".into())
             })?;
-        let cache = KvCache::new(config.n_layer, config.n_embd, num_slots, &device);
+        let head_dim = config.n_embd / config.n_head;
+        let cache = KvCache::new(config.n_layer, config.n_head, head_dim, num_slots, &device);
         tracing::info!(
             block_size,
             num_blocks,
@@ -281,6 +282,8 @@ impl Engine {
             .iter()
             .filter_map(|id| self.seqs.get_mut(id).map(Sequence::choice))
             .collect();
+        let bucket = self.decode_bucket(ids.len());
+        let geometry = DecodeGeometry::of(self);
         let rows: Vec<DecodeRow<'_>> = ids
             .iter()
             .filter_map(|id| self.seqs.get(id))
@@ -290,17 +293,11 @@ impl Engine {
                 table: &s.table,
             })
             .collect();
-        let bucket = self.decode_bucket(ids.len());
         let logits = run_decode(
             &self.model,
             &mut self.cache,
             &mut self.decode_buffers,
-            DecodeGeometry::of(
-                &self.config,
-                self.block_size,
-                self.blocks.padding_block(),
-                &self.device,
-            ),
+            &geometry,
             bucket,
             &rows,
             &choices,
@@ -415,29 +412,28 @@ impl Engine {
 }
 
 /// What a decode step needs to know about the cache layout.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct DecodeGeometry<'a> {
+#[derive(Debug, Clone)]
+pub(super) struct DecodeGeometry {
     pub block_size: usize,
     /// Block-table width: blocks of the longest allowed sequence.
     pub table_width: usize,
     pub padding_block: u32,
     pub vocab: usize,
-    pub device: &'a Device,
+    /// Round the context up to a power-of-two bucket of blocks (CUDA).
+    pub bucketed: bool,
+    pub device: Device,
 }
 
-impl<'a> DecodeGeometry<'a> {
-    pub fn of(
-        config: &Gpt2Config,
-        block_size: usize,
-        padding_block: u32,
-        device: &'a Device,
-    ) -> Self {
+impl DecodeGeometry {
+    /// The geometry of `engine`'s cache.
+    pub fn of(engine: &Engine) -> Self {
         Self {
-            block_size,
-            table_width: config.n_positions.div_ceil(block_size),
-            padding_block,
-            vocab: config.vocab_size,
-            device,
+            block_size: engine.block_size,
+            table_width: engine.config.n_positions.div_ceil(engine.block_size),
+            padding_block: engine.blocks.padding_block(),
+            vocab: engine.config.vocab_size,
+            bucketed: engine.bucketed,
+            device: engine.device.clone(),
         }
     }
 }
@@ -451,7 +447,7 @@ pub(super) fn run_decode(
     model: &Gpt2,
     cache: &mut KvCache,
     buffers: &mut BTreeMap<usize, DecodeBuffers>,
-    geometry: DecodeGeometry<'_>,
+    geometry: &DecodeGeometry,
     bucket: usize,
     rows: &[DecodeRow<'_>],
     choices: &[RowChoice],
@@ -462,11 +458,16 @@ pub(super) fn run_decode(
             bucket,
             geometry.table_width,
             geometry.vocab,
-            geometry.device,
+            &geometry.device,
         )
     });
     let needed = buffers.write(rows, geometry.block_size, geometry.padding_block);
     buffers.write_sampling(choices);
+    let needed = if geometry.bucketed {
+        context_bucket(needed, geometry.table_width)
+    } else {
+        needed
+    };
     let ctx_blocks = ctx_blocks.unwrap_or(needed).max(needed);
     let inputs = decode_inputs(buffers, ctx_blocks, geometry.block_size);
     forward(model, cache, inputs)

@@ -135,17 +135,12 @@ impl Engine {
         ctx_blocks: usize,
         choices: &[RowChoice],
     ) -> Result<(), EngineError> {
-        let geometry = DecodeGeometry::of(
-            &self.config,
-            self.block_size,
-            self.blocks.padding_block(),
-            &self.device,
-        );
+        let geometry = DecodeGeometry::of(self);
         let logits = run_decode(
             &self.model,
             &mut self.cache,
             &mut self.decode_buffers,
-            geometry,
+            &geometry,
             bucket,
             &[],
             choices,

@@ -42,34 +42,36 @@ impl Attention {
         let k = qkv.clone().slice([0..b, 0..q_len, e..2 * e]);
         let v = qkv.slice([0..b, 0..q_len, 2 * e..3 * e]);
 
-        // Write every new token's K/V into its slot (padding into the padding block).
-        let k_rows = k.clone().reshape([b * q_len, e]);
-        let v_rows = v.clone().reshape([b * q_len, e]);
-        let cache = cache.write(meta.write_slots.clone(), k_rows, v_rows);
+        // Head-major `[H, B, len, D]` views of `[B, len, E]` rows.
+        let heads = |x: Tensor<3>, len: usize| x.reshape([b, len, h, d]).permute([2, 0, 1, 3]);
+        let k = heads(k, q_len); // [H, B, Q, D]
+        let v = heads(v, q_len);
 
-        // The context to attend over: `[B, T, E]`.
+        // Write every new token's K/V into its slot (padding into the padding block).
+        let rows = |x: Tensor<4>| x.reshape([h, b * q_len, d]);
+        let cache = cache.write(meta.write_slots.clone(), rows(k.clone()), rows(v.clone()));
+
+        // The context to attend over: `[H, B, T, D]`.
         let t = meta.context_len;
         let (k_ctx, v_ctx) = match &meta.context_slots {
-            Some(slots) => (
-                cache.k.clone().select(0, slots.clone()).reshape([b, t, e]),
-                cache.v.clone().select(0, slots.clone()).reshape([b, t, e]),
-            ),
+            Some(slots) => {
+                let (k, v) = cache.gather(slots.clone()); // [H, B*T, D]
+                (k.reshape([h, b, t, d]), v.reshape([h, b, t, d]))
+            }
             None => (k, v),
         };
 
-        let heads = |x: Tensor<3>, len: usize| x.reshape([b, len, h, d]).swap_dims(1, 2);
-        let q = heads(q, q_len); // [B, H, Q, D]
-        let k_ctx = heads(k_ctx, t); // [B, H, T, D]
-        let v_ctx = heads(v_ctx, t); // [B, H, T, D]
-
-        let mask = meta.mask.clone().expand([b, h, q_len, t]);
+        // Attention with heads outer and sequences inner; the `[B, 1, Q, T]`
+        // mask is the same for every head.
+        let q = heads(q, q_len); // [H, B, Q, D]
+        let mask = meta.mask.clone().reshape([1, b, q_len, t]).expand([h, b, q_len, t]);
         let options = AttentionModuleOptions {
             scale: None, // 1/sqrt(D), GPT-2's
             softcap: None,
             is_causal: false, // the mask carries causality and padding
         };
-        let out = attention(q, k_ctx, v_ctx, Some(mask), None, options); // [B, H, Q, D]
-        let out = out.swap_dims(1, 2).reshape([b, q_len, e]);
+        let out = attention(q, k_ctx, v_ctx, Some(mask), None, options); // [H, B, Q, D]
+        let out = out.permute([1, 2, 0, 3]).reshape([b, q_len, e]);
         (self.c_proj.forward(out), cache)
     }
 }

@@ -1,10 +1,13 @@
 //! Paged key/value storage and the per-step attention metadata.
 //!
 //! The cache is a plain struct (not a Module): per layer one K and one V tensor
-//! shaped `[num_slots, n_embd]`, allocated once, where `num_slots = num_blocks *
-//! block_size`. A slot holds one token's keys (or values) for all heads, so a
-//! head's view is a reshape, never a copy. Which slots belong to which sequence
-//! is the engine's business (block tables); the model only sees slot indices:
+//! shaped `[n_head, num_slots, head_dim]` (head-major), allocated once, where
+//! `num_slots = (num_blocks + 1) * block_size`. Head-major means a gather of a
+//! batch's context slots yields `[H, B*T, D]`, whose `[T, D]` tiles attention
+//! reads as they are: attention runs with heads as its outer ("batch") dimension
+//! and sequences as its inner one, and the context is copied once, not gathered
+//! and then transposed. Which slots belong to which sequence is the engine's
+//! business (block tables); the model only sees slot indices:
 //!
 //! - new K/V rows are written with `select_assign(0, .., Assign)` at
 //!   `write_slots`, in place because the layer's tensors are moved in and out
@@ -16,23 +19,31 @@
 use burn::prelude::*;
 use burn::tensor::IndexingUpdateOp;
 
-/// K and V storage of one layer, each `[num_slots, n_embd]`.
+/// K and V storage of one layer, each `[n_head, num_slots, head_dim]`.
 #[derive(Debug)]
 pub struct LayerKv {
-    pub k: Tensor<2>,
-    pub v: Tensor<2>,
+    pub k: Tensor<3>,
+    pub v: Tensor<3>,
 }
 
 impl LayerKv {
-    /// Writes `k`/`v` rows (`[N, n_embd]`) at `slots` (`[N]`), in place when
-    /// the storage is uniquely owned.
-    pub fn write(self, slots: Tensor<1, Int>, k: Tensor<2>, v: Tensor<2>) -> Self {
+    /// Writes `k`/`v` (`[H, N, D]`) at `slots` (`[N]`), in place when the
+    /// storage is uniquely owned.
+    pub fn write(self, slots: Tensor<1, Int>, k: Tensor<3>, v: Tensor<3>) -> Self {
         Self {
             k: self
                 .k
-                .select_assign(0, slots.clone(), k, IndexingUpdateOp::Assign),
-            v: self.v.select_assign(0, slots, v, IndexingUpdateOp::Assign),
+                .select_assign(1, slots.clone(), k, IndexingUpdateOp::Assign),
+            v: self.v.select_assign(1, slots, v, IndexingUpdateOp::Assign),
         }
+    }
+
+    /// The K and V of `slots` (`[N]`): `[H, N, D]` each.
+    pub fn gather(&self, slots: Tensor<1, Int>) -> (Tensor<3>, Tensor<3>) {
+        (
+            self.k.clone().select(1, slots.clone()),
+            self.v.clone().select(1, slots),
+        )
     }
 }
 
@@ -54,12 +65,19 @@ impl KvCache {
             .map_or(4, |layer| layer.k.dtype().size())
     }
 
-    /// Allocates zeroed storage for `num_slots` tokens in each of `n_layer` layers.
-    pub fn new(n_layer: usize, n_embd: usize, num_slots: usize, device: &Device) -> Self {
+    /// Allocates zeroed storage for `num_slots` tokens in each of `n_layer`
+    /// layers of `n_head` heads of `head_dim`.
+    pub fn new(
+        n_layer: usize,
+        n_head: usize,
+        head_dim: usize,
+        num_slots: usize,
+        device: &Device,
+    ) -> Self {
         let layers = (0..n_layer)
             .map(|_| LayerKv {
-                k: Tensor::zeros([num_slots, n_embd], device),
-                v: Tensor::zeros([num_slots, n_embd], device),
+                k: Tensor::zeros([n_head, num_slots, head_dim], device),
+                v: Tensor::zeros([n_head, num_slots, head_dim], device),
             })
             .collect();
         Self { layers, num_slots }
