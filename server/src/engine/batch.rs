@@ -100,6 +100,7 @@ pub fn prefill_inputs(
             write_slots: ints(write_slots, [b * q], device),
             context_slots: None,
             context_len: q,
+            context_lens: None,
             mask: masked,
         },
     }
@@ -138,6 +139,7 @@ pub fn decode_inputs(buffers: &DecodeBuffers, ctx_blocks: usize, block_size: usi
             write_slots: buffers.write_slots.tensor(),
             context_slots: Some(context_slots),
             context_len: t,
+            context_lens: Some(buffers.context_lens.tensor()),
             mask: j.greater_equal(len),
         },
     }

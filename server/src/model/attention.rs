@@ -12,6 +12,7 @@ use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
 
 use super::kv_cache::{AttentionMeta, LayerKv};
+use super::paged_attention::decode_attention;
 
 /// GPT-2 self-attention.
 #[derive(Module, Debug)]
@@ -50,6 +51,13 @@ impl Attention {
         // Write every new token's K/V into its slot (padding into the padding block).
         let rows = |x: Tensor<4>| x.reshape([h, b * q_len, d]);
         let cache = cache.write(meta.write_slots.clone(), rows(k.clone()), rows(v.clone()));
+
+        // Decode on the CPU: attention straight from the paged cache.
+        if let (1, Some(slots), Some(lens)) = (q_len, &meta.context_slots, &meta.context_lens) {
+            if let Some(out) = decode_attention(&q.clone().reshape([b, e]), &cache, slots, lens, h) {
+                return (self.c_proj.forward(out.reshape([b, 1, e])), cache);
+            }
+        }
 
         // The context to attend over: `[H, B, T, D]`.
         let t = meta.context_len;

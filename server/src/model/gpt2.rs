@@ -53,11 +53,8 @@ impl Gpt2 {
 
         let last = x.reshape([b * q, e]).select(0, last_rows); // [B, E]
         let last = self.ln_f.forward(last);
-        // LM head tied to `wte`. Computed as (wte · lastᵀ)ᵀ so the big
-        // [vocab, E] weight is used in its stored layout: multiplying by
-        // `wteᵀ` instead makes the NdArray backend copy the whole transposed
-        // weight (154 MB for gpt2) on every step. Only the small [vocab, B]
-        // result is transposed.
-        self.wte.weight.val().matmul(last.transpose()).transpose() // [B, vocab]
+        // LM head tied to `wte` ([vocab, E]), used in its stored layout: a
+        // transposed view, which Flex's gemm and CubeCL's matmul read as is.
+        last.matmul(self.wte.weight.val().transpose()) // [B, vocab]
     }
 }

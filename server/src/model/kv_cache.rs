@@ -100,6 +100,9 @@ pub struct AttentionMeta {
     pub context_slots: Option<Tensor<1, Int>>,
     /// Padded context length `T`.
     pub context_len: usize,
+    /// `[B]`: visible context positions per sequence, for decode steps (the
+    /// CPU reads the paged cache directly with them; see `paged_attention`).
+    pub context_lens: Option<Tensor<1, Int>>,
     /// `[B, 1, Q, T]`: true where a key is hidden from a query (future or
     /// padding). A row with every key hidden (a padding row) attends to nothing.
     pub mask: Tensor<4, Bool>,

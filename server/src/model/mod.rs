@@ -4,6 +4,9 @@
 //! - [`config`]: [`Gpt2Config`] (presets, HF `config.json`).
 //! - [`gpt2`], [`block`], [`attention`], [`mlp`]: the modules; pre-LN blocks,
 //!   causal attention with fused `c_attn`, tanh-GELU MLP, LM head tied to `wte`.
+//! - [`paged_attention`]: decode attention read in place from the paged cache
+//!   on the CPU; off the CPU it steps aside for Burn's ops, which stay the
+//!   reference its test compares against.
 //! - [`layer_norm`]: LayerNorm with f32 statistics (f16-safe for GPT-2).
 //! - [`kv_cache`]: the paged K/V storage (a plain struct) and the per-step
 //!   [`AttentionMeta`] telling attention where to write and what to read.
@@ -15,6 +18,7 @@ pub mod attention;
 pub mod block;
 pub mod config;
 pub mod error;
+mod flex_slices;
 #[cfg(test)]
 pub(crate) mod fixtures;
 pub mod gpt2;
@@ -22,6 +26,7 @@ pub mod kv_cache;
 pub mod layer_norm;
 pub mod load;
 pub mod mlp;
+pub mod paged_attention;
 pub mod weights;
 
 pub use config::Gpt2Config;
