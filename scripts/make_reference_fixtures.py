@@ -15,6 +15,10 @@ Every parameter is randomized (biases and LayerNorm weights too, not left at
 
 Run (needs torch + transformers; no network):
     python3 scripts/make_reference_fixtures.py --out server/tests/fixtures/tiny-gpt2
+
+`--size gpt2` makes the same kind of fixture at GPT-2 124M's full shape (12
+layers, 768 wide, 50257 tokens, 1024 positions; ~500 MB, not committed): the
+f16 check on a GPU runs the engine at the size it serves (bench/run_gpu.sh).
 """
 
 import argparse
@@ -46,23 +50,24 @@ def main():
     ap.add_argument("--out", default="server/tests/fixtures/tiny-gpt2")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--new-tokens", type=int, default=16)
+    ap.add_argument("--size", choices=["tiny", "gpt2"], default="tiny",
+                    help="tiny (2 layers, 64 wide; the committed fixture) or gpt2 (124M shape)")
     args = ap.parse_args()
 
     torch.manual_seed(args.seed)
     rng = random.Random(args.seed)
+    shape = (dict(n_layer=2, n_head=4, n_embd=64, n_positions=128, vocab_size=1000)
+             if args.size == "tiny" else
+             dict(n_layer=12, n_head=12, n_embd=768, n_positions=1024, vocab_size=50257))
     config = GPT2Config(
-        n_layer=2,
-        n_head=4,
-        n_embd=64,
-        n_positions=128,
-        vocab_size=1000,
+        **shape,
         activation_function="gelu_new",
         layer_norm_epsilon=1e-5,
         resid_pdrop=0.0,
         embd_pdrop=0.0,
         attn_pdrop=0.0,
-        bos_token_id=999,
-        eos_token_id=999,
+        bos_token_id=shape["vocab_size"] - 1,
+        eos_token_id=shape["vocab_size"] - 1,
     )
     model = GPT2LMHeadModel(config).eval()
     with torch.no_grad():
@@ -72,8 +77,9 @@ def main():
             elif ".ln_" in name or name.startswith("transformer.ln_f"):
                 p.normal_(1.0, 0.1)
             else:
-                # Wider than GPT-2's 0.02 so logits are spread and greedy is not a near-tie.
-                p.normal_(0.0, 0.1)
+                # Wider than GPT-2's 0.02 so logits are spread and greedy is not a
+                # near-tie (at full width, 0.05 keeps the residual stream f16-sized).
+                p.normal_(0.0, 0.1 if args.size == "tiny" else 0.05)
 
     os.makedirs(args.out, exist_ok=True)
     model.save_pretrained(args.out)  # config.json + model.safetensors (tied lm_head omitted)
