@@ -1,5 +1,6 @@
 //! `loadgen`: parse the flags, log to stderr, run the benchmark, turn failed
-//! requests into a non-zero exit (unless `--allow-errors`).
+//! requests into a non-zero exit (unless `--allow-errors`). `loadgen calibrate
+//! [FLAGS]` measures loadgen against its built-in mock server instead.
 
 use anyhow::bail;
 use clap::Parser;
@@ -7,7 +8,11 @@ use tracing_subscriber::EnvFilter;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let args = ember_loadgen::Args::parse();
+    let mut argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let calibrate = argv.get(1).is_some_and(|a| a == "calibrate");
+    if calibrate {
+        argv.remove(1);
+    }
     let filter = EnvFilter::try_from_env("LOADGEN_LOG")
         .or_else(|_| EnvFilter::try_from_default_env())
         .unwrap_or_else(|_| EnvFilter::new("info"));
@@ -16,6 +21,12 @@ async fn main() -> anyhow::Result<()> {
         .with_env_filter(filter)
         .init();
 
+    if calibrate {
+        let cal = ember_loadgen::calibrate::CalibrateArgs::parse_from(argv);
+        ember_loadgen::calibrate::run(cal).await?;
+        return Ok(());
+    }
+    let args = ember_loadgen::Args::parse_from(argv);
     let allow_errors = args.allow_errors;
     let outcome = ember_loadgen::run(args).await?;
     if outcome.failed > 0 && !allow_errors {

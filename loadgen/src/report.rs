@@ -5,7 +5,9 @@
 
 use std::io::{self, Write};
 
+use crate::slo::Slo;
 use crate::stats::{DistSummary, RunStats, Spread, Summary};
+use crate::sweep::SweepResult;
 
 /// What every block's header says about the setup.
 #[derive(Debug, Clone)]
@@ -24,6 +26,8 @@ pub struct Header {
     pub absolute: bool,
     /// `--max-concurrency`.
     pub max_concurrency: Option<usize>,
+    /// `--slo`.
+    pub slo: Option<Slo>,
 }
 
 /// Width of the label column.
@@ -172,6 +176,7 @@ pub fn run(w: &mut impl Write, h: &Header, s: &RunStats, of: usize) -> io::Resul
             s.throughput_completion_tps, s.throughput_total_tps, s.wall_s
         ),
     )?;
+    goodput(w, h, s)?;
     line(
         w,
         "Connections",
@@ -212,6 +217,95 @@ pub fn run(w: &mut impl Write, h: &Header, s: &RunStats, of: usize) -> io::Resul
             format!("{} failed: {}", s.failed, errors.join(", "))
         },
     )?;
+    writeln!(w)
+}
+
+/// The goodput line (with --slo) and the early-stop line (if any).
+fn goodput(w: &mut impl Write, h: &Header, s: &RunStats) -> io::Result<()> {
+    if let (Some(g), Some(slo)) = (&s.goodput, &h.slo) {
+        line(
+            w,
+            "Goodput",
+            format!(
+                "{:.2} req/s ({} of {} requests good, {:.1}%; SLO {slo})",
+                g.rps,
+                g.good,
+                s.requests,
+                g.share * 100.0
+            ),
+        )?;
+    }
+    if let Some(reason) = &s.stopped_early {
+        line(
+            w,
+            "Stopped early",
+            format!("{reason}; {} request(s) not sent", s.unsent),
+        )?;
+    }
+    Ok(())
+}
+
+/// The sweep's table: one row per rate, then the SLO search's answer.
+pub fn sweep_table(w: &mut impl Write, sweep: &SweepResult) -> io::Result<()> {
+    writeln!(w, "=== sweep: {} run(s) ===", sweep.rows.len())?;
+    writeln!(
+        w,
+        "{:<11} {:>9} {:>9} {:>9} {:>10} {:>16} {:>17} {:>17} {:>10}  note",
+        "kind",
+        "rate",
+        "achieved",
+        "ok/fail",
+        "tok/s",
+        "goodput (share)",
+        "TTFT p50/p99 ms",
+        "TPOT p50/p99 ms",
+        "e2e p99"
+    )?;
+    for row in &sweep.rows {
+        let s = &row.stats;
+        let m = &s.metrics;
+        let two = |d: &DistSummary| match (d.p50, d.p99) {
+            (Some(a), Some(b)) => format!("{a:.1}/{b:.1}"),
+            _ => "n/a".to_string(),
+        };
+        let good = s.goodput.map_or("-".to_string(), |g| {
+            format!("{:.2} ({:.0}%)", g.rps, g.share * 100.0)
+        });
+        let note = match (&s.stopped_early, row.meets_slo) {
+            (Some(_), _) => "client-bound: stopped early".to_string(),
+            (None, Some(true)) => "meets SLO".to_string(),
+            (None, Some(false)) => "misses SLO".to_string(),
+            (None, None) => String::new(),
+        };
+        writeln!(
+            w,
+            "{:<11} {:>9} {:>9} {:>9} {:>10.1} {:>16} {:>17} {:>17} {:>10}  {note}",
+            row.kind,
+            row.rate_rps.map_or("-".to_string(), |r| format!("{r:.2}")),
+            s.achieved_rate_rps
+                .map_or("-".to_string(), |r| format!("{r:.2}")),
+            format!("{}/{}", s.ok, s.failed),
+            s.throughput_completion_tps,
+            good,
+            two(&m.ttft_ms),
+            two(&m.tpot_ms),
+            m.latency_ms
+                .p99
+                .map_or("n/a".to_string(), |v| format!("{v:.1}")),
+        )?;
+    }
+    if let Some(slo) = &sweep.slo {
+        let answer = sweep
+            .max_rate_meeting_slo
+            .map_or("none of the rates tried".to_string(), |r| {
+                format!("{r:.2} req/s")
+            });
+        line(
+            w,
+            "Highest rate meeting the SLO",
+            format!("{answer} ({slo}, >= {:.0}% good)", sweep.min_share * 100.0),
+        )?;
+    }
     writeln!(w)
 }
 
