@@ -132,7 +132,7 @@ pub fn render(page: &Page<'_>, charts: &[(&'static str, String)]) -> String {
     runs_table(&mut out, page.runs, page.sweep.is_some());
     out.push_str("<h2>Charts</h2>\n<p class=\"note\">CDFs: one line per run. Timeline: the server's durations are laid back from the client's first token (the two clocks are never mixed); grey is time the server did not see (client + network, both directions).</p>\n<div class=\"charts\">\n");
     for (name, svg) in charts {
-        let _ = write!(out, "<div class=\"chart\" id=\"{name}\">{svg}</div>\n");
+        let _ = writeln!(out, "<div class=\"chart\" id=\"{name}\">{svg}</div>");
     }
     out.push_str("</div>\n<h2>Configuration</h2>\n<pre>");
     out.push_str(&esc(
@@ -204,9 +204,9 @@ fn sweep_section(out: &mut String, sweep: &SweepResult) {
             sweep.min_share * 100.0
         );
     }
-    let _ = write!(
+    let _ = writeln!(
         out,
-        "<table><tr><th>kind</th><th>rate req/s</th>{RUN_HEAD}<th>note</th></tr>\n"
+        "<table><tr><th>kind</th><th>rate req/s</th>{RUN_HEAD}<th>note</th></tr>"
     );
     for row in &sweep.rows {
         let note = match (&row.stats.stopped_early, row.meets_slo) {

@@ -20,7 +20,10 @@
 //! - [`html`], [`charts`]: `--report DIR` (HTML page with inlined SVG charts).
 //! - [`mock`]: a mock Ember server with known timings; [`calibrate`]: the
 //!   `loadgen calibrate` mode that measures loadgen against it.
-//! - [`spawn`]: `--spawn-server`: the child `ember-server`, its health, its stop.
+//! - [`spawn`]: `--spawn-server`: the child `ember-server`, its health, its stop;
+//!   [`child`] (the `listening on` line, signals) and [`health`] (health and
+//!   info polling) are shared with the `ember-tests` helpers, and
+//!   [`harness`] (running the `loadgen` binary in a test) with every test.
 //! - [`pool`]: `--channels` HTTP/2 connections per target, round-robin, and
 //!   the count of in-flight streams per connection.
 //! - [`workload`]: the requests of each run (prompts, `--pretok`, sampling).
@@ -37,9 +40,12 @@
 pub mod bench;
 pub mod calibrate;
 pub mod charts;
+pub mod child;
 pub mod cli;
 pub mod dataset;
 pub mod error;
+pub mod harness;
+pub mod health;
 pub mod html;
 pub mod lengths;
 pub mod mock;

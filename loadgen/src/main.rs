@@ -1,6 +1,7 @@
 //! `loadgen`: parse the flags, log to stderr, run the benchmark, turn failed
 //! requests into a non-zero exit (unless `--allow-errors`). `loadgen calibrate
-//! [FLAGS]` measures loadgen against its built-in mock server instead.
+//! [FLAGS]` measures loadgen against its built-in mock server instead;
+//! `loadgen mock [FLAGS]` serves that mock on its own.
 
 use anyhow::bail;
 use clap::Parser;
@@ -9,8 +10,11 @@ use tracing_subscriber::EnvFilter;
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let mut argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    let calibrate = argv.get(1).is_some_and(|a| a == "calibrate");
-    if calibrate {
+    let mode = match argv.get(1).and_then(|a| a.to_str()) {
+        Some(m @ ("calibrate" | "mock")) => Some(m.to_owned()),
+        _ => None,
+    };
+    if mode.is_some() {
         argv.remove(1);
     }
     let filter = EnvFilter::try_from_env("LOADGEN_LOG")
@@ -21,10 +25,18 @@ async fn main() -> anyhow::Result<()> {
         .with_env_filter(filter)
         .init();
 
-    if calibrate {
-        let cal = ember_loadgen::calibrate::CalibrateArgs::parse_from(argv);
-        ember_loadgen::calibrate::run(cal).await?;
-        return Ok(());
+    match mode.as_deref() {
+        Some("calibrate") => {
+            let cal = ember_loadgen::calibrate::CalibrateArgs::parse_from(argv);
+            ember_loadgen::calibrate::run(cal).await?;
+            return Ok(());
+        }
+        Some(_) => {
+            let mock = ember_loadgen::mock::MockArgs::parse_from(argv);
+            ember_loadgen::mock::serve(mock).await?;
+            return Ok(());
+        }
+        None => {}
     }
     let args = ember_loadgen::Args::parse_from(argv);
     let allow_errors = args.allow_errors;

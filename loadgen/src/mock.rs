@@ -19,7 +19,7 @@ use ember_common::pb::{
     FinishReason, Finished, GenerateRequest, GenerateResponse, GetServerInfoRequest, ServerInfo,
     ServerTiming, Started, Token,
 };
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
@@ -41,6 +41,9 @@ pub struct MockConfig {
     pub health_delay: Duration,
     /// Never report SERVING.
     pub never_serve: bool,
+    /// At most this many requests generate at once; the others wait in a
+    /// queue (reported as `queue_wait_ns`), so latency grows with load.
+    pub slots: Option<usize>,
 }
 
 impl Default for MockConfig {
@@ -52,6 +55,7 @@ impl Default for MockConfig {
             fail_every: None,
             health_delay: Duration::ZERO,
             never_serve: false,
+            slots: None,
         }
     }
 }
@@ -61,6 +65,8 @@ impl Default for MockConfig {
 struct Mock {
     cfg: MockConfig,
     received: Arc<AtomicUsize>,
+    /// `slots` permits, if limited.
+    slots: Option<Arc<Semaphore>>,
 }
 
 fn ns(d: Duration) -> u64 {
@@ -96,6 +102,7 @@ impl Inference for Mock {
         let enqueued = received.elapsed();
         let (tx, rx) = mpsc::channel(64);
         let cfg = self.cfg.clone();
+        let slots = self.slots.clone();
         tokio::spawn(async move {
             let send = |e: Event| {
                 let tx = tx.clone();
@@ -115,10 +122,21 @@ impl Inference for Mock {
             {
                 return;
             }
+            // Held until the last token is sent; the semaphore never closes.
+            let _slot = match &slots {
+                Some(s) => s.clone().acquire_owned().await.ok(),
+                None => None,
+            };
             let admitted = received.elapsed();
+            // Without slots the timeline runs from `received`, exactly as configured.
+            let base = if slots.is_some() {
+                received + admitted
+            } else {
+                received
+            };
             let mut times = Vec::new();
             for i in 0..req.max_new_tokens {
-                tokio::time::sleep_until(received + cfg.ttft + cfg.itl * i).await;
+                tokio::time::sleep_until(base + cfg.ttft + cfg.itl * i).await;
                 let t = received.elapsed();
                 times.push(t);
                 let token = Token {
@@ -195,6 +213,7 @@ pub async fn start_on(addr: &str, cfg: MockConfig) -> std::io::Result<MockServer
     let mock = Mock {
         cfg: cfg.clone(),
         received: received.clone(),
+        slots: cfg.slots.map(|n| Arc::new(Semaphore::new(n))),
     };
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter
@@ -255,4 +274,67 @@ impl MockServer {
         }
         let _ = self.join.await;
     }
+}
+
+/// `loadgen mock`: serve the mock on its own, e.g. to try loadgen's flags.
+#[derive(Debug, Clone, clap::Parser)]
+#[command(name = "loadgen mock")]
+pub struct MockArgs {
+    /// Address to listen on (loopback; port 0 picks one). The first stdout
+    /// line is `listening on <ip:port>`.
+    #[arg(long, env = "LOADGEN_MOCK_LISTEN", default_value = "127.0.0.1:0")]
+    pub listen: String,
+    /// Time to first token after admission, ms.
+    #[arg(long, env = "LOADGEN_MOCK_TTFT_MS", default_value_t = 50.0)]
+    pub ttft_ms: f64,
+    /// Inter-token latency, ms.
+    #[arg(long, env = "LOADGEN_MOCK_ITL_MS", default_value_t = 10.0)]
+    pub itl_ms: f64,
+    /// Requests generating at once; more wait in a queue (unset: no limit).
+    #[arg(long, env = "LOADGEN_MOCK_SLOTS")]
+    pub slots: Option<usize>,
+}
+
+/// Serves the mock until ctrl-c or SIGTERM.
+pub async fn serve(args: MockArgs) -> Result<(), crate::Error> {
+    for (flag, v) in [("--ttft-ms", args.ttft_ms), ("--itl-ms", args.itl_ms)] {
+        if !(v.is_finite() && v >= 0.0) {
+            return Err(crate::Error::invalid(
+                flag,
+                format!("must be >= 0 (got {v})"),
+            ));
+        }
+    }
+    if args.slots == Some(0) {
+        return Err(crate::Error::invalid("--slots", "must be >= 1"));
+    }
+    let cfg = MockConfig {
+        ttft: Duration::from_secs_f64(args.ttft_ms / 1e3),
+        itl: Duration::from_secs_f64(args.itl_ms / 1e3),
+        slots: args.slots,
+        ..MockConfig::default()
+    };
+    let server = start_on(&args.listen, cfg).await.map_err(|e| {
+        crate::Error::Internal(format!("cannot serve the mock on {}: {e}", args.listen))
+    })?;
+    println!("listening on {}", server.addr);
+    stop_signal().await;
+    server.stop().await;
+    Ok(())
+}
+
+/// ctrl-c, or SIGTERM on Unix.
+async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
 }

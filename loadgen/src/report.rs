@@ -250,10 +250,11 @@ pub fn sweep_table(w: &mut impl Write, sweep: &SweepResult) -> io::Result<()> {
     writeln!(w, "=== sweep: {} run(s) ===", sweep.rows.len())?;
     writeln!(
         w,
-        "{:<11} {:>9} {:>9} {:>9} {:>10} {:>16} {:>17} {:>17} {:>10}  note",
+        "{:<11} {:>9} {:>9} {:>9} {:>9} {:>10} {:>16} {:>17} {:>17} {:>10}  note",
         "kind",
         "rate",
         "achieved",
+        "ok req/s",
         "ok/fail",
         "tok/s",
         "goodput (share)",
@@ -279,11 +280,18 @@ pub fn sweep_table(w: &mut impl Write, sweep: &SweepResult) -> io::Result<()> {
         };
         writeln!(
             w,
-            "{:<11} {:>9} {:>9} {:>9} {:>10.1} {:>16} {:>17} {:>17} {:>10}  {note}",
+            "{:<11} {:>9} {:>9} {:>9.2} {:>9} {:>10.1} {:>16} {:>17} {:>17} {:>10}  {note}",
             row.kind,
             row.rate_rps.map_or("-".to_string(), |r| format!("{r:.2}")),
-            s.achieved_rate_rps
+            // A burst's submission rate says nothing; show it for rated rows.
+            row.rate_rps
+                .and(s.achieved_rate_rps)
                 .map_or("-".to_string(), |r| format!("{r:.2}")),
+            if s.wall_s > 0.0 {
+                s.ok as f64 / s.wall_s
+            } else {
+                0.0
+            },
             format!("{}/{}", s.ok, s.failed),
             s.throughput_completion_tps,
             good,

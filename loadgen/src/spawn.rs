@@ -9,7 +9,6 @@
 //! every early return.
 
 use std::fs::File;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
@@ -18,18 +17,11 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::process::{Child, Command};
 use tokio::task::JoinHandle;
 use tokio::time::{timeout, timeout_at, Instant};
-use tonic::transport::Endpoint;
-use tonic_health::pb::health_check_response::ServingStatus;
-use tonic_health::pb::health_client::HealthClient;
-use tonic_health::pb::HealthCheckRequest;
 
 use crate::cli::Args;
 use crate::error::Error;
+use crate::{child, health};
 
-/// How often health is polled while the server starts.
-const HEALTH_POLL: Duration = Duration::from_millis(100);
-/// How long one health check may take.
-const HEALTH_CHECK_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long the server may drain after SIGTERM before it is killed.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 /// Prefix of the child's forwarded output lines.
@@ -106,8 +98,8 @@ pub async fn start(args: &Args) -> Result<SpawnedServer, Error> {
             }
             Ok(Ok(Some(line))) => line,
         };
-        match line.strip_prefix("listening on ") {
-            Some(addr) => break parse_addr(addr)?,
+        match child::parse_listening(&line) {
+            Some(addr) => break addr.map_err(Error::Spawn)?,
             None => eprintln!("{PREFIX} {line}"),
         }
     };
@@ -120,7 +112,23 @@ pub async fn start(args: &Args) -> Result<SpawnedServer, Error> {
 
     let target = format!("http://{addr}");
     tracing::info!(%target, "ember-server is listening; waiting for health SERVING");
-    wait_serving(&mut child, &target, deadline, args.server_start_timeout).await?;
+    let timeout_s = args.server_start_timeout;
+    health::wait_serving(
+        &target,
+        &[ember_common::SERVICE_NAME],
+        deadline,
+        || match child.try_wait() {
+            Ok(Some(status)) => Some(format!("ember-server exited while starting ({status})")),
+            _ => None,
+        },
+    )
+    .await
+    .map_err(|e| match e {
+        health::WaitError::Timeout { last } => Error::Spawn(format!(
+            "ember-server not SERVING within {timeout_s} s (last health: {last})"
+        )),
+        other => Error::Spawn(other.to_string()),
+    })?;
     tracing::info!(%target, "ember-server is SERVING");
     Ok(SpawnedServer {
         child,
@@ -179,63 +187,6 @@ fn locate(explicit: Option<&Path>) -> Result<PathBuf, Error> {
     }
 }
 
-/// `ip:port` from the `listening on` line; an unspecified IP becomes loopback.
-fn parse_addr(text: &str) -> Result<SocketAddr, Error> {
-    let mut addr: SocketAddr = text.trim().parse().map_err(|e| {
-        Error::Spawn(format!(
-            "cannot parse the address in `listening on {text}`: {e}"
-        ))
-    })?;
-    if addr.ip().is_unspecified() {
-        addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
-    }
-    Ok(addr)
-}
-
-/// Polls health until SERVING; fails if the child exits or the deadline passes.
-async fn wait_serving(
-    child: &mut Child,
-    target: &str,
-    deadline: Instant,
-    timeout_s: f64,
-) -> Result<(), Error> {
-    let endpoint = Endpoint::from_shared(target.to_string())
-        .map_err(|e| Error::Spawn(format!("bad address {target}: {e}")))?
-        .connect_timeout(HEALTH_CHECK_TIMEOUT);
-    let mut last = String::from("no answer yet");
-    loop {
-        if let Ok(Some(status)) = child.try_wait() {
-            return Err(Error::Spawn(format!(
-                "ember-server exited while starting ({status}); last health: {last}"
-            )));
-        }
-        if Instant::now() >= deadline {
-            return Err(Error::Spawn(format!(
-                "ember-server not SERVING within {timeout_s} s (last health: {last})"
-            )));
-        }
-        match timeout(HEALTH_CHECK_TIMEOUT, check(&endpoint)).await {
-            Ok(Ok(ServingStatus::Serving)) => return Ok(()),
-            Ok(Ok(other)) => last = other.as_str_name().to_string(),
-            Ok(Err(e)) => last = e,
-            Err(_) => last = "health check timed out".to_string(),
-        }
-        tokio::time::sleep(HEALTH_POLL).await;
-    }
-}
-
-/// One `Check(ember.v1.Inference)`.
-async fn check(endpoint: &Endpoint) -> Result<ServingStatus, String> {
-    let channel = endpoint.connect().await.map_err(|e| e.to_string())?;
-    let reply = HealthClient::new(channel)
-        .check(HealthCheckRequest {
-            service: ember_common::SERVICE_NAME.to_string(),
-        })
-        .await
-        .map_err(|s| format!("{:?}: {}", s.code(), s.message()))?;
-    Ok(ServingStatus::try_from(reply.into_inner().status).unwrap_or(ServingStatus::Unknown))
-}
-
 /// Copies lines of a child pipe to our stderr with a prefix.
 async fn forward(pipe: impl AsyncRead + Unpin, prefix: &'static str) {
     let mut lines = BufReader::new(pipe).lines();
@@ -256,15 +207,10 @@ async fn wait_briefly(child: &mut Child) -> String {
 /// Asks the child to stop: SIGTERM on Unix (the server drains), a kill elsewhere.
 fn terminate(child: &mut Child) {
     #[cfg(unix)]
-    if let Some(pid) = child.id().and_then(|p| libc::pid_t::try_from(p).ok()) {
-        // SAFETY: kill(2) takes plain integers; `pid` is our own child, not
-        // yet reaped (we hold its `Child`), so the id cannot have been reused.
-        let rc = unsafe { libc::kill(pid, libc::SIGTERM) };
-        if rc != 0 {
-            tracing::warn!(
-                error = %std::io::Error::last_os_error(),
-                "SIGTERM to ember-server failed"
-            );
+    if let Some(pid) = child.id() {
+        // Our own child, not yet reaped (we hold its `Child`).
+        if let Err(e) = child::sigterm(pid) {
+            tracing::warn!(error = %e, "SIGTERM to ember-server failed");
         }
     }
     #[cfg(not(unix))]
@@ -276,19 +222,6 @@ fn terminate(child: &mut Child) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn addresses() {
-        assert_eq!(
-            parse_addr("127.0.0.1:5000").expect("parses").to_string(),
-            "127.0.0.1:5000"
-        );
-        assert_eq!(
-            parse_addr("0.0.0.0:7 ").expect("parses").to_string(),
-            "127.0.0.1:7"
-        );
-        assert!(parse_addr("nonsense").is_err());
-    }
 
     #[test]
     fn explicit_binary_wins() {

@@ -4,7 +4,7 @@
 //! `--sweep-rates 2,4,8` runs exactly those rates. `--sweep auto` first runs a
 //! concurrency-1 baseline and an unlimited-concurrency burst (saturation), takes
 //! their throughputs in requests/s, then runs `--sweep-steps` rates evenly
-//! between them. With `--slo`, a rate *meets the SLOs* when at least
+//! between them and one at the saturation throughput itself. With `--slo`, a rate *meets the SLOs* when at least
 //! `--slo-min-share` of its requests are good and it was not cut short; the
 //! search then bisects `--sweep-search-steps` more rates between the highest
 //! rate that met them and the lowest that did not. Every rated run stops early
@@ -67,12 +67,13 @@ pub fn meets(stats: &RunStats, min_share: f64) -> Option<bool> {
         .map(|g| g.share >= min_share && stats.stopped_early.is_none())
 }
 
-/// Rates evenly between `lo` and `hi`, both excluded; `[lo]` if hi <= lo.
+/// `steps` rates evenly between `lo` and `hi` (both excluded), then `hi`;
+/// `[lo]` if hi <= lo.
 pub fn auto_rates(lo: f64, hi: f64, steps: usize) -> Vec<f64> {
-    if !(hi > lo) {
+    if hi.partial_cmp(&lo) != Some(std::cmp::Ordering::Greater) {
         return vec![lo];
     }
-    (1..=steps)
+    (1..=steps + 1)
         .map(|k| lo + (hi - lo) * k as f64 / (steps + 1) as f64)
         .collect()
 }
@@ -157,7 +158,7 @@ pub async fn run(bench: &mut Bench<'_>) -> Result<(Vec<Measured>, SweepResult), 
     };
     let rates = match args.sweep.sweep {
         Some(SweepMode::Auto) => {
-            s.of = 2 + args.sweep.sweep_steps + search;
+            s.of = 3 + args.sweep.sweep_steps + search;
             let lo = s.step("baseline", None, Some(1)).await?;
             let hi = s.step("saturation", None, args.max_concurrency).await?;
             tracing::info!(
@@ -221,7 +222,7 @@ mod tests {
 
     #[test]
     fn auto_rates_lie_between() {
-        assert_eq!(auto_rates(1.0, 5.0, 3), vec![2.0, 3.0, 4.0]);
+        assert_eq!(auto_rates(1.0, 5.0, 3), vec![2.0, 3.0, 4.0, 5.0]);
         assert_eq!(auto_rates(4.0, 3.0, 3), vec![4.0]);
     }
 

@@ -46,8 +46,8 @@ async fn goodput_counts_only_ok_requests_within_every_objective() {
     let mut args = base.to_vec();
     args.extend(["--slo", "ttft=10s,tpot=10s,e2e=20s"]);
     let run = loadgen(&args).await;
-    assert_eq!(run.code, Some(0), "{}", run.stderr);
-    let g = &run.json["runs"][0]["goodput"];
+    assert_eq!(run.code(), Some(0), "{}", run.stderr);
+    let g = &run.summary["runs"][0]["goodput"];
     assert_eq!(u(g, "good"), 6, "{g}");
     assert!((g["share"].as_f64().expect("share") - 0.75).abs() < 1e-9);
     assert!(g["rps"].as_f64().expect("rps") > 0.0);
@@ -60,10 +60,10 @@ async fn goodput_counts_only_ok_requests_within_every_objective() {
     let mut args = base.to_vec();
     args.extend(["--slo", "ttft=1ms"]);
     let run = loadgen(&args).await;
-    assert_eq!(u(&run.json["runs"][0]["goodput"], "good"), 0);
+    assert_eq!(u(&run.summary["runs"][0]["goodput"], "good"), 0);
     // Without --slo there is no goodput.
     let run = loadgen(&base).await;
-    assert!(run.json["runs"][0]["goodput"].is_null());
+    assert!(run.summary["runs"][0]["goodput"].is_null());
     assert!(!run.stdout.contains("Goodput:"));
     mock.stop().await;
 }
@@ -88,7 +88,7 @@ async fn dataset_entries_set_prompts_and_lengths() {
         "4",
     ])
     .await;
-    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr);
     let got: Vec<(u64, u64)> = run
         .requests
         .iter()
@@ -109,7 +109,7 @@ async fn dataset_entries_set_prompts_and_lengths() {
         "fixed:2",
     ])
     .await;
-    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr);
     let lens: Vec<u64> = run.requests.iter().map(|r| u(r, "prompt_tokens")).collect();
     assert!(lens.iter().all(|l| (3..=6).contains(l)), "{lens:?}");
     assert!(
@@ -135,7 +135,7 @@ async fn a_bad_dataset_fails_fast_naming_file_line_and_field() {
         data.to_str().expect("utf-8"),
     ])
     .await;
-    assert_ne!(run.code, Some(0));
+    assert_ne!(run.code(), Some(0));
     let want = format!("{}: line 2: field `prompt_token_ids`", data.display());
     assert!(
         run.stderr.contains(&want),
@@ -143,7 +143,7 @@ async fn a_bad_dataset_fails_fast_naming_file_line_and_field() {
         run.stderr
     );
     let run = loadgen(&["--target", "127.0.0.1:1", "--input-len", "uniform:9..2"]).await;
-    assert_ne!(run.code, Some(0));
+    assert_ne!(run.code(), Some(0));
     assert!(run.stderr.contains("--input-len"), "{}", run.stderr);
     let _ = std::fs::remove_file(data);
 }
@@ -166,7 +166,7 @@ async fn gamma_and_trace_arrivals_fire_on_their_plan() {
         "9",
     ])
     .await;
-    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr);
     let planned = ember_loadgen::schedule::gamma_offsets(20, 200.0, 0.5, 9);
     let intended: Vec<u64> = run
         .requests
@@ -208,7 +208,7 @@ async fn gamma_and_trace_arrivals_fire_on_their_plan() {
         "0.5",
     ])
     .await;
-    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr);
     let intended: Vec<u64> = run
         .requests
         .iter()
@@ -237,7 +237,7 @@ async fn the_live_view_prints_status_lines_when_not_a_terminal() {
         "0.1",
     ])
     .await;
-    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr);
     // stderr is a pipe here, so auto means status lines; the last one is
     // drawn when the run ends.
     assert!(
@@ -281,8 +281,8 @@ async fn a_run_stops_early_when_the_submit_lag_p99_passes_the_limit() {
         "0.001",
     ])
     .await;
-    assert_eq!(run.code, Some(0), "{}", run.stderr);
-    let r = &run.json["runs"][0];
+    assert_eq!(run.code(), Some(0), "{}", run.stderr);
+    let r = &run.summary["runs"][0];
     let reason = r["stopped_early"].as_str().expect("stopped_early is set");
     assert!(reason.contains("client is the bottleneck"), "{reason}");
     let (sent, unsent) = (u(r, "requests"), u(r, "unsent"));

@@ -80,8 +80,8 @@ async fn sweep_rates_write_one_row_each_and_a_report() {
         &dir_s,
     ])
     .await;
-    assert_eq!(run.code, Some(0), "{}", run.stderr);
-    let sweep = &run.json["sweep"];
+    assert_eq!(run.code(), Some(0), "{}", run.stderr);
+    let sweep = &run.summary["sweep"];
     let rows = sweep["rows"].as_array().expect("rows");
     assert_eq!(
         rows.len(),
@@ -155,8 +155,11 @@ async fn the_slo_search_bisects_below_a_failing_rate() {
         "2",
     ])
     .await;
-    assert_eq!(run.code, Some(0), "{}", run.stderr);
-    let rows = run.json["sweep"]["rows"].as_array().expect("rows").clone();
+    assert_eq!(run.code(), Some(0), "{}", run.stderr);
+    let rows = run.summary["sweep"]["rows"]
+        .as_array()
+        .expect("rows")
+        .clone();
     let rates: Vec<(String, f64)> = rows
         .iter()
         .map(|r| {
@@ -175,7 +178,7 @@ async fn the_slo_search_bisects_below_a_failing_rate() {
         ]
     );
     assert!(rows.iter().all(|r| r["meets_slo"] == false));
-    assert!(run.json["sweep"]["max_rate_meeting_slo"].is_null());
+    assert!(run.summary["sweep"]["max_rate_meeting_slo"].is_null());
     assert!(
         run.stdout.contains("none of the rates tried"),
         "{}",
@@ -185,7 +188,7 @@ async fn the_slo_search_bisects_below_a_failing_rate() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sweep_auto_runs_baseline_saturation_and_rates_between() {
+async fn sweep_auto_runs_baseline_saturation_and_rates_up_to_it() {
     let mock = start(MockConfig {
         ttft: Duration::from_millis(20),
         itl: Duration::from_millis(5),
@@ -205,13 +208,19 @@ async fn sweep_auto_runs_baseline_saturation_and_rates_between() {
         "2",
     ])
     .await;
-    assert_eq!(run.code, Some(0), "{}", run.stderr);
-    let rows = run.json["sweep"]["rows"].as_array().expect("rows").clone();
+    assert_eq!(run.code(), Some(0), "{}", run.stderr);
+    let rows = run.summary["sweep"]["rows"]
+        .as_array()
+        .expect("rows")
+        .clone();
     let kinds: Vec<&str> = rows
         .iter()
         .map(|r| r["kind"].as_str().expect("kind"))
         .collect();
-    assert_eq!(kinds, vec!["baseline", "saturation", "rate", "rate"]);
+    assert_eq!(
+        kinds,
+        vec!["baseline", "saturation", "rate", "rate", "rate"]
+    );
     let rps = |r: &serde_json::Value| {
         u(&r["stats"], "ok") as f64 / r["stats"]["wall_s"].as_f64().expect("wall")
     };
@@ -222,10 +231,10 @@ async fn sweep_auto_runs_baseline_saturation_and_rates_between() {
         .iter()
         .map(|r| r["rate_rps"].as_f64().expect("rate"))
         .collect();
+    let want = [lo + (hi - lo) / 3.0, lo + 2.0 * (hi - lo) / 3.0, hi];
     assert!(
-        (rates[0] - (lo + (hi - lo) / 3.0)).abs() < 1e-6
-            && (rates[1] - (lo + 2.0 * (hi - lo) / 3.0)).abs() < 1e-6,
-        "{rates:?} for {lo}..{hi}"
+        rates.len() == 3 && rates.iter().zip(want).all(|(r, w)| (r - w).abs() < 1e-6),
+        "{rates:?}, want {want:?}"
     );
     assert_eq!(
         rows[0]["stats"]["max_streams_per_connection"], 1,
@@ -251,7 +260,7 @@ async fn calibrate_measures_loadgen_against_the_built_in_mock() {
         json.to_str().expect("utf-8"),
     ])
     .await;
-    assert_eq!(run.code, Some(0), "{}\n{}", run.stdout, run.stderr);
+    assert_eq!(run.code(), Some(0), "{}\n{}", run.stdout, run.stderr);
     assert!(
         run.stdout.contains("=== calibration ===") && run.stdout.contains("TTFT error"),
         "{}",

@@ -6,6 +6,8 @@
 //! pid is the program's own), reads that line with a timeout, keeps draining
 //! stdout, sends stderr to a file, and on drop sends SIGTERM, waits a little,
 //! then SIGKILL. When the test is panicking, the drop prints the stderr tail.
+//! The line parsing and the signal are `ember_loadgen::child`'s (one copy,
+//! shared with `loadgen --spawn-server`).
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -94,13 +96,11 @@ impl Announced {
                 me.stderr_tail(40)
             ),
         };
-        let addr = line.strip_prefix("listening on ").ok_or_else(|| {
-            anyhow!("{name}: first stdout line is {line:?}, expected `listening on ADDR`")
-        })?;
-        me.addr = addr
-            .trim()
-            .parse()
-            .with_context(|| format!("{name}: bad address in {line:?}"))?;
+        me.addr = ember_loadgen::child::parse_listening(&line)
+            .ok_or_else(|| {
+                anyhow!("{name}: first stdout line is {line:?}, expected `listening on ADDR`")
+            })?
+            .map_err(|e| anyhow!("{name}: {e}"))?;
         Ok(me)
     }
 
@@ -119,16 +119,9 @@ impl Announced {
         if self.exited.is_some() {
             bail!("{} already exited", self.name);
         }
-        // SAFETY: kill(2) with a pid we own and have not reaped.
-        let rc = unsafe { libc::kill(self.child.id() as libc::pid_t, signal) };
-        if rc != 0 {
-            bail!(
-                "kill({}, {signal}): {}",
-                self.child.id(),
-                std::io::Error::last_os_error()
-            );
-        }
-        Ok(())
+        // A pid we own and have not reaped (`exited` is unset).
+        ember_loadgen::child::signal(self.child.id(), signal)
+            .with_context(|| format!("kill({}, {signal})", self.child.id()))
     }
 
     /// Waits up to `timeout` for the child to exit; `None` if it did not.

@@ -4,8 +4,8 @@
 #![allow(dead_code)] // each test binary uses a different part
 
 use std::path::PathBuf;
-use std::process::Output;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 pub use ember_loadgen::mock::{MockConfig, MockServer};
 
@@ -21,57 +21,21 @@ pub async fn start(cfg: MockConfig) -> MockServer {
     start_on("127.0.0.1:0", cfg).await
 }
 
-/// What one `loadgen` run produced.
-#[derive(Debug)]
-pub struct LoadgenRun {
-    pub code: Option<i32>,
-    pub stdout: String,
-    pub stderr: String,
-    /// The `--json` document.
-    pub json: serde_json::Value,
-    /// The `--requests-out` lines.
-    pub requests: Vec<serde_json::Value>,
-}
+pub use ember_loadgen::harness::LoadgenRun;
 
-fn tmp(name: &str) -> PathBuf {
+/// A fresh directory for one run's files.
+fn run_dir() -> PathBuf {
     static N: AtomicUsize = AtomicUsize::new(0);
     let k = N.fetch_add(1, Ordering::SeqCst);
-    PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("loadgen-{}-{k}-{name}", std::process::id()))
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("loadgen-{}-{k}", std::process::id()))
 }
 
 /// Runs the loadgen binary with `args` plus `--json` and `--requests-out`
 /// (blocking the calling thread, so call it from `spawn_blocking`).
 pub fn loadgen_blocking(args: &[String]) -> LoadgenRun {
-    let json = tmp("summary.json");
-    let requests = tmp("requests.jsonl");
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_loadgen"));
-    cmd.args(args);
-    if args.first().map(String::as_str) != Some("calibrate") {
-        cmd.arg("--json")
-            .arg(&json)
-            .arg("--requests-out")
-            .arg(&requests);
-    }
-    let out: Output = cmd
-        .env("LOADGEN_LOG", "warn")
-        .output()
-        .expect("run loadgen");
-    let read = |p: &PathBuf| std::fs::read_to_string(p).unwrap_or_default();
-    let json_text = read(&json);
-    let lines = read(&requests);
-    let _ = std::fs::remove_file(&json);
-    let _ = std::fs::remove_file(&requests);
-    LoadgenRun {
-        code: out.status.code(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        json: serde_json::from_str(&json_text).unwrap_or(serde_json::Value::Null),
-        requests: lines
-            .lines()
-            .map(|l| serde_json::from_str(l).expect("a JSON line"))
-            .collect(),
-    }
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_loadgen"));
+    ember_loadgen::harness::run(&[], &bin, args, run_dir(), Duration::from_secs(300))
+        .expect("run loadgen")
 }
 
 /// Runs loadgen from an async test without blocking the mock's runtime.
