@@ -95,7 +95,11 @@ impl<'a> Bench<'a> {
             device,
             targets: targets.len(),
             channels: args.channels,
-            schedule: plan.describe(args, args.request_rate),
+            schedule: if args.sweep.active() {
+                format!("a sweep of {:?} arrivals", args.arrival).to_lowercase()
+            } else {
+                plan.describe(args, args.request_rate)
+            },
             absolute: matches!(plan, Plan::Absolute(_)),
             max_concurrency: args.max_concurrency,
             slo: args.view.slo,

@@ -85,6 +85,11 @@ pub struct CalibrateArgs {
         value_name = "MS"
     )]
     pub target_p99_ms: f64,
+    /// Serve the mock on loadgen's own runtime instead of its own thread (one
+    /// OS thread fewer competing for the cores, but the mock's work then
+    /// shares loadgen's worker threads).
+    #[arg(long, env = "LOADGEN_CAL_SHARED_RUNTIME")]
+    pub shared_runtime: bool,
     /// Write the calibration result as JSON to this file.
     #[arg(long, env = "LOADGEN_CAL_JSON", value_name = "PATH")]
     pub json: Option<std::path::PathBuf>,
@@ -142,11 +147,19 @@ pub async fn run(cal: CalibrateArgs) -> Result<Calibration, Error> {
         itl: Duration::from_secs_f64(cal.itl_ms / 1e3),
         ..MockConfig::default()
     };
-    let server = MockThread::start(cfg)?;
+    let server = if cal.shared_runtime {
+        MockHost::Shared(
+            mock::start(cfg)
+                .await
+                .map_err(|e| Error::Internal(format!("cannot start the mock server: {e}")))?,
+        )
+    } else {
+        MockHost::Thread(MockThread::start(cfg)?)
+    };
     let argv = [
         "loadgen".to_string(),
         "--target".into(),
-        server.url.clone(),
+        server.url().to_string(),
         "--num-requests".into(),
         cal.streams.to_string(),
         "--max-new-tokens".into(),
@@ -162,7 +175,7 @@ pub async fn run(cal: CalibrateArgs) -> Result<Calibration, Error> {
         Args::try_parse_from(argv).map_err(|e| Error::invalid("calibrate", e.to_string()))?;
     args.validate()?;
     let result = measure(&args).await;
-    server.stop();
+    server.stop().await;
     let (peak, records) = result?;
     let (ttft_error_ms, itl_error_ms) = analyse(&records);
     let under = |d: &DistSummary| d.p99.is_some_and(|p| p < cal.target_p99_ms);
@@ -185,7 +198,7 @@ pub async fn run(cal: CalibrateArgs) -> Result<Calibration, Error> {
     Ok(c)
 }
 
-/// A warmup run (a tenth of the streams), then the measured run.
+/// A warmup run (the same streams), then the measured run.
 async fn measure(args: &Args) -> Result<(usize, Vec<RequestRecord>), Error> {
     let mut bench = Bench::connect(
         args,
@@ -233,6 +246,31 @@ fn print(c: &Calibration) {
         if c.pass { "PASS" } else { "FAIL" },
         cfg.target_p99_ms
     );
+}
+
+/// Where the mock runs.
+enum MockHost {
+    /// On loadgen's runtime.
+    Shared(mock::MockServer),
+    /// On its own thread.
+    Thread(MockThread),
+}
+
+impl MockHost {
+    fn url(&self) -> &str {
+        match self {
+            MockHost::Shared(s) => &s.url,
+            MockHost::Thread(t) => &t.url,
+        }
+    }
+
+    async fn stop(self) {
+        match self {
+            MockHost::Shared(s) => s.stop().await,
+            // Joins a thread that is only waiting for its stop signal.
+            MockHost::Thread(t) => t.stop(),
+        }
+    }
 }
 
 /// The mock on its own thread and runtime, so serving it does not take turns

@@ -9,7 +9,7 @@ use crate::record::RequestRecord;
 use crate::sweep::SweepResult;
 
 /// Chart size in pixels.
-const SIZE: (u32, u32) = (760, 420);
+const SIZE: (u32, u32) = (700, 400);
 /// Most points drawn per CDF series (evenly subsampled beyond).
 const CDF_POINTS: usize = 2000;
 /// Most requests drawn in the timeline.

@@ -106,7 +106,8 @@ const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:24px;color:#22
 h1{font-size:22px}h2{font-size:18px;margin-top:28px}\
 table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}\
 th{background:#f0f0f0}td:first-child,th:first-child{text-align:left}\
-.charts{display:flex;flex-wrap:wrap;gap:16px}.chart{border:1px solid #ddd}\
+.charts{display:flex;flex-wrap:wrap;gap:16px}.chart{border:1px solid #ddd;flex:0 1 auto}\
+.chart svg{max-width:100%;height:auto;display:block}\
 .ok{color:#197a2e}.bad{color:#b3261e}.note{color:#555;font-size:13px}";
 
 /// The page's HTML.
@@ -155,10 +156,14 @@ fn run_cells(s: &RunStats) -> String {
         format!("{:.2} ({:.0}%)", g.rps, g.share * 100.0)
     });
     format!(
-        "<td>{}/{}</td><td>{}</td><td>{:.1}</td><td>{good}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>",
+        "<td>{}/{}</td><td>{}</td><td>{:.2}</td><td>{:.1}</td><td>{good}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>",
         s.ok,
         s.failed,
-        s.achieved_rate_rps.map_or("-".into(), |r| format!("{r:.2}")),
+        // A burst's submission rate says nothing: shown only for rated runs.
+        s.requested_rate_rps
+            .and(s.achieved_rate_rps)
+            .map_or("-".into(), |r| format!("{r:.2}")),
+        if s.wall_s > 0.0 { s.ok as f64 / s.wall_s } else { 0.0 },
         s.throughput_completion_tps,
         pct3(&m.ttft_ms),
         pct3(&m.tpot_ms),
@@ -167,7 +172,7 @@ fn run_cells(s: &RunStats) -> String {
     )
 }
 
-const RUN_HEAD: &str = "<th>ok/failed</th><th>achieved req/s</th><th>tokens/s</th><th>goodput req/s (share)</th>\
+const RUN_HEAD: &str = "<th>ok/failed</th><th>achieved req/s</th><th>ok req/s</th><th>tokens/s</th><th>goodput req/s (share)</th>\
 <th>TTFT p50/p95/p99 ms</th><th>TPOT p50/p95/p99 ms</th><th>ITL p50/p95/p99 ms</th><th>latency p50/p95/p99 ms</th>";
 
 fn runs_table(out: &mut String, runs: &[Measured], sweep: bool) {

@@ -293,3 +293,51 @@ async fn a_run_stops_early_when_the_submit_lag_p99_passes_the_limit() {
     assert!(run.stdout.contains("Stopped early:"), "{}", run.stdout);
     mock.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn loadgen_mock_serves_on_its_own_and_queues_beyond_its_slots() {
+    use std::io::BufRead;
+    let mut mock = std::process::Command::new(env!("CARGO_BIN_EXE_loadgen"))
+        .args(["mock", "--slots", "1", "--ttft-ms", "30", "--itl-ms", "1"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn loadgen mock");
+    let stdout = mock.stdout.take().expect("piped stdout");
+    let line = std::io::BufReader::new(stdout)
+        .lines()
+        .next()
+        .expect("a first line")
+        .expect("readable");
+    let addr = ember_loadgen::child::parse_listening(&line)
+        .expect("a listening line")
+        .expect("an address");
+    let url = format!("http://{addr}");
+    let run = loadgen(&[
+        "--target",
+        &url,
+        "--num-requests",
+        "3",
+        "--max-new-tokens",
+        "2",
+    ])
+    .await;
+    assert_eq!(run.code(), Some(0), "{}", run.stderr);
+    let mut waits: Vec<u64> = run
+        .requests
+        .iter()
+        .map(|r| u(&r["server"], "queue_wait_ns"))
+        .collect();
+    waits.sort_unstable();
+    // One slot: each request holds it for >= 31 ms (sleeps never end early),
+    // so the second waits >= 31 ms and the third >= 62 ms.
+    assert!(
+        waits[1] >= 31_000_000 && waits[2] >= 62_000_000,
+        "queue waits {waits:?}"
+    );
+    ember_loadgen::child::sigterm(mock.id()).expect("SIGTERM");
+    let status = mock.wait().expect("wait");
+    assert!(
+        status.success(),
+        "loadgen mock exits 0 on SIGTERM: {status}"
+    );
+}
