@@ -198,10 +198,12 @@ fn runs_table(out: &mut String, runs: &[Measured], sweep: bool) {
 fn sweep_section(out: &mut String, sweep: &SweepResult) {
     out.push_str("<h2>Sweep</h2>\n");
     if let Some(slo) = &sweep.slo {
-        let answer = sweep.max_rate_meeting_slo.map_or(
-            "<span class=\"bad\">none of the rates tried</span>".to_string(),
-            |r| format!("<span class=\"ok\">{r:.2} req/s</span>"),
-        );
+        let class = if sweep.max_rate_meeting_slo.is_some() {
+            "ok"
+        } else {
+            "bad"
+        };
+        let answer = format!("<span class=\"{class}\">{}</span>", esc(&sweep.answer()));
         let _ = writeln!(
             out,
             "<p>Highest rate meeting the SLO ({}, at least {:.0}% of requests good): <b>{answer}</b></p>",

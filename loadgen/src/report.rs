@@ -303,11 +303,7 @@ pub fn sweep_table(w: &mut impl Write, sweep: &SweepResult) -> io::Result<()> {
         )?;
     }
     if let Some(slo) = &sweep.slo {
-        let answer = sweep
-            .max_rate_meeting_slo
-            .map_or("none of the rates tried".to_string(), |r| {
-                format!("{r:.2} req/s")
-            });
+        let answer = sweep.answer();
         line(
             w,
             "Highest rate meeting the SLO",

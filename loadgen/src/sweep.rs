@@ -45,6 +45,9 @@ pub struct SweepResult {
     pub min_share: f64,
     /// The highest rate that met them (null without --slo or if none did).
     pub max_rate_meeting_slo: Option<f64>,
+    /// Whether a higher rate was tried and missed them; if not, the answer
+    /// is only the highest rate tried, and the limit may lie above it.
+    pub slo_limit_found: bool,
 }
 
 impl SweepResult {
@@ -57,6 +60,19 @@ impl SweepResult {
                 .unwrap_or(std::cmp::Ordering::Equal)
         });
         rows
+    }
+}
+
+impl SweepResult {
+    /// The SLO search's answer in words.
+    pub fn answer(&self) -> String {
+        match (self.max_rate_meeting_slo, self.slo_limit_found) {
+            (None, _) => "none of the rates tried".to_string(),
+            (Some(r), true) => format!("{r:.2} req/s"),
+            (Some(r), false) => {
+                format!("{r:.2} req/s (the highest rate tried; none missed the SLO)")
+            }
+        }
     }
 }
 
@@ -176,7 +192,7 @@ pub async fn run(bench: &mut Bench<'_>) -> Result<(Vec<Measured>, SweepResult), 
     for r in rates {
         s.step("rate", Some(r), args.max_concurrency).await?;
     }
-    let mut best = None;
+    let (mut best, mut limit_found) = (None, false);
     if let Some(slo) = args.view.slo {
         for _ in 0..search {
             let (pass, fail) = bracket(&s.rows);
@@ -187,7 +203,8 @@ pub async fn run(bench: &mut Bench<'_>) -> Result<(Vec<Measured>, SweepResult), 
             };
             s.step("search", Some(next), args.max_concurrency).await?;
         }
-        best = bracket(&s.rows).0;
+        let (pass, fail) = bracket(&s.rows);
+        (best, limit_found) = (pass, fail.is_some());
         tracing::info!(?best, %slo, "sweep: highest rate meeting the SLO");
     }
     let result = SweepResult {
@@ -195,24 +212,30 @@ pub async fn run(bench: &mut Bench<'_>) -> Result<(Vec<Measured>, SweepResult), 
         slo: args.view.slo,
         min_share: args.sweep.slo_min_share,
         max_rate_meeting_slo: best,
+        slo_limit_found: limit_found,
     };
     Ok((s.runs, result))
 }
 
 /// The highest rate that met the SLOs, and the lowest above it that did not.
 fn bracket(rows: &[SweepRow]) -> (Option<f64>, Option<f64>) {
-    let rated = rows
+    let judged: Vec<(f64, bool)> = rows
         .iter()
-        .filter_map(|r| Some((r.rate_rps?, r.meets_slo?)));
-    let pass = rated
-        .clone()
-        .filter(|(_, m)| *m)
-        .map(|(r, _)| r)
-        .fold(None, |a: Option<f64>, r| Some(a.map_or(r, |a| a.max(r))));
-    let fail = rated
-        .filter(|(r, m)| !*m && pass.is_none_or(|p| *r > p))
-        .map(|(r, _)| r)
-        .fold(None, |a: Option<f64>, r| Some(a.map_or(r, |a| a.min(r))));
+        .filter_map(|r| Some((r.rate_rps?, r.meets_slo?)))
+        .collect();
+    let mut pass: Option<f64> = None;
+    for &(rate, met) in &judged {
+        if met && pass.is_none_or(|p| rate > p) {
+            pass = Some(rate);
+        }
+    }
+    let mut fail: Option<f64> = None;
+    for &(rate, met) in &judged {
+        let above = pass.is_none_or(|p| rate > p);
+        if !met && above && fail.is_none_or(|f| rate < f) {
+            fail = Some(rate);
+        }
+    }
     (pass, fail)
 }
 

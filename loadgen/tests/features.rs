@@ -260,6 +260,18 @@ async fn the_live_view_prints_status_lines_when_not_a_terminal() {
     ])
     .await;
     assert!(!run.stderr.contains("loadgen r0:"), "{}", run.stderr);
+    // --progress bar: redrawn in place (carriage return, clear line), ending full.
+    let run = loadgen(&[
+        "--target",
+        &mock.url,
+        "--num-requests",
+        "2",
+        "--progress",
+        "bar",
+    ])
+    .await;
+    let full = format!("\r\x1b[2Kr0 [{}] 2/2 done, 0 failed", "#".repeat(24));
+    assert!(run.stderr.contains(&full), "{:?}", run.stderr);
     mock.stop().await;
 }
 

@@ -94,6 +94,16 @@ async fn sweep_rates_write_one_row_each_and_a_report() {
         .iter()
         .all(|r| r["meets_slo"] == true && u(&r["stats"], "ok") == 10));
     assert_eq!(sweep["max_rate_meeting_slo"].as_f64(), Some(100.0));
+    assert_eq!(
+        sweep["slo_limit_found"], false,
+        "no rate missed: the limit is above"
+    );
+    assert!(
+        run.stdout
+            .contains("100.00 req/s (the highest rate tried; none missed the SLO)"),
+        "{}",
+        run.stdout
+    );
     assert!(
         run.stdout.contains("=== sweep: 2 run(s) ===")
             && run.stdout.contains("Highest rate meeting the SLO:"),
