@@ -6,7 +6,7 @@
 use std::io::{self, Write};
 
 use crate::slo::Slo;
-use crate::stats::{DistSummary, RunStats, Spread, Summary};
+use crate::stats::{DistSummary, Metrics, RunStats, Spread, Summary};
 use crate::sweep::SweepResult;
 
 /// What every block's header says about the setup.
@@ -110,6 +110,61 @@ pub fn run(w: &mut impl Write, h: &Header, s: &RunStats, of: usize) -> io::Resul
         "Submit interval/schedule",
         format!("{}{limit}", h.schedule),
     )?;
+    latencies(w, h, m)?;
+    line(
+        w,
+        "Throughput (completion,total)",
+        format!(
+            "{:.2}, {:.2} tokens/s over {:.3} s",
+            s.throughput_completion_tps, s.throughput_total_tps, s.wall_s
+        ),
+    )?;
+    goodput(w, h, s)?;
+    line(
+        w,
+        "Connections",
+        format!(
+            "{} target(s) x {} channel(s); max in-flight streams per connection {}",
+            h.targets, h.channels, s.max_streams_per_connection
+        ),
+    )?;
+    line(
+        w,
+        "Admission",
+        format!(
+            "{} scheduler iteration(s), max prefill batch {}",
+            s.admission_iterations, s.max_prefill_batch_size
+        ),
+    )?;
+    let reasons: Vec<String> = s
+        .finish_reasons
+        .iter()
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect();
+    line(
+        w,
+        "Finish reasons",
+        if reasons.is_empty() {
+            "none".to_string()
+        } else {
+            reasons.join(", ")
+        },
+    )?;
+    let errors: Vec<String> = s.errors.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    line(
+        w,
+        "Errors",
+        if errors.is_empty() {
+            "none".to_string()
+        } else {
+            format!("{} failed: {}", s.failed, errors.join(", "))
+        },
+    )?;
+    writeln!(w)
+}
+
+/// The distribution lines of a run block, submit lag to latency.
+fn latencies(w: &mut impl Write, h: &Header, m: &Metrics) -> io::Result<()> {
     line(
         w,
         "Submit lag p50/p95/p99",
@@ -168,56 +223,7 @@ pub fn run(w: &mut impl Write, h: &Header, s: &RunStats, of: usize) -> io::Resul
             pcts_note(&m.latency_from_intended_ms, "intended start -> end"),
         )?;
     }
-    line(
-        w,
-        "Throughput (completion,total)",
-        format!(
-            "{:.2}, {:.2} tokens/s over {:.3} s",
-            s.throughput_completion_tps, s.throughput_total_tps, s.wall_s
-        ),
-    )?;
-    goodput(w, h, s)?;
-    line(
-        w,
-        "Connections",
-        format!(
-            "{} target(s) x {} channel(s); max in-flight streams per connection {}",
-            h.targets, h.channels, s.max_streams_per_connection
-        ),
-    )?;
-    line(
-        w,
-        "Admission",
-        format!(
-            "{} scheduler iteration(s), max prefill batch {}",
-            s.admission_iterations, s.max_prefill_batch_size
-        ),
-    )?;
-    let reasons: Vec<String> = s
-        .finish_reasons
-        .iter()
-        .map(|(k, v)| format!("{k} {v}"))
-        .collect();
-    line(
-        w,
-        "Finish reasons",
-        if reasons.is_empty() {
-            "none".to_string()
-        } else {
-            reasons.join(", ")
-        },
-    )?;
-    let errors: Vec<String> = s.errors.iter().map(|(k, v)| format!("{k} {v}")).collect();
-    line(
-        w,
-        "Errors",
-        if errors.is_empty() {
-            "none".to_string()
-        } else {
-            format!("{} failed: {}", s.failed, errors.join(", "))
-        },
-    )?;
-    writeln!(w)
+    Ok(())
 }
 
 /// The goodput line (with --slo) and the early-stop line (if any).
