@@ -225,7 +225,7 @@ async fn gamma_and_trace_arrivals_fire_on_their_plan() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_live_view_prints_status_lines_when_not_a_terminal() {
-    let mock = start(mock_cfg(300)).await;
+    let mock = start(mock_cfg(1000)).await;
     let run = loadgen(&[
         "--target",
         &mock.url,
@@ -247,7 +247,7 @@ async fn the_live_view_prints_status_lines_when_not_a_terminal() {
     );
     assert!(
         run.stderr.contains("loadgen r0: 0/4 done"),
-        "a line while waiting for the 300 ms TTFT:\n{}",
+        "a line while waiting for the 1 s TTFT (ticks every 0.1 s):\n{}",
         run.stderr
     );
     let run = loadgen(&[
