@@ -52,6 +52,10 @@ pub enum Arrival {
 /// x 32 new tokens as a burst (one measured run, no warmup), prints the report
 /// and stops the server. For numbers to compare, add e.g. `--warmup-runs 1
 /// --repeat-runs 3`.
+///
+/// Two more modes, each with its own --help: `loadgen calibrate` measures
+/// loadgen's own error against its built-in mock server, and `loadgen mock`
+/// serves that mock on its own.
 #[derive(Debug, Clone, Parser, Serialize)]
 #[command(name = "loadgen", version)]
 pub struct Args {

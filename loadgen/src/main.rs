@@ -14,8 +14,10 @@ async fn main() -> anyhow::Result<()> {
         Some(m @ ("calibrate" | "mock")) => Some(m.to_owned()),
         _ => None,
     };
-    if mode.is_some() {
+    if let Some(m) = &mode {
+        // `loadgen calibrate ...` parses as its own command (usage included).
         argv.remove(1);
+        argv[0] = format!("loadgen {m}").into();
     }
     let filter = EnvFilter::try_from_env("LOADGEN_LOG")
         .or_else(|_| EnvFilter::try_from_default_env())
