@@ -300,3 +300,49 @@ async fn calibrate_measures_loadgen_against_the_built_in_mock() {
     );
     let _ = std::fs::remove_file(json);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_run_report_has_its_runs_table_and_no_sweep_charts() {
+    let mock = start(MockConfig {
+        ttft: Duration::from_millis(5),
+        itl: Duration::from_millis(1),
+        ..Default::default()
+    })
+    .await;
+    let dir = tmp_dir("plain");
+    let dir_s = dir.to_str().expect("utf-8").to_string();
+    let run = loadgen(&[
+        "--target",
+        &mock.url,
+        "--num-requests",
+        "5",
+        "--max-new-tokens",
+        "3",
+        "--repeat-runs",
+        "2",
+        "--report",
+        &dir_s,
+    ])
+    .await;
+    assert_eq!(run.code(), Some(0), "{}", run.stderr);
+    let index = dir.join("index.html");
+    assert_well_formed(&index, true);
+    let html = std::fs::read_to_string(&index).expect("read");
+    assert!(html.contains("<h2>Runs</h2>") && !html.contains("<h2>Sweep</h2>"));
+    assert_eq!(
+        html.matches("<tr><td>r").count(),
+        2,
+        "one row per measured run"
+    );
+    assert_eq!(html.matches("<svg").count(), 4, "3 CDFs and the timeline");
+    assert!(!dir.join("sweep_throughput.svg").exists());
+    // The timeline has one bar group per request: 5 decode rectangles.
+    let timeline = std::fs::read_to_string(dir.join("timeline.svg")).expect("timeline");
+    assert_eq!(
+        timeline.matches("fill=\"#3C6EDC\"").count(),
+        5 + 1,
+        "5 decode bars + the legend swatch"
+    );
+    mock.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
