@@ -1,15 +1,16 @@
 //! Command-line flags (clap derive) and their validation.
 //!
 //! Every flag has `--long` and a `LOADGEN_*` environment variable; the doc
-//! comments are the `--help` text. [`Args::validate`] rejects values the
-//! benchmark cannot run with, naming the flag, before anything connects.
+//! comments are the `--help` text. [`Args::validate`] (in `validate.rs`)
+//! rejects values the benchmark cannot run with, naming the flag, before
+//! anything connects.
 
 use std::path::PathBuf;
 
 use clap::{Parser, ValueEnum};
 use serde::Serialize;
 
-use crate::error::Error;
+use crate::options::{DataArgs, SweepArgs, ViewArgs};
 
 /// Default prompt: a plain English sentence (about 10 GPT-2 tokens).
 pub const DEFAULT_PROMPT: &str = "The quick brown fox jumps over the lazy dog, and then it";
@@ -35,6 +36,12 @@ pub enum Arrival {
     /// Exponential gaps with mean 1/--request-rate, seeded by --seed
     /// (absolute schedule).
     Poisson,
+    /// Gamma gaps with mean 1/--request-rate and shape --burstiness (vLLM's
+    /// semantics: 1 = Poisson, < 1 burstier, > 1 steadier), seeded.
+    Gamma,
+    /// Replay the `timestamp` (ms) of each --dataset entry, scaled by
+    /// --trace-time-scale.
+    Trace,
 }
 
 /// Ember's load generator: streams Generate calls at one or more servers and
@@ -45,6 +52,10 @@ pub enum Arrival {
 /// x 32 new tokens as a burst (one measured run, no warmup), prints the report
 /// and stops the server. For numbers to compare, add e.g. `--warmup-runs 1
 /// --repeat-runs 3`.
+///
+/// Two more modes, each with its own --help: `loadgen calibrate` measures
+/// loadgen's own error against its built-in mock server, and `loadgen mock`
+/// serves that mock on its own.
 #[derive(Debug, Clone, Parser, Serialize)]
 #[command(name = "loadgen", version)]
 pub struct Args {
@@ -162,6 +173,27 @@ pub struct Args {
     )]
     pub request_rate: Option<f64>,
 
+    /// Shape of the gamma arrivals (> 0): 1 is Poisson, smaller is burstier.
+    #[arg(
+        long,
+        env = "LOADGEN_BURSTINESS",
+        default_value_t = 1.0,
+        value_name = "B",
+        allow_negative_numbers = true
+    )]
+    pub burstiness: f64,
+
+    /// --arrival trace: multiply every timestamp by this (0.5 replays twice
+    /// as fast).
+    #[arg(
+        long,
+        env = "LOADGEN_TRACE_TIME_SCALE",
+        default_value_t = 1.0,
+        value_name = "X",
+        allow_negative_numbers = true
+    )]
+    pub trace_time_scale: f64,
+
     /// At most this many requests in flight; a request waits for a free slot
     /// (the wait shows as submit lag). Unset = no limit.
     #[arg(long, env = "LOADGEN_MAX_CONCURRENCY", value_name = "N")]
@@ -249,6 +281,21 @@ pub struct Args {
     )]
     pub server_start_timeout: f64,
 
+    /// Data source flags.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub data: DataArgs,
+
+    /// Sweep flags.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub sweep: SweepArgs,
+
+    /// SLO, live view and report flags.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub view: ViewArgs,
+
     /// Arguments for the spawned ember-server (after `--`); loadgen adds
     /// `--listen 127.0.0.1:0`.
     #[arg(last = true, value_name = "SERVER_ARGS")]
@@ -256,139 +303,6 @@ pub struct Args {
 }
 
 impl Args {
-    /// Checks every value before anything connects. The error names the flag.
-    pub fn validate(&self) -> Result<(), Error> {
-        if self.num_requests == 0 {
-            return Err(Error::invalid("--num-requests", "must be >= 1 (got 0)"));
-        }
-        if self.repeat_runs == 0 {
-            return Err(Error::invalid("--repeat-runs", "must be >= 1 (got 0)"));
-        }
-        if self.channels == 0 {
-            return Err(Error::invalid("--channels", "must be >= 1 (got 0)"));
-        }
-        if self.max_new_tokens == 0 {
-            return Err(Error::invalid("--max-new-tokens", "must be >= 1 (got 0)"));
-        }
-        if self.prompt_repeats == 0 {
-            return Err(Error::invalid("--prompt-repeats", "must be >= 1 (got 0)"));
-        }
-        if self.prompt.is_empty() {
-            return Err(Error::invalid("--prompt", "must not be empty"));
-        }
-        if self.max_concurrency == Some(0) {
-            return Err(Error::invalid(
-                "--max-concurrency",
-                "must be >= 1 (got 0; leave it unset for no limit)",
-            ));
-        }
-        if !(self.submit_interval_ms.is_finite() && self.submit_interval_ms >= 0.0) {
-            return Err(Error::invalid(
-                "--submit-interval-ms",
-                format!(
-                    "must be a finite number >= 0 (got {})",
-                    self.submit_interval_ms
-                ),
-            ));
-        }
-        if !(self.timeout.is_finite() && self.timeout > 0.0) {
-            return Err(Error::invalid(
-                "--timeout",
-                format!("must be > 0 seconds (got {})", self.timeout),
-            ));
-        }
-        if !(self.server_start_timeout.is_finite() && self.server_start_timeout > 0.0) {
-            return Err(Error::invalid(
-                "--server-start-timeout",
-                format!("must be > 0 seconds (got {})", self.server_start_timeout),
-            ));
-        }
-        self.validate_arrival()?;
-        self.validate_sampling()?;
-        self.validate_targets()
-    }
-
-    fn validate_arrival(&self) -> Result<(), Error> {
-        match (self.arrival, self.request_rate) {
-            (Arrival::Poisson, None) => Err(Error::invalid(
-                "--request-rate",
-                "is required with --arrival poisson",
-            )),
-            (Arrival::Poisson, Some(r)) if !(r.is_finite() && r > 0.0) => Err(Error::invalid(
-                "--request-rate",
-                format!("must be > 0 requests/s with --arrival poisson (got {r})"),
-            )),
-            (Arrival::Poisson, Some(_)) if self.submit_schedule == SubmitSchedule::Relative => {
-                Err(Error::invalid(
-                    "--submit-schedule",
-                    "--arrival poisson needs the absolute schedule (got relative)",
-                ))
-            }
-            (Arrival::Poisson, Some(_)) if self.submit_interval_ms != 0.0 => Err(Error::invalid(
-                "--submit-interval-ms",
-                "cannot be combined with --arrival poisson (the rate sets the gaps)",
-            )),
-            (Arrival::Fixed, Some(_)) => Err(Error::invalid(
-                "--request-rate",
-                "only applies to --arrival poisson (use --submit-interval-ms for fixed gaps)",
-            )),
-            _ => Ok(()),
-        }
-    }
-
-    fn validate_sampling(&self) -> Result<(), Error> {
-        if let Some(t) = self.temperature {
-            if !(t.is_finite() && t >= 0.0) {
-                return Err(Error::invalid(
-                    "--temperature",
-                    format!("must be a finite number >= 0 (got {t})"),
-                ));
-            }
-        }
-        if let Some(k) = self.top_k {
-            if k < 0 {
-                return Err(Error::invalid("--top-k", format!("must be >= 0 (got {k})")));
-            }
-        }
-        if let Some(p) = self.top_p {
-            if !(p > 0.0 && p <= 1.0) {
-                return Err(Error::invalid(
-                    "--top-p",
-                    format!("must be in (0, 1] (got {p})"),
-                ));
-            }
-        }
-        Ok(())
-    }
-
-    fn validate_targets(&self) -> Result<(), Error> {
-        if self.spawn_server && !self.targets.is_empty() {
-            return Err(Error::invalid(
-                "--target",
-                "cannot be combined with --spawn-server (the spawned server is the target)",
-            ));
-        }
-        if !self.spawn_server && self.targets.is_empty() {
-            return Err(Error::invalid(
-                "--target",
-                "at least one is required (or pass --spawn-server)",
-            ));
-        }
-        if !self.spawn_server && !self.server_args.is_empty() {
-            return Err(Error::invalid(
-                "--spawn-server",
-                format!(
-                    "arguments after `--` ({}) are for the spawned server; pass --spawn-server",
-                    self.server_args.join(" ")
-                ),
-            ));
-        }
-        if self.targets.iter().any(|t| t.trim().is_empty()) {
-            return Err(Error::invalid("--target", "must not be empty"));
-        }
-        Ok(())
-    }
-
     /// The per-request deadline.
     pub fn request_timeout(&self) -> std::time::Duration {
         std::time::Duration::from_secs_f64(self.timeout)
@@ -399,7 +313,7 @@ impl Args {
     /// and for the relative schedule (its rate depends on the submit time).
     pub fn requested_rate_rps(&self) -> Option<f64> {
         match (self.arrival, self.submit_schedule) {
-            (Arrival::Poisson, _) => self.request_rate,
+            (Arrival::Poisson | Arrival::Gamma, _) => self.request_rate,
             (Arrival::Fixed, SubmitSchedule::Absolute) if self.submit_interval_ms > 0.0 => {
                 Some(1000.0 / self.submit_interval_ms)
             }
@@ -415,119 +329,5 @@ pub fn normalize_target(target: &str) -> String {
         t.to_string()
     } else {
         format!("http://{t}")
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn parse(extra: &[&str]) -> Result<Args, clap::Error> {
-        let mut argv = vec!["loadgen", "--target", "127.0.0.1:1"];
-        argv.extend_from_slice(extra);
-        Args::try_parse_from(argv)
-    }
-
-    fn flag_of(extra: &[&str]) -> &'static str {
-        match parse(extra).map(|a| a.validate()) {
-            Ok(Err(Error::InvalidArgument { flag, .. })) => flag,
-            other => panic!("{extra:?}: expected a validation error, got {other:?}"),
-        }
-    }
-
-    #[test]
-    fn defaults_are_valid() {
-        let args = parse(&[]).expect("parses");
-        args.validate().expect("defaults validate");
-        assert_eq!(args.num_requests, 16);
-        assert_eq!(args.max_new_tokens, 32);
-        assert_eq!((args.warmup_runs, args.repeat_runs), (0, 1));
-        assert_eq!(args.submit_schedule, SubmitSchedule::Absolute);
-        assert_eq!(args.requested_rate_rps(), None);
-    }
-
-    #[test]
-    fn rejects_bad_values_naming_the_flag() {
-        assert_eq!(
-            flag_of(&["--submit-interval-ms", "-5"]),
-            "--submit-interval-ms"
-        );
-        assert_eq!(
-            flag_of(&["--submit-interval-ms", "NaN"]),
-            "--submit-interval-ms"
-        );
-        assert_eq!(flag_of(&["--num-requests", "0"]), "--num-requests");
-        assert_eq!(flag_of(&["--repeat-runs", "0"]), "--repeat-runs");
-        assert_eq!(flag_of(&["--channels", "0"]), "--channels");
-        assert_eq!(flag_of(&["--max-concurrency", "0"]), "--max-concurrency");
-        assert_eq!(flag_of(&["--max-new-tokens", "0"]), "--max-new-tokens");
-        assert_eq!(flag_of(&["--prompt-repeats", "0"]), "--prompt-repeats");
-        assert_eq!(flag_of(&["--timeout", "0"]), "--timeout");
-        assert_eq!(flag_of(&["--arrival", "poisson"]), "--request-rate");
-        assert_eq!(
-            flag_of(&["--arrival", "poisson", "--request-rate", "0"]),
-            "--request-rate"
-        );
-        assert_eq!(
-            flag_of(&["--arrival", "poisson", "--request-rate", "-2"]),
-            "--request-rate"
-        );
-        assert_eq!(flag_of(&["--request-rate", "5"]), "--request-rate");
-        assert_eq!(
-            flag_of(&[
-                "--arrival",
-                "poisson",
-                "--request-rate",
-                "5",
-                "--submit-schedule",
-                "relative"
-            ]),
-            "--submit-schedule"
-        );
-        assert_eq!(flag_of(&["--temperature", "-1"]), "--temperature");
-        assert_eq!(flag_of(&["--top-p", "0"]), "--top-p");
-        assert_eq!(flag_of(&["--top-k", "-1"]), "--top-k");
-        assert_eq!(flag_of(&["--spawn-server"]), "--target");
-        assert_eq!(flag_of(&["--", "--preset", "tiny"]), "--spawn-server");
-    }
-
-    #[test]
-    fn needs_a_target_or_spawn_server() {
-        let args = Args::try_parse_from(["loadgen"]).expect("parses");
-        assert!(matches!(
-            args.validate(),
-            Err(Error::InvalidArgument {
-                flag: "--target",
-                ..
-            })
-        ));
-        let args = Args::try_parse_from(["loadgen", "--spawn-server", "--", "--preset", "tiny"])
-            .expect("parses");
-        args.validate().expect("valid");
-        assert_eq!(args.server_args, vec!["--preset", "tiny"]);
-    }
-
-    #[test]
-    fn poisson_and_fixed_rates() {
-        let args = parse(&["--arrival", "poisson", "--request-rate", "7.5"]).expect("parses");
-        args.validate().expect("valid");
-        assert_eq!(args.requested_rate_rps(), Some(7.5));
-        let args = parse(&["--submit-interval-ms", "250"]).expect("parses");
-        assert_eq!(args.requested_rate_rps(), Some(4.0));
-        let args = parse(&[
-            "--submit-interval-ms",
-            "250",
-            "--submit-schedule",
-            "relative",
-        ])
-        .expect("parses");
-        assert_eq!(args.requested_rate_rps(), None);
-    }
-
-    #[test]
-    fn targets_are_normalized_and_repeatable() {
-        let args = parse(&["--target", "http://b:2,c:3"]).expect("parses");
-        let t: Vec<String> = args.targets.iter().map(|t| normalize_target(t)).collect();
-        assert_eq!(t, vec!["http://127.0.0.1:1", "http://b:2", "http://c:3"]);
     }
 }

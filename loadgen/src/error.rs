@@ -32,6 +32,16 @@ pub enum Error {
     #[error(transparent)]
     Tokenizer(#[from] ember_common::tokenizer::TokenizerError),
 
+    /// A `--dataset` file is malformed: which file, where (`line N` or
+    /// `entry N`), which field.
+    #[error("{}: {at}: {}{reason}", path.display(), field.as_ref().map(|f| format!("field `{f}`: ")).unwrap_or_default())]
+    Dataset {
+        path: PathBuf,
+        at: String,
+        field: Option<String>,
+        reason: String,
+    },
+
     /// Starting, reaching or stopping the `--spawn-server` child failed.
     #[error("--spawn-server: {0}")]
     Spawn(String),
@@ -59,7 +69,7 @@ pub enum Error {
 
 impl Error {
     /// Shorthand for [`Error::InvalidArgument`].
-    pub(crate) fn invalid(flag: &'static str, reason: impl Into<String>) -> Self {
+    pub fn invalid(flag: &'static str, reason: impl Into<String>) -> Self {
         Error::InvalidArgument {
             flag,
             reason: reason.into(),

@@ -9,9 +9,21 @@
 //! inter-token gaps next to the server's `server_time_ns` gaps.
 //!
 //! Layout (one job per module; [`run`] ties them together):
-//! - [`cli`]: the flags (clap derive, `LOADGEN_*` env) and their validation.
+//! - [`cli`]: the flags (clap derive, `LOADGEN_*` env) and their validation;
+//!   [`options`]: the flattened groups (data, sweep, view).
 //! - [`error`]: the library's error type.
-//! - [`spawn`]: `--spawn-server`: the child `ember-server`, its health, its stop.
+//! - [`dataset`], [`lengths`]: `--dataset` files and length distributions.
+//! - [`slo`]: `--slo` and goodput.
+//! - [`bench`]: one session (connections, workload) and one run of it.
+//! - [`sweep`]: `--sweep-rates` / `--sweep auto` and the SLO search.
+//! - [`progress`]: the live view on stderr.
+//! - [`html`], [`charts`]: `--report DIR` (HTML page with inlined SVG charts).
+//! - [`mock`]: a mock Ember server with known timings; [`calibrate`]: the
+//!   `loadgen calibrate` mode that measures loadgen against it.
+//! - [`spawn`]: `--spawn-server`: the child `ember-server`, its health, its stop;
+//!   [`child`] (the `listening on` line, signals) and [`health`] (health and
+//!   info polling) are shared with the `ember-tests` helpers, and
+//!   [`harness`] (running the `loadgen` binary in a test) with every test.
 //! - [`pool`]: `--channels` HTTP/2 connections per target, round-robin, and
 //!   the count of in-flight streams per connection.
 //! - [`workload`]: the requests of each run (prompts, `--pretok`, sampling).
@@ -25,35 +37,46 @@
 //! - [`report`]: the text report on stdout.
 //! - [`output`]: the `--json` summary and the `--requests-out` file.
 
+pub mod bench;
+pub mod calibrate;
+pub mod charts;
+pub mod child;
 pub mod cli;
+pub mod dataset;
 pub mod error;
+pub mod harness;
+pub mod health;
+pub mod html;
+pub mod lengths;
+pub mod mock;
+pub mod options;
 pub mod output;
 pub mod pool;
+pub mod progress;
 pub mod record;
 pub mod report;
 pub mod request;
 pub mod runner;
 pub mod schedule;
+pub mod slo;
 pub mod spawn;
 pub mod stats;
+pub mod sweep;
+mod validate;
 pub mod workload;
 
 use std::io::Write;
-use std::sync::Arc;
 
 pub use cli::Args;
 pub use error::Error;
 
+use bench::{Bench, Measured, RunOpts};
 use output::{JsonReport, RequestsOut};
 use pool::Pool;
-use report::Header;
-use runner::{run_once, RunSpec};
-use schedule::Plan;
 use stats::{RunStats, Summary};
-use workload::Workload;
 
 /// What the benchmark found, for the binary's exit code.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct Outcome {
     /// Requests sent, warmups included.
     pub requests: usize,
@@ -62,8 +85,9 @@ pub struct Outcome {
 }
 
 /// Runs the whole benchmark the flags describe: optionally spawns the server,
-/// then the warmup and measured runs, printing the report to stdout and writing
-/// the JSON outputs. Failed requests are reported, not returned as errors.
+/// then the warmup and measured runs (or the sweep), printing the report to
+/// stdout and writing the JSON and HTML outputs. Failed requests are reported,
+/// not returned as errors.
 pub async fn run(args: Args) -> Result<Outcome, Error> {
     args.validate()?;
     // Fail on a bad output path before starting anything.
@@ -94,87 +118,110 @@ pub async fn run(args: Args) -> Result<Outcome, Error> {
     result
 }
 
-/// The runs against the given targets.
+/// The runs (or the sweep) against the given targets, then the outputs.
 async fn benchmark(
     args: &Args,
     targets: &[String],
-    mut requests_out: Option<RequestsOut>,
+    requests_out: Option<RequestsOut>,
 ) -> Result<Outcome, Error> {
-    let workload = Workload::from_args(args)?;
-    let pool = Arc::new(Pool::connect(targets, args.channels).await?);
-    let (model, device) = describe(&pool).await;
-    let plan = Plan::from_args(args);
-    let header = Header {
-        model,
-        device,
-        targets: targets.len(),
-        channels: args.channels,
-        schedule: plan.describe(args),
-        absolute: matches!(plan, Plan::Absolute(_)),
-        max_concurrency: args.max_concurrency,
+    let mut bench = Bench::connect(args, targets, requests_out).await?;
+    let warmups = warmups(&mut bench).await?;
+    let (measured, sweep) = if args.sweep.active() {
+        let (measured, sweep) = sweep::run(&mut bench).await?;
+        (measured, Some(sweep))
+    } else {
+        (repeats(&mut bench).await?, None)
     };
-    let requested_rate = args.requested_rate_rps();
-    let mut outcome = Outcome {
-        requests: 0,
-        failed: 0,
-    };
-    let mut warmups = Vec::with_capacity(args.warmup_runs);
-    let mut runs = Vec::with_capacity(args.repeat_runs);
-    let total = args.warmup_runs + args.repeat_runs;
-    for i in 0..total {
-        let warmup = i < args.warmup_runs;
-        let run = if warmup { i } else { i - args.warmup_runs };
-        let label = format!("{}{run}", if warmup { "w" } else { "r" });
-        let spec = RunSpec {
-            run,
-            warmup,
-            plan: plan.clone(),
-            requests: workload.build(&label, args.num_requests)?,
-            max_concurrency: args.max_concurrency,
-            timeout: args.request_timeout(),
-        };
-        tracing::info!(run = %label, requests = args.num_requests, "run starting");
-        let result = run_once(pool.clone(), spec).await?;
-        if let Some(out) = requests_out.as_mut() {
-            out.write(&result.records)?;
-        }
-        let stats = RunStats::from_run(&result, requested_rate);
-        outcome.requests += stats.requests;
-        outcome.failed += stats.failed;
-        let mut stdout = std::io::stdout().lock();
-        if warmup {
-            report::warmup(&mut stdout, &stats, args.warmup_runs)?;
-            warmups.push(stats);
-        } else {
-            report::run(&mut stdout, &header, &stats, args.repeat_runs)?;
-            runs.push(stats);
-        }
-        stdout.flush()?;
-    }
+    let runs: Vec<RunStats> = measured.iter().map(|m| m.stats.clone()).collect();
     let summary = Summary::of(&runs);
     let mut stdout = std::io::stdout().lock();
-    report::summary(&mut stdout, &summary)?;
+    if let Some(sweep) = &sweep {
+        report::sweep_table(&mut stdout, sweep)?;
+    } else {
+        report::summary(&mut stdout, &summary)?;
+    }
     stdout.flush()?;
+    drop(stdout);
     if let Some(path) = &args.json {
         output::write_json(
             path,
             &JsonReport {
-                model: &header.model,
-                device: &header.device,
+                model: &bench.header.model,
+                device: &bench.header.device,
                 targets,
                 config: args,
                 warmups: &warmups,
                 runs: &runs,
                 summary: &summary,
+                sweep: sweep.as_ref(),
             },
         )?;
     }
-    Ok(outcome)
+    if let Some(dir) = &args.view.report {
+        let page = html::Page {
+            header: &bench.header,
+            config: args,
+            runs: &measured,
+            sweep: sweep.as_ref(),
+        };
+        let index = html::write(dir, &page)?;
+        tracing::info!(report = %index.display(), "HTML report written");
+    }
+    Ok(bench.outcome)
+}
+
+/// The warmup runs (the flags' own plan; a burst for sweeps).
+async fn warmups(bench: &mut Bench<'_>) -> Result<Vec<RunStats>, Error> {
+    let args = bench.args;
+    let mut out = Vec::with_capacity(args.warmup_runs);
+    for run in 0..args.warmup_runs {
+        let m = bench
+            .measure(RunOpts {
+                label: format!("w{run}"),
+                run,
+                of: args.warmup_runs,
+                warmup: true,
+                rate: None,
+                burst: args.sweep.active(),
+                max_concurrency: args.max_concurrency,
+                max_submit_lag: None,
+            })
+            .await?;
+        out.push(m.stats);
+    }
+    Ok(out)
+}
+
+/// The measured runs of a plain (non-sweep) benchmark.
+async fn repeats(bench: &mut Bench<'_>) -> Result<Vec<Measured>, Error> {
+    let args = bench.args;
+    let lag = args
+        .sweep
+        .max_submit_lag_ms
+        .map(|ms| std::time::Duration::from_secs_f64(ms / 1e3));
+    let mut out = Vec::with_capacity(args.repeat_runs);
+    for run in 0..args.repeat_runs {
+        out.push(
+            bench
+                .measure(RunOpts {
+                    label: format!("r{run}"),
+                    run,
+                    of: args.repeat_runs,
+                    warmup: false,
+                    rate: None,
+                    burst: false,
+                    max_concurrency: args.max_concurrency,
+                    max_submit_lag: lag,
+                })
+                .await?,
+        );
+    }
+    Ok(out)
 }
 
 /// Model and device from `GetServerInfo` of each target (distinct values,
 /// comma-separated); "unknown" where a target does not answer it.
-async fn describe(pool: &Pool) -> (String, String) {
+pub(crate) async fn describe(pool: &Pool) -> (String, String) {
     let mut models: Vec<String> = Vec::new();
     let mut devices: Vec<String> = Vec::new();
     for (target, reply) in pool.server_infos().await {

@@ -1,5 +1,7 @@
 //! `loadgen`: parse the flags, log to stderr, run the benchmark, turn failed
-//! requests into a non-zero exit (unless `--allow-errors`).
+//! requests into a non-zero exit (unless `--allow-errors`). `loadgen calibrate
+//! [FLAGS]` measures loadgen against its built-in mock server instead;
+//! `loadgen mock [FLAGS]` serves that mock on its own.
 
 use anyhow::bail;
 use clap::Parser;
@@ -7,7 +9,16 @@ use tracing_subscriber::EnvFilter;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let args = ember_loadgen::Args::parse();
+    let mut argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let mode = match argv.get(1).and_then(|a| a.to_str()) {
+        Some(m @ ("calibrate" | "mock")) => Some(m.to_owned()),
+        _ => None,
+    };
+    if let Some(m) = &mode {
+        // `loadgen calibrate ...` parses as its own command (usage included).
+        argv.remove(1);
+        argv[0] = format!("loadgen {m}").into();
+    }
     let filter = EnvFilter::try_from_env("LOADGEN_LOG")
         .or_else(|_| EnvFilter::try_from_default_env())
         .unwrap_or_else(|_| EnvFilter::new("info"));
@@ -16,6 +27,20 @@ async fn main() -> anyhow::Result<()> {
         .with_env_filter(filter)
         .init();
 
+    match mode.as_deref() {
+        Some("calibrate") => {
+            let cal = ember_loadgen::calibrate::CalibrateArgs::parse_from(argv);
+            ember_loadgen::calibrate::run(cal).await?;
+            return Ok(());
+        }
+        Some(_) => {
+            let mock = ember_loadgen::mock::MockArgs::parse_from(argv);
+            ember_loadgen::mock::serve(mock).await?;
+            return Ok(());
+        }
+        None => {}
+    }
+    let args = ember_loadgen::Args::parse_from(argv);
     let allow_errors = args.allow_errors;
     let outcome = ember_loadgen::run(args).await?;
     if outcome.failed > 0 && !allow_errors {

@@ -13,6 +13,7 @@ use crate::cli::Args;
 use crate::error::Error;
 use crate::record::RequestRecord;
 use crate::stats::{RunStats, Summary};
+use crate::sweep::SweepResult;
 
 /// The `--json` document.
 #[derive(Debug, Serialize)]
@@ -29,8 +30,11 @@ pub struct JsonReport<'a> {
     pub warmups: &'a [RunStats],
     /// Measured runs.
     pub runs: &'a [RunStats],
-    /// Across measured runs.
+    /// Across measured runs (across rates in a sweep).
     pub summary: &'a Summary,
+    /// The sweep's rows and SLO search (absent without a sweep).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sweep: Option<&'a SweepResult>,
 }
 
 /// Writes the `--json` document.

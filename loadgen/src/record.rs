@@ -178,10 +178,10 @@ pub fn finish_reason_name(value: i32) -> Option<&'static str> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn record(recv: Vec<u64>, server_ttft: Option<u64>) -> RequestRecord {
+    pub(crate) fn record(recv: Vec<u64>, server_ttft: Option<u64>) -> RequestRecord {
         let mut r = RequestRecord {
             run: 0,
             warmup: false,

@@ -5,7 +5,9 @@
 
 use std::io::{self, Write};
 
-use crate::stats::{DistSummary, RunStats, Spread, Summary};
+use crate::slo::Slo;
+use crate::stats::{DistSummary, Metrics, RunStats, Spread, Summary};
+use crate::sweep::SweepResult;
 
 /// What every block's header says about the setup.
 #[derive(Debug, Clone)]
@@ -24,6 +26,8 @@ pub struct Header {
     pub absolute: bool,
     /// `--max-concurrency`.
     pub max_concurrency: Option<usize>,
+    /// `--slo`.
+    pub slo: Option<Slo>,
 }
 
 /// Width of the label column.
@@ -106,6 +110,61 @@ pub fn run(w: &mut impl Write, h: &Header, s: &RunStats, of: usize) -> io::Resul
         "Submit interval/schedule",
         format!("{}{limit}", h.schedule),
     )?;
+    latencies(w, h, m)?;
+    line(
+        w,
+        "Throughput (completion,total)",
+        format!(
+            "{:.2}, {:.2} tokens/s over {:.3} s",
+            s.throughput_completion_tps, s.throughput_total_tps, s.wall_s
+        ),
+    )?;
+    goodput(w, h, s)?;
+    line(
+        w,
+        "Connections",
+        format!(
+            "{} target(s) x {} channel(s); max in-flight streams per connection {}",
+            h.targets, h.channels, s.max_streams_per_connection
+        ),
+    )?;
+    line(
+        w,
+        "Admission",
+        format!(
+            "{} scheduler iteration(s), max prefill batch {}",
+            s.admission_iterations, s.max_prefill_batch_size
+        ),
+    )?;
+    let reasons: Vec<String> = s
+        .finish_reasons
+        .iter()
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect();
+    line(
+        w,
+        "Finish reasons",
+        if reasons.is_empty() {
+            "none".to_string()
+        } else {
+            reasons.join(", ")
+        },
+    )?;
+    let errors: Vec<String> = s.errors.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    line(
+        w,
+        "Errors",
+        if errors.is_empty() {
+            "none".to_string()
+        } else {
+            format!("{} failed: {}", s.failed, errors.join(", "))
+        },
+    )?;
+    writeln!(w)
+}
+
+/// The distribution lines of a run block, submit lag to latency.
+fn latencies(w: &mut impl Write, h: &Header, m: &Metrics) -> io::Result<()> {
     line(
         w,
         "Submit lag p50/p95/p99",
@@ -164,54 +223,99 @@ pub fn run(w: &mut impl Write, h: &Header, s: &RunStats, of: usize) -> io::Resul
             pcts_note(&m.latency_from_intended_ms, "intended start -> end"),
         )?;
     }
-    line(
+    Ok(())
+}
+
+/// The goodput line (with --slo) and the early-stop line (if any).
+fn goodput(w: &mut impl Write, h: &Header, s: &RunStats) -> io::Result<()> {
+    if let (Some(g), Some(slo)) = (&s.goodput, &h.slo) {
+        line(
+            w,
+            "Goodput",
+            format!(
+                "{:.2} req/s ({} of {} requests good, {:.1}%; SLO {slo})",
+                g.rps,
+                g.good,
+                s.requests,
+                g.share * 100.0
+            ),
+        )?;
+    }
+    if let Some(reason) = &s.stopped_early {
+        line(
+            w,
+            "Stopped early",
+            format!("{reason}; {} request(s) not sent", s.unsent),
+        )?;
+    }
+    Ok(())
+}
+
+/// The sweep's table: one row per rate, then the SLO search's answer.
+pub fn sweep_table(w: &mut impl Write, sweep: &SweepResult) -> io::Result<()> {
+    writeln!(w, "=== sweep: {} run(s) ===", sweep.rows.len())?;
+    writeln!(
         w,
-        "Throughput (completion,total)",
-        format!(
-            "{:.2}, {:.2} tokens/s over {:.3} s",
-            s.throughput_completion_tps, s.throughput_total_tps, s.wall_s
-        ),
+        "{:<11} {:>9} {:>9} {:>9} {:>9} {:>10} {:>16} {:>17} {:>17} {:>10}  note",
+        "kind",
+        "rate",
+        "achieved",
+        "ok req/s",
+        "ok/fail",
+        "tok/s",
+        "goodput (share)",
+        "TTFT p50/p99 ms",
+        "TPOT p50/p99 ms",
+        "e2e p99"
     )?;
-    line(
-        w,
-        "Connections",
-        format!(
-            "{} target(s) x {} channel(s); max in-flight streams per connection {}",
-            h.targets, h.channels, s.max_streams_per_connection
-        ),
-    )?;
-    line(
-        w,
-        "Admission",
-        format!(
-            "{} scheduler iteration(s), max prefill batch {}",
-            s.admission_iterations, s.max_prefill_batch_size
-        ),
-    )?;
-    let reasons: Vec<String> = s
-        .finish_reasons
-        .iter()
-        .map(|(k, v)| format!("{k} {v}"))
-        .collect();
-    line(
-        w,
-        "Finish reasons",
-        if reasons.is_empty() {
-            "none".to_string()
-        } else {
-            reasons.join(", ")
-        },
-    )?;
-    let errors: Vec<String> = s.errors.iter().map(|(k, v)| format!("{k} {v}")).collect();
-    line(
-        w,
-        "Errors",
-        if errors.is_empty() {
-            "none".to_string()
-        } else {
-            format!("{} failed: {}", s.failed, errors.join(", "))
-        },
-    )?;
+    for row in &sweep.rows {
+        let s = &row.stats;
+        let m = &s.metrics;
+        let two = |d: &DistSummary| match (d.p50, d.p99) {
+            (Some(a), Some(b)) => format!("{a:.1}/{b:.1}"),
+            _ => "n/a".to_string(),
+        };
+        let good = s.goodput.map_or("-".to_string(), |g| {
+            format!("{:.2} ({:.0}%)", g.rps, g.share * 100.0)
+        });
+        let note = match (&s.stopped_early, row.meets_slo) {
+            (Some(_), _) => "client-bound: stopped early".to_string(),
+            (None, Some(true)) => "meets SLO".to_string(),
+            (None, Some(false)) => "misses SLO".to_string(),
+            (None, None) => String::new(),
+        };
+        writeln!(
+            w,
+            "{:<11} {:>9} {:>9} {:>9.2} {:>9} {:>10.1} {:>16} {:>17} {:>17} {:>10}  {note}",
+            row.kind,
+            row.rate_rps.map_or("-".to_string(), |r| format!("{r:.2}")),
+            // A burst's submission rate says nothing; show it for rated rows.
+            row.rate_rps
+                .and(s.achieved_rate_rps)
+                .map_or("-".to_string(), |r| format!("{r:.2}")),
+            if s.wall_s > 0.0 {
+                s.ok as f64 / s.wall_s
+            } else {
+                0.0
+            },
+            format!("{}/{}", s.ok, s.failed),
+            s.throughput_completion_tps,
+            good,
+            two(&m.ttft_ms),
+            two(&m.tpot_ms),
+            m.latency_ms
+                .p99
+                .map_or("n/a".to_string(), |v| format!("{v:.1}")),
+        )?;
+    }
+    if let Some(slo) = &sweep.slo {
+        let answer = sweep.answer();
+        line(
+            w,
+            "Highest rate meeting the SLO",
+            format!("{answer} ({slo}, >= {:.0}% good)", sweep.min_share * 100.0),
+        )?;
+    }
     writeln!(w)
 }
 

@@ -9,7 +9,12 @@
 //! schedule the loop waits for the submission to return, then sleeps the
 //! interval. A `--max-concurrency` permit is taken after the target is reached,
 //! so waiting for one shows up as submit lag.
+//!
+//! With a submit lag limit the loop stops firing once the submit lag p99 is
+//! beyond it (more than 1% of at least [`LAG_MIN_SAMPLES`] submissions late):
+//! the client, not the server, is then the bottleneck, and the run says so.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,6 +25,7 @@ use tokio::task::JoinHandle;
 
 use crate::error::Error;
 use crate::pool::Pool;
+use crate::progress::Live;
 use crate::record::RequestRecord;
 use crate::request::{execute, Slot};
 use crate::schedule::{fire_at, Plan};
@@ -28,6 +34,52 @@ use crate::workload::PreparedRequest;
 /// t0 is this far after the firing loop starts, so request 0 is fired on the
 /// same precise path as every other request.
 const START_LEAD: Duration = Duration::from_millis(5);
+/// Submissions seen before the submit lag limit can stop a run.
+pub const LAG_MIN_SAMPLES: usize = 50;
+
+/// Counts submissions later than a limit, to stop a run whose client cannot
+/// keep up (submit lag p99 beyond the limit).
+#[derive(Debug)]
+pub struct LagWatch {
+    /// The limit.
+    limit: Duration,
+    /// Submissions observed.
+    seen: AtomicUsize,
+    /// Of those, later than `limit`.
+    late: AtomicUsize,
+}
+
+impl LagWatch {
+    /// A watch with this limit.
+    pub fn new(limit: Duration) -> LagWatch {
+        LagWatch {
+            limit,
+            seen: AtomicUsize::new(0),
+            late: AtomicUsize::new(0),
+        }
+    }
+
+    /// Counts one submission's lag.
+    pub fn observe(&self, lag: Duration) {
+        if lag > self.limit {
+            self.late.fetch_add(1, Ordering::Relaxed);
+        }
+        self.seen.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The reason to stop, once the p99 is beyond the limit.
+    pub fn tripped(&self) -> Option<String> {
+        let seen = self.seen.load(Ordering::Relaxed);
+        let late = self.late.load(Ordering::Relaxed);
+        (seen >= LAG_MIN_SAMPLES && late * 100 > seen).then(|| {
+            format!(
+                "stopped early: submit lag p99 above {:.1} ms ({late} of {seen} submissions late); \
+                 the client is the bottleneck at this rate",
+                self.limit.as_secs_f64() * 1e3
+            )
+        })
+    }
+}
 
 /// What one run does.
 #[derive(Debug)]
@@ -44,6 +96,10 @@ pub struct RunSpec {
     pub max_concurrency: Option<usize>,
     /// `--timeout` per request.
     pub timeout: Duration,
+    /// Stop firing when the submit lag p99 passes this.
+    pub max_submit_lag: Option<Duration>,
+    /// Live counters for the progress view.
+    pub live: Option<Arc<Live>>,
 }
 
 /// Peak concurrent streams on one connection during a run.
@@ -68,6 +124,10 @@ pub struct RunResult {
     pub records: Vec<RequestRecord>,
     /// Peak in-flight streams of each connection.
     pub conn_peaks: Vec<ConnPeak>,
+    /// Why the run stopped before firing every request, if it did.
+    pub stopped_early: Option<String>,
+    /// Requests not fired because of that.
+    pub unsent: usize,
 }
 
 /// Runs one run to its end (every request finished or failed).
@@ -88,13 +148,13 @@ pub async fn run_once(pool: Arc<Pool>, spec: RunSpec) -> Result<RunResult, Error
             let _ = tx.send(result);
         })
         .map_err(|e| Error::Internal(format!("cannot start the firing thread: {e}")))?;
-    let tasks = rx
+    let fired = rx
         .await
         .map_err(|_| Error::Internal("the firing thread ended without a result".into()))?
         .map_err(|e| Error::Internal(format!("cannot build the firing runtime: {e}")))?;
 
-    let mut records = Vec::with_capacity(tasks.len());
-    for task in tasks {
+    let mut records = Vec::with_capacity(fired.tasks.len());
+    for task in fired.tasks {
         let record = task
             .await
             .map_err(|e| Error::Internal(format!("a request task failed: {e}")))?;
@@ -114,17 +174,37 @@ pub async fn run_once(pool: Arc<Pool>, spec: RunSpec) -> Result<RunResult, Error
         warmup,
         records,
         conn_peaks,
+        stopped_early: fired.stopped_early,
+        unsent: fired.unsent,
     })
+}
+
+/// What the firing loop started.
+struct Fired {
+    /// One task per fired request.
+    tasks: Vec<JoinHandle<RequestRecord>>,
+    /// Set when the lag watch stopped the loop.
+    stopped_early: Option<String>,
+    /// Requests not fired.
+    unsent: usize,
 }
 
 /// The firing loop (on the dedicated thread): waits for each request's target,
 /// takes a concurrency permit, spawns the request on the main runtime.
-async fn fire(handle: Handle, pool: Arc<Pool>, spec: RunSpec) -> Vec<JoinHandle<RequestRecord>> {
+async fn fire(handle: Handle, pool: Arc<Pool>, spec: RunSpec) -> Fired {
     let semaphore = spec.max_concurrency.map(|n| Arc::new(Semaphore::new(n)));
+    let watch = spec.max_submit_lag.map(|l| Arc::new(LagWatch::new(l)));
+    let total = spec.requests.len();
+    let mut stopped_early = None;
     let t0 = Instant::now() + START_LEAD;
     let mut next_relative = t0;
     let mut tasks = Vec::with_capacity(spec.requests.len());
     for (index, prepared) in spec.requests.into_iter().enumerate() {
+        if let Some(reason) = watch.as_ref().and_then(|w| w.tripped()) {
+            tracing::warn!(run = spec.run, fired = index, "{reason}");
+            stopped_early = Some(reason);
+            break;
+        }
         let intended = match &spec.plan {
             Plan::Absolute(offsets) => t0 + offsets.get(index).copied().unwrap_or_default(),
             Plan::Relative { .. } => next_relative,
@@ -151,9 +231,16 @@ async fn fire(handle: Handle, pool: Arc<Pool>, spec: RunSpec) -> Vec<JoinHandle<
             Plan::Absolute(_) => (None, None),
         };
         let timeout = spec.timeout;
+        let (watch, live) = (watch.clone(), spec.live.clone());
         tasks.push(handle.spawn(async move {
+            if let Some(w) = &watch {
+                w.observe(intended.elapsed());
+            }
             let record = execute(conn, prepared, slot, timeout, submitted_tx).await;
             drop(permit);
+            if let Some(l) = &live {
+                l.finished(&record);
+            }
             record
         }));
         if let (Plan::Relative { interval }, Some(rx)) = (&spec.plan, submitted_rx) {
@@ -162,5 +249,33 @@ async fn fire(handle: Handle, pool: Arc<Pool>, spec: RunSpec) -> Vec<JoinHandle<
             next_relative = submit_end + *interval;
         }
     }
-    tasks
+    let unsent = total - tasks.len();
+    Fired {
+        tasks,
+        stopped_early,
+        unsent,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lag_watch_trips_on_the_p99() {
+        let w = LagWatch::new(Duration::from_millis(10));
+        for _ in 0..49 {
+            w.observe(Duration::from_millis(50));
+        }
+        assert!(w.tripped().is_none(), "too few samples");
+        let w = LagWatch::new(Duration::from_millis(10));
+        for i in 0..200 {
+            // 2 of 200 late = 1%: the p99 is not beyond the limit yet.
+            w.observe(Duration::from_millis(if i < 2 { 11 } else { 10 }));
+        }
+        assert!(w.tripped().is_none());
+        w.observe(Duration::from_millis(11));
+        let reason = w.tripped().expect("3 of 201 late is over 1%");
+        assert!(reason.contains("client is the bottleneck"), "{reason}");
+    }
 }

@@ -1,7 +1,7 @@
 //! When each request fires: the arrival plan and the precise wait for a target.
 //!
-//! An absolute plan is a list of offsets from the run's t0 (fixed gaps or
-//! seeded exponential gaps); a relative plan is an interval slept after each
+//! An absolute plan is a list of offsets from the run's t0 (fixed gaps,
+//! seeded exponential or gamma gaps, or a trace's timestamps); a relative plan is an interval slept after each
 //! submission returned. [`fire_at`] waits for a target instant with better than
 //! the tokio timer's 1 ms granularity: the timer until shortly before it, then
 //! a high-resolution thread sleep, then a short spin.
@@ -9,8 +9,10 @@
 use std::time::{Duration, Instant};
 
 use crate::cli::{Args, Arrival, SubmitSchedule};
+use crate::dataset::Entry;
+use crate::error::Error;
 use rand::{rngs::StdRng, Rng, SeedableRng};
-use rand_distr::Exp;
+use rand_distr::{Exp, Gamma};
 
 /// Until this long before a target, wait on the tokio timer (1 ms slots,
 /// rounded up, so it may end up to ~1 ms later than asked).
@@ -31,27 +33,53 @@ pub enum Plan {
 }
 
 impl Plan {
-    /// The plan the flags ask for (validated flags only).
-    pub fn from_args(args: &Args) -> Plan {
+    /// The plan of `n` requests the (validated) flags ask for. `rate` is the
+    /// request rate (--request-rate, or a sweep's rate: with fixed arrivals it
+    /// becomes gaps of 1/rate); `entries` are the --dataset entries, whose
+    /// timestamps --arrival trace replays.
+    pub fn new(
+        args: &Args,
+        n: usize,
+        rate: Option<f64>,
+        entries: Option<&[Entry]>,
+    ) -> Result<Plan, Error> {
         // Whole nanoseconds, so offsets are exact multiples (no float drift).
-        let interval = Duration::from_nanos((args.submit_interval_ms * 1e6).round() as u64);
-        match (args.arrival, args.submit_schedule, args.request_rate) {
-            (Arrival::Poisson, _, Some(rate)) => {
-                Plan::Absolute(poisson_offsets(args.num_requests, rate, args.seed))
+        let interval = match (args.arrival, rate) {
+            (Arrival::Fixed, Some(r)) => Duration::from_nanos((1e9 / r).round() as u64),
+            _ => Duration::from_nanos((args.submit_interval_ms * 1e6).round() as u64),
+        };
+        Ok(match (args.arrival, args.submit_schedule, rate) {
+            (Arrival::Poisson, _, Some(r)) => Plan::Absolute(poisson_offsets(n, r, args.seed)),
+            (Arrival::Gamma, _, Some(r)) => {
+                Plan::Absolute(gamma_offsets(n, r, args.burstiness, args.seed))
             }
+            (Arrival::Trace, _, _) => Plan::Absolute(trace_offsets(
+                entries.unwrap_or_default(),
+                n,
+                args.trace_time_scale,
+            )?),
             (_, SubmitSchedule::Relative, _) => Plan::Relative { interval },
-            _ => Plan::Absolute(fixed_offsets(args.num_requests, interval)),
-        }
+            _ => Plan::Absolute(fixed_offsets(n, interval)),
+        })
     }
 
     /// One line for the report, e.g. `250.000 ms / absolute`.
-    pub fn describe(&self, args: &Args) -> String {
+    pub fn describe(&self, args: &Args, rate: Option<f64>) -> String {
+        let r = rate.unwrap_or(0.0);
         match (self, args.arrival) {
-            (Plan::Absolute(_), Arrival::Poisson) => format!(
-                "poisson {} req/s (seed {}) / absolute",
-                args.request_rate.unwrap_or(0.0),
-                args.seed
+            (Plan::Absolute(_), Arrival::Poisson) => {
+                format!("poisson {r} req/s (seed {}) / absolute", args.seed)
+            }
+            (Plan::Absolute(_), Arrival::Gamma) => format!(
+                "gamma {r} req/s, burstiness {} (seed {}) / absolute",
+                args.burstiness, args.seed
             ),
+            (Plan::Absolute(o), Arrival::Trace) => format!(
+                "trace replay of {} timestamps x {} / absolute",
+                o.len(),
+                args.trace_time_scale
+            ),
+            (Plan::Absolute(_), _) if rate.is_some() => format!("fixed {r} req/s / absolute"),
             (Plan::Absolute(_), _) if args.submit_interval_ms == 0.0 => {
                 "0 ms / absolute (burst)".to_string()
             }
@@ -61,6 +89,63 @@ impl Plan {
             }
         }
     }
+}
+
+/// Requests per run: --num-requests, capped by the trace's length when
+/// replaying one.
+pub fn requests_per_run(args: &Args, entries: Option<&[Entry]>) -> usize {
+    match (args.arrival, entries) {
+        (Arrival::Trace, Some(e)) => args.num_requests.min(e.len()),
+        _ => args.num_requests,
+    }
+}
+
+/// Offsets of the first `n` entries' timestamps, relative to the first one and
+/// multiplied by `scale`. Every entry needs a timestamp, in order.
+pub fn trace_offsets(entries: &[Entry], n: usize, scale: f64) -> Result<Vec<Duration>, Error> {
+    let mut out = Vec::with_capacity(n);
+    let mut prev = f64::NEG_INFINITY;
+    let mut first = None;
+    for (i, e) in entries.iter().take(n).enumerate() {
+        let Some(ts) = e.timestamp_ms else {
+            return Err(Error::invalid(
+                "--arrival",
+                format!("trace: dataset entry {i} has no `timestamp`"),
+            ));
+        };
+        if ts < prev {
+            return Err(Error::invalid(
+                "--arrival",
+                format!(
+                    "trace: dataset entry {i}'s timestamp {ts} is before the previous one ({prev})"
+                ),
+            ));
+        }
+        prev = ts;
+        let base = *first.get_or_insert(ts);
+        out.push(Duration::from_secs_f64((ts - base) * scale / 1e3));
+    }
+    Ok(out)
+}
+
+/// Offsets with gamma-distributed gaps (vLLM's `--burstiness`): shape
+/// `burstiness`, scale `1 / (rate * burstiness)`, so the mean gap is 1/rate
+/// and the coefficient of variation 1/sqrt(burstiness). Seeded.
+pub fn gamma_offsets(n: usize, rate: f64, burstiness: f64, seed: u64) -> Vec<Duration> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let Ok(gamma) = Gamma::new(burstiness, 1.0 / (rate * burstiness)) else {
+        // Only non-positive or NaN parameters fail; validation rejects both.
+        return fixed_offsets(n, Duration::ZERO);
+    };
+    let mut at = 0.0_f64;
+    (0..n)
+        .map(|i| {
+            if i > 0 {
+                at += rng.sample(gamma);
+            }
+            Duration::from_secs_f64(at)
+        })
+        .collect()
 }
 
 /// Offsets `i * interval` (all zero for a burst).
@@ -163,6 +248,52 @@ mod tests {
             let cv = var.sqrt() / mean;
             assert!((0.9..1.1).contains(&cv), "coefficient of variation {cv}");
         }
+    }
+
+    #[test]
+    fn gamma_rate_and_burstiness() {
+        // Mean gap 1/rate whatever the shape; CV = 1/sqrt(burstiness).
+        for (b, seed) in [(0.25, 1), (1.0, 2), (4.0, 3)] {
+            let n = 8001;
+            let o = gamma_offsets(n, 20.0, b, seed);
+            assert_eq!(o, gamma_offsets(n, 20.0, b, seed), "seeded");
+            let achieved = (n - 1) as f64 / o[n - 1].as_secs_f64();
+            assert!(
+                (achieved - 20.0).abs() / 20.0 < 0.08,
+                "burstiness {b}: rate {achieved}"
+            );
+            let gaps: Vec<f64> = o.windows(2).map(|w| (w[1] - w[0]).as_secs_f64()).collect();
+            let mean = gaps.iter().sum::<f64>() / gaps.len() as f64;
+            let var = gaps.iter().map(|g| (g - mean).powi(2)).sum::<f64>() / gaps.len() as f64;
+            let cv = var.sqrt() / mean;
+            let want = 1.0 / b.sqrt();
+            assert!(
+                (cv - want).abs() / want < 0.12,
+                "burstiness {b}: cv {cv}, want {want}"
+            );
+        }
+    }
+
+    #[test]
+    fn trace_offsets_are_scaled_and_checked() {
+        let e = |ts: Option<f64>| Entry {
+            prompt: crate::dataset::PromptSpec::Length(1),
+            max_new_tokens: None,
+            timestamp_ms: ts,
+        };
+        let entries = vec![
+            e(Some(1000.0)),
+            e(Some(1000.0)),
+            e(Some(1500.0)),
+            e(Some(3000.0)),
+        ];
+        let o = trace_offsets(&entries, 3, 0.5).expect("valid");
+        assert_eq!(
+            o,
+            vec![Duration::ZERO, Duration::ZERO, Duration::from_millis(250)]
+        );
+        assert!(trace_offsets(&[e(Some(5.0)), e(None)], 2, 1.0).is_err());
+        assert!(trace_offsets(&[e(Some(5.0)), e(Some(4.0))], 2, 1.0).is_err());
     }
 
     #[tokio::test(flavor = "current_thread")]

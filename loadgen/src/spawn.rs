@@ -5,156 +5,101 @@
 //! we forward with a prefix, or write to `--server-log`). We then poll
 //! grpc.health.v1 `Check(ember.v1.Inference)` until SERVING, noticing if the
 //! child exits, and after the benchmark stop it with SIGTERM (graceful drain),
-//! escalating to SIGKILL if it does not exit in time. `kill_on_drop` covers
-//! every early return.
+//! escalating to SIGKILL if it does not exit in time. The process handling is
+//! [`child::Announced`]'s (shared with the end-to-end tests); its blocking
+//! waits run on tokio's blocking pool.
 
-use std::fs::File;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{ExitStatus, Stdio};
+use std::process::ExitStatus;
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
-use tokio::process::{Child, Command};
-use tokio::task::JoinHandle;
-use tokio::time::{timeout, timeout_at, Instant};
-use tonic::transport::Endpoint;
-use tonic_health::pb::health_check_response::ServingStatus;
-use tonic_health::pb::health_client::HealthClient;
-use tonic_health::pb::HealthCheckRequest;
+use tokio::time::Instant;
 
+use crate::child::{Announced, ChildSpec, StderrTo};
 use crate::cli::Args;
 use crate::error::Error;
+use crate::health;
 
-/// How often health is polled while the server starts.
-const HEALTH_POLL: Duration = Duration::from_millis(100);
-/// How long one health check may take.
-const HEALTH_CHECK_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long the server may drain after SIGTERM before it is killed.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+/// How long a server that failed to start gets after SIGTERM.
+const ABORT_GRACE: Duration = Duration::from_secs(3);
 /// Prefix of the child's forwarded output lines.
 const PREFIX: &str = "[ember-server]";
 
 /// A running child server.
 #[derive(Debug)]
 pub struct SpawnedServer {
-    /// The process (killed if this is dropped without [`shutdown`](Self::shutdown)).
-    child: Child,
+    /// The process (stopped on drop if [`shutdown`](Self::shutdown) was not called).
+    proc: Announced,
     /// `http://ip:port` from its `listening on` line.
     pub target: String,
-    /// Tasks forwarding its stdout/stderr; joined at shutdown so the last
-    /// lines are not lost.
-    forwarders: Vec<JoinHandle<()>>,
+}
+
+/// Runs a blocking process operation off the async workers.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, Error> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| Error::Internal(format!("a process task failed: {e}")))
 }
 
 /// Starts the server and waits until it reports SERVING.
 pub async fn start(args: &Args) -> Result<SpawnedServer, Error> {
     let bin = locate(args.server_bin.as_deref())?;
-    let deadline = Instant::now() + Duration::from_secs_f64(args.server_start_timeout);
-    let mut cmd = Command::new(&bin);
-    cmd.arg("--listen")
-        .arg("127.0.0.1:0")
-        .args(&args.server_args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .kill_on_drop(true);
-    match &args.server_log {
-        Some(path) => {
-            let file = File::create(path).map_err(|source| Error::File {
-                path: path.clone(),
-                source,
-            })?;
-            cmd.stderr(Stdio::from(file));
-        }
-        None => {
-            cmd.stderr(Stdio::piped());
-        }
-    }
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| Error::Spawn(format!("cannot start {}: {e}", bin.display())))?;
-    tracing::info!(
-        bin = %bin.display(),
-        args = ?args.server_args,
-        pid = child.id(),
-        "started ember-server"
-    );
-
-    let mut forwarders = Vec::new();
-    if let Some(stderr) = child.stderr.take() {
-        forwarders.push(tokio::spawn(forward(stderr, PREFIX)));
-    }
-    let stdout = child
-        .stdout
-        .take()
-        .ok_or_else(|| Error::Spawn("the child's stdout was not captured".into()))?;
-    let mut lines = BufReader::new(stdout).lines();
-    let addr = loop {
-        let line = match timeout_at(deadline, lines.next_line()).await {
-            Err(_) => {
-                return Err(Error::Spawn(format!(
-                    "no `listening on` line within {} s",
-                    args.server_start_timeout
-                )))
-            }
-            Ok(Err(e)) => return Err(Error::Spawn(format!("reading the child's stdout: {e}"))),
-            Ok(Ok(None)) => {
-                let status = wait_briefly(&mut child).await;
-                return Err(Error::Spawn(format!(
-                    "ember-server exited before printing its address ({status})"
-                )));
-            }
-            Ok(Ok(Some(line))) => line,
-        };
-        match line.strip_prefix("listening on ") {
-            Some(addr) => break parse_addr(addr)?,
-            None => eprintln!("{PREFIX} {line}"),
-        }
+    let timeout_s = args.server_start_timeout;
+    let timeout = Duration::from_secs_f64(timeout_s);
+    let deadline = Instant::now() + timeout;
+    let mut server_args = vec!["--listen".to_string(), "127.0.0.1:0".to_string()];
+    server_args.extend(args.server_args.iter().cloned());
+    let spec = ChildSpec {
+        name: "ember-server".into(),
+        program: bin.clone(),
+        args: server_args,
+        netns: None,
+        stderr: match &args.server_log {
+            Some(path) => StderrTo::File(path.clone()),
+            None => StderrTo::Forward(PREFIX),
+        },
+        env: Vec::new(),
     };
-    // Keep draining stdout so the child never blocks on a full pipe.
-    forwarders.push(tokio::spawn(async move {
-        while let Ok(Some(line)) = lines.next_line().await {
-            eprintln!("{PREFIX} {line}");
+    tracing::info!(bin = %bin.display(), args = ?args.server_args, "starting ember-server");
+    let mut proc = blocking(move || Announced::spawn(&spec, timeout))
+        .await?
+        .map_err(|e| Error::Spawn(e.to_string()))?;
+    let target = format!("http://{}", proc.addr());
+    tracing::info!(%target, pid = proc.pid(), "ember-server is listening; waiting for health SERVING");
+    let waited = health::wait_serving(&target, &[ember_common::SERVICE_NAME], deadline, || {
+        if proc.is_running() {
+            None
+        } else {
+            let status = proc.wait_timeout(Duration::ZERO).ok().flatten();
+            Some(format!(
+                "ember-server exited while starting ({})",
+                status.map_or("unknown status".to_string(), |s| s.to_string())
+            ))
         }
-    }));
-
-    let target = format!("http://{addr}");
-    tracing::info!(%target, "ember-server is listening; waiting for health SERVING");
-    wait_serving(&mut child, &target, deadline, args.server_start_timeout).await?;
-    tracing::info!(%target, "ember-server is SERVING");
-    Ok(SpawnedServer {
-        child,
-        target,
-        forwarders,
     })
+    .await;
+    if let Err(e) = waited {
+        blocking(move || proc.stop(ABORT_GRACE)).await?;
+        return Err(match e {
+            health::WaitError::Timeout { last } => Error::Spawn(format!(
+                "ember-server not SERVING within {timeout_s} s (last health: {last})"
+            )),
+            other => Error::Spawn(other.to_string()),
+        });
+    }
+    tracing::info!(%target, "ember-server is SERVING");
+    Ok(SpawnedServer { proc, target })
 }
 
 impl SpawnedServer {
     /// SIGTERM, wait up to [`SHUTDOWN_GRACE`] for the drain, else SIGKILL.
-    pub async fn shutdown(mut self) -> Result<ExitStatus, Error> {
-        terminate(&mut self.child);
-        let status = match timeout(SHUTDOWN_GRACE, self.child.wait()).await {
-            Ok(Ok(status)) => status,
-            Ok(Err(e)) => return Err(Error::Spawn(format!("waiting for the server: {e}"))),
-            Err(_) => {
-                tracing::warn!(
-                    "ember-server did not exit within {SHUTDOWN_GRACE:?} of SIGTERM; killing it"
-                );
-                self.child
-                    .kill()
-                    .await
-                    .map_err(|e| Error::Spawn(format!("cannot kill the server: {e}")))?;
-                self.child
-                    .wait()
-                    .await
-                    .map_err(|e| Error::Spawn(format!("waiting for the server: {e}")))?
-            }
-        };
-        for f in self.forwarders.drain(..) {
-            // The pipes close with the process; don't hang on a grandchild
-            // that inherited them.
-            let _ = timeout(Duration::from_secs(2), f).await;
-        }
+    pub async fn shutdown(self) -> Result<ExitStatus, Error> {
+        let mut proc = self.proc;
+        let status = blocking(move || proc.stop(SHUTDOWN_GRACE))
+            .await?
+            .ok_or_else(|| Error::Spawn("cannot reap the server".into()))?;
         tracing::info!(%status, "ember-server stopped");
         Ok(status)
     }
@@ -179,116 +124,9 @@ fn locate(explicit: Option<&Path>) -> Result<PathBuf, Error> {
     }
 }
 
-/// `ip:port` from the `listening on` line; an unspecified IP becomes loopback.
-fn parse_addr(text: &str) -> Result<SocketAddr, Error> {
-    let mut addr: SocketAddr = text.trim().parse().map_err(|e| {
-        Error::Spawn(format!(
-            "cannot parse the address in `listening on {text}`: {e}"
-        ))
-    })?;
-    if addr.ip().is_unspecified() {
-        addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
-    }
-    Ok(addr)
-}
-
-/// Polls health until SERVING; fails if the child exits or the deadline passes.
-async fn wait_serving(
-    child: &mut Child,
-    target: &str,
-    deadline: Instant,
-    timeout_s: f64,
-) -> Result<(), Error> {
-    let endpoint = Endpoint::from_shared(target.to_string())
-        .map_err(|e| Error::Spawn(format!("bad address {target}: {e}")))?
-        .connect_timeout(HEALTH_CHECK_TIMEOUT);
-    let mut last = String::from("no answer yet");
-    loop {
-        if let Ok(Some(status)) = child.try_wait() {
-            return Err(Error::Spawn(format!(
-                "ember-server exited while starting ({status}); last health: {last}"
-            )));
-        }
-        if Instant::now() >= deadline {
-            return Err(Error::Spawn(format!(
-                "ember-server not SERVING within {timeout_s} s (last health: {last})"
-            )));
-        }
-        match timeout(HEALTH_CHECK_TIMEOUT, check(&endpoint)).await {
-            Ok(Ok(ServingStatus::Serving)) => return Ok(()),
-            Ok(Ok(other)) => last = other.as_str_name().to_string(),
-            Ok(Err(e)) => last = e,
-            Err(_) => last = "health check timed out".to_string(),
-        }
-        tokio::time::sleep(HEALTH_POLL).await;
-    }
-}
-
-/// One `Check(ember.v1.Inference)`.
-async fn check(endpoint: &Endpoint) -> Result<ServingStatus, String> {
-    let channel = endpoint.connect().await.map_err(|e| e.to_string())?;
-    let reply = HealthClient::new(channel)
-        .check(HealthCheckRequest {
-            service: ember_common::SERVICE_NAME.to_string(),
-        })
-        .await
-        .map_err(|s| format!("{:?}: {}", s.code(), s.message()))?;
-    Ok(ServingStatus::try_from(reply.into_inner().status).unwrap_or(ServingStatus::Unknown))
-}
-
-/// Copies lines of a child pipe to our stderr with a prefix.
-async fn forward(pipe: impl AsyncRead + Unpin, prefix: &'static str) {
-    let mut lines = BufReader::new(pipe).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
-        eprintln!("{prefix} {line}");
-    }
-}
-
-/// The exit status of a child that closed its stdout, if it exits soon.
-async fn wait_briefly(child: &mut Child) -> String {
-    match timeout(Duration::from_secs(5), child.wait()).await {
-        Ok(Ok(status)) => status.to_string(),
-        Ok(Err(e)) => format!("wait failed: {e}"),
-        Err(_) => "still running, stdout closed".to_string(),
-    }
-}
-
-/// Asks the child to stop: SIGTERM on Unix (the server drains), a kill elsewhere.
-fn terminate(child: &mut Child) {
-    #[cfg(unix)]
-    if let Some(pid) = child.id().and_then(|p| libc::pid_t::try_from(p).ok()) {
-        // SAFETY: kill(2) takes plain integers; `pid` is our own child, not
-        // yet reaped (we hold its `Child`), so the id cannot have been reused.
-        let rc = unsafe { libc::kill(pid, libc::SIGTERM) };
-        if rc != 0 {
-            tracing::warn!(
-                error = %std::io::Error::last_os_error(),
-                "SIGTERM to ember-server failed"
-            );
-        }
-    }
-    #[cfg(not(unix))]
-    if let Err(e) = child.start_kill() {
-        tracing::warn!(error = %e, "stopping ember-server failed");
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn addresses() {
-        assert_eq!(
-            parse_addr("127.0.0.1:5000").expect("parses").to_string(),
-            "127.0.0.1:5000"
-        );
-        assert_eq!(
-            parse_addr("0.0.0.0:7 ").expect("parses").to_string(),
-            "127.0.0.1:7"
-        );
-        assert!(parse_addr("nonsense").is_err());
-    }
 
     #[test]
     fn explicit_binary_wins() {

@@ -14,6 +14,7 @@ use serde::Serialize;
 
 use crate::record::RequestRecord;
 use crate::runner::{ConnPeak, RunResult};
+use crate::slo::{Goodput, Slo};
 
 /// One distribution.
 #[derive(Debug, Clone)]
@@ -187,13 +188,24 @@ pub struct RunStats {
     pub admission_iterations: usize,
     /// Largest prefill batch an OK request was admitted with.
     pub max_prefill_batch_size: u32,
+    /// Goodput under --slo (null without it).
+    pub goodput: Option<Goodput>,
+    /// Why the run stopped before firing every request (null if it did not).
+    pub stopped_early: Option<String>,
+    /// Requests not fired because the run stopped early.
+    pub unsent: usize,
     /// The distributions.
     pub metrics: Metrics,
 }
 
 impl RunStats {
-    /// Computes a run's statistics. `requested_rate_rps` comes from the flags.
-    pub fn from_run(result: &RunResult, requested_rate_rps: Option<f64>) -> RunStats {
+    /// Computes a run's statistics. `requested_rate_rps` comes from the flags
+    /// (or the sweep), `slo` from --slo.
+    pub fn from_run(
+        result: &RunResult,
+        requested_rate_rps: Option<f64>,
+        slo: Option<&Slo>,
+    ) -> RunStats {
         let records = &result.records;
         let mut m = Accumulators::default();
         let mut errors = BTreeMap::new();
@@ -254,6 +266,9 @@ impl RunStats {
             streams_per_connection: result.conn_peaks.clone(),
             admission_iterations: iterations.len(),
             max_prefill_batch_size,
+            goodput: slo.map(|slo| Goodput::of(slo, records, wall_s)),
+            stopped_early: result.stopped_early.clone(),
+            unsent: result.unsent,
             metrics: m.summaries(),
         }
     }
@@ -415,8 +430,21 @@ impl Summary {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// The statistics of a run with no requests.
+    pub(crate) fn empty_stats() -> RunStats {
+        let result = RunResult {
+            run: 0,
+            warmup: false,
+            records: Vec::new(),
+            conn_peaks: Vec::new(),
+            stopped_early: None,
+            unsent: 0,
+        };
+        RunStats::from_run(&result, None, None)
+    }
 
     #[test]
     fn dist_percentiles_within_histogram_precision() {

@@ -127,13 +127,13 @@ async fn calibrate(
     let run = loadgen(&args).await;
     mock.stop().await;
     assert_eq!(
-        run.code,
+        run.code(),
         Some(0),
         "stdout:\n{}\nstderr:\n{}",
         run.stdout,
         run.stderr
     );
-    let json_run = &run.json["runs"][0];
+    let json_run = &run.summary["runs"][0];
     assert_eq!(u(json_run, "ok") as usize, streams.max(20));
     let peak = u(json_run, "max_streams_per_connection") as usize;
     // Ramped runs may peak a little under `streams` on a slow machine.

@@ -28,7 +28,7 @@ async fn failed_requests_are_reported_and_fail_the_exit_code() {
         "1",
     ];
     let run = loadgen(&args).await;
-    assert_eq!(run.code, Some(1), "{}\n{}", run.stdout, run.stderr);
+    assert_eq!(run.code(), Some(1), "{}\n{}", run.stdout, run.stderr);
     assert!(run.stdout.contains("9 (6 ok, 3 failed"), "{}", run.stdout);
     assert!(
         run.stdout.contains("RESOURCE_EXHAUSTED 3"),
@@ -37,7 +37,7 @@ async fn failed_requests_are_reported_and_fail_the_exit_code() {
     );
     assert!(run.stderr.contains("--allow-errors"), "{}", run.stderr);
 
-    let r0 = &run.json["runs"][0];
+    let r0 = &run.summary["runs"][0];
     assert_eq!(u(r0, "requests"), 9);
     assert_eq!(u(r0, "ok"), 6);
     assert_eq!(u(r0, "failed"), 3);
@@ -64,7 +64,7 @@ async fn failed_requests_are_reported_and_fail_the_exit_code() {
     allow.push("--allow-errors");
     let run = loadgen(&allow).await;
     mock.stop().await;
-    assert_eq!(run.code, Some(0), "{}\n{}", run.stdout, run.stderr);
+    assert_eq!(run.code(), Some(0), "{}\n{}", run.stdout, run.stderr);
     assert!(
         run.stdout.contains("RESOURCE_EXHAUSTED 3"),
         "{}",
@@ -100,8 +100,8 @@ async fn client_timeout_is_a_deadline_exceeded_failure() {
         started.elapsed() < Duration::from_secs(4),
         "the timeout was not applied"
     );
-    assert_eq!(run.code, Some(1));
-    assert_eq!(u(&run.json["runs"][0]["errors"], "DEADLINE_EXCEEDED"), 2);
+    assert_eq!(run.code(), Some(1));
+    assert_eq!(u(&run.summary["runs"][0]["errors"], "DEADLINE_EXCEEDED"), 2);
     assert!(run.stdout.contains("DEADLINE_EXCEEDED 2"), "{}", run.stdout);
 }
 
@@ -125,7 +125,7 @@ fn bad_flags_fail_fast_naming_the_flag() {
         let mut args: Vec<String> = vec!["--target".into(), "127.0.0.1:1".into()];
         args.extend(extra.iter().map(|s| s.to_string()));
         let run = loadgen_blocking(&args);
-        assert_eq!(run.code, Some(1), "{extra:?}: {}", run.stderr);
+        assert_eq!(run.code(), Some(1), "{extra:?}: {}", run.stderr);
         assert!(
             run.stderr.contains(&format!("invalid {flag}")),
             "{extra:?}: stderr does not name {flag}: {}",
@@ -135,7 +135,7 @@ fn bad_flags_fail_fast_naming_the_flag() {
     }
     // No target at all.
     let run = loadgen_blocking(&[]);
-    assert_eq!(run.code, Some(1));
+    assert_eq!(run.code(), Some(1));
     assert!(run.stderr.contains("--target"), "{}", run.stderr);
 }
 
@@ -157,7 +157,7 @@ async fn output_keys_are_the_contract() {
     ])
     .await;
     mock.stop().await;
-    assert_eq!(run.code, Some(0), "{}\n{}", run.stdout, run.stderr);
+    assert_eq!(run.code(), Some(0), "{}\n{}", run.stdout, run.stderr);
     assert_eq!(run.stdout.matches("=== streaming benchmark ===").count(), 2);
     assert_eq!(run.stdout.matches("=== warmup run").count(), 1);
     assert!(run
@@ -246,7 +246,7 @@ async fn output_keys_are_the_contract() {
     // --pretok: the default prompt went as token ids (the mock counts them).
     assert!(u(r, "prompt_tokens") > 5);
 
-    let j = &run.json;
+    let j = &run.summary;
     assert_eq!(j["model"], "mock");
     assert_eq!(j["device"], "test");
     assert_eq!(j["config"]["num_requests"], 3);

@@ -47,8 +47,8 @@ async fn absolute_fires_on_time_even_when_submits_are_slow() {
     ])
     .await;
     mock.stop().await;
-    assert_eq!(run.code, Some(0), "{}\n{}", run.stdout, run.stderr);
-    let reqs = by_index(run.requests);
+    assert_eq!(run.code(), Some(0), "{}\n{}", run.stdout, run.stderr);
+    let reqs = by_index(run.requests.clone());
     assert_eq!(reqs.len(), 12);
     let mut max_lag = 0;
     for (i, r) in reqs.iter().enumerate() {
@@ -71,12 +71,12 @@ async fn absolute_fires_on_time_even_when_submits_are_slow() {
     );
     // Waiting for the slow submits would make this >= 300 ms.
     assert!(max_lag < 50 * MS, "max lag {max_lag} ns");
-    let achieved = f(&run.json["runs"][0], &["achieved_rate_rps"]);
+    let achieved = f(&run.summary["runs"][0], &["achieved_rate_rps"]);
     assert!(
         (achieved - 40.0).abs() < 4.0,
         "achieved {achieved} req/s, requested 40"
     );
-    assert_eq!(f(&run.json["runs"][0], &["requested_rate_rps"]), 40.0);
+    assert_eq!(f(&run.summary["runs"][0], &["requested_rate_rps"]), 40.0);
     assert!(run.stdout.contains("Latency from intended"));
 }
 
@@ -107,8 +107,8 @@ async fn relative_gaps_are_submit_time_plus_interval() {
     ])
     .await;
     mock.stop().await;
-    assert_eq!(run.code, Some(0), "{}\n{}", run.stdout, run.stderr);
-    let reqs = by_index(run.requests);
+    assert_eq!(run.code(), Some(0), "{}\n{}", run.stdout, run.stderr);
+    let reqs = by_index(run.requests.clone());
     for w in reqs.windows(2) {
         let (prev, next) = (&w[0], &w[1]);
         let submit_time = u(prev, "submit_end_ns") - u(prev, "submit_start_ns");
@@ -137,7 +137,7 @@ async fn relative_gaps_are_submit_time_plus_interval() {
             u(prev, "submit_end_ns") + 40 * MS
         );
     }
-    assert!(run.json["runs"][0]["requested_rate_rps"].is_null());
+    assert!(run.summary["runs"][0]["requested_rate_rps"].is_null());
     assert!(!run.stdout.contains("Latency from intended"));
 }
 
@@ -170,8 +170,8 @@ async fn poisson_rate_matches() {
     ])
     .await;
     mock.stop().await;
-    assert_eq!(run.code, Some(0), "{}\n{}", run.stdout, run.stderr);
-    let reqs = by_index(run.requests);
+    assert_eq!(run.code(), Some(0), "{}\n{}", run.stdout, run.stderr);
+    let reqs = by_index(run.requests.clone());
     let last = u(&reqs[reqs.len() - 1], "intended_start_ns") as f64 / 1e9;
     let planned = (reqs.len() - 1) as f64 / last;
     // 299 exponential gaps: the rate's relative sd is 1/sqrt(299) = 5.8%;
@@ -189,14 +189,17 @@ async fn poisson_rate_matches() {
     let sd = (gaps.iter().map(|g| (g - mean).powi(2)).sum::<f64>() / gaps.len() as f64).sqrt();
     assert!((0.7..1.3).contains(&(sd / mean)), "cv {}", sd / mean);
     // Firing follows the plan: the achieved rate is the planned one.
-    let achieved = f(&run.json["runs"][0], &["achieved_rate_rps"]);
+    let achieved = f(&run.summary["runs"][0], &["achieved_rate_rps"]);
     println!("poisson: requested {rate}, planned {planned:.2}, achieved {achieved:.2} req/s");
     assert!(
         (achieved - planned).abs() / planned < 0.05,
         "achieved {achieved}"
     );
-    assert_eq!(f(&run.json["runs"][0], &["requested_rate_rps"]), rate);
-    let lag_p99 = f(&run.json["runs"][0], &["metrics", "submit_lag_ms", "p99"]);
+    assert_eq!(f(&run.summary["runs"][0], &["requested_rate_rps"]), rate);
+    let lag_p99 = f(
+        &run.summary["runs"][0],
+        &["metrics", "submit_lag_ms", "p99"],
+    );
     assert!(lag_p99 < 50.0, "submit lag p99 {lag_p99} ms");
 }
 
@@ -224,9 +227,9 @@ async fn max_concurrency_holds_requests_back() {
     ])
     .await;
     mock.stop().await;
-    assert_eq!(run.code, Some(0), "{}\n{}", run.stdout, run.stderr);
-    assert_eq!(u(&run.json["runs"][0], "max_streams_per_connection"), 2);
-    let reqs = by_index(run.requests);
+    assert_eq!(run.code(), Some(0), "{}\n{}", run.stdout, run.stderr);
+    assert_eq!(u(&run.summary["runs"][0], "max_streams_per_connection"), 2);
+    let reqs = by_index(run.requests.clone());
     // A burst: all intended at t0; pairs start ~150 ms apart.
     for (i, r) in reqs.iter().enumerate() {
         assert_eq!(u(r, "intended_start_ns"), 0);
@@ -270,16 +273,16 @@ async fn round_robin_over_targets_and_channels() {
     let (url_a, url_b) = (a.url.clone(), b.url.clone());
     a.stop().await;
     b.stop().await;
-    assert_eq!(run.code, Some(0), "{}\n{}", run.stdout, run.stderr);
+    assert_eq!(run.code(), Some(0), "{}\n{}", run.stdout, run.stderr);
     assert_eq!((got_a, got_b), (6, 6));
-    let reqs = by_index(run.requests);
+    let reqs = by_index(run.requests.clone());
     for (i, r) in reqs.iter().enumerate() {
         let want = if i % 2 == 0 { &url_a } else { &url_b };
         assert_eq!(r["target"].as_str(), Some(want.as_str()), "request {i}");
         assert_eq!(u(r, "channel"), (i as u64 / 2) % 3, "request {i}");
     }
     // 6 connections, 2 concurrent streams each (burst, 200 ms TTFT).
-    let per_conn = run.json["runs"][0]["streams_per_connection"]
+    let per_conn = run.summary["runs"][0]["streams_per_connection"]
         .as_array()
         .expect("streams_per_connection")
         .clone();
@@ -288,6 +291,6 @@ async fn round_robin_over_targets_and_channels() {
         per_conn.iter().all(|c| u(c, "max_streams") == 2),
         "{per_conn:?}"
     );
-    assert_eq!(u(&run.json["runs"][0], "max_streams_per_connection"), 2);
+    assert_eq!(u(&run.summary["runs"][0], "max_streams_per_connection"), 2);
     assert!(run.stdout.contains("2 target(s) x 3 channel(s)"));
 }

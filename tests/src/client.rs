@@ -1,5 +1,6 @@
 //! tonic client helpers: connect, run one `Generate` stream to its end with
-//! client receive times, health checks and `GetServerInfo` polling.
+//! client receive times, health checks and `GetServerInfo` polling (the
+//! polling itself is `ember_loadgen::health`'s, one copy for all crates).
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -11,9 +12,7 @@ use ember_common::pb::{
 };
 use tokio_stream::StreamExt;
 use tonic::transport::{Channel, Endpoint};
-use tonic_health::pb::{
-    health_check_response::ServingStatus, health_client::HealthClient, HealthCheckRequest,
-};
+use tonic_health::pb::health_check_response::ServingStatus;
 
 /// The Ember client type the tests use.
 pub type Client = InferenceClient<Channel>;
@@ -202,14 +201,11 @@ pub fn record(out: &mut StreamOutcome, event: Option<Event>, now: Instant) {
 
 /// The health status of `service` ("" = the whole server).
 pub async fn health(addr: SocketAddr, service: &str) -> anyhow::Result<ServingStatus> {
-    let mut h = HealthClient::new(channel(addr).await?);
-    let r = h
-        .check(HealthCheckRequest {
-            service: service.to_owned(),
-        })
+    let endpoint =
+        ember_loadgen::health::endpoint(&format!("http://{addr}")).map_err(|e| anyhow!(e))?;
+    ember_loadgen::health::check(&endpoint, service)
         .await
-        .map_err(|s| anyhow!("health check {service:?}: {s}"))?;
-    Ok(r.into_inner().status())
+        .map_err(|e| anyhow!("health check {service:?}: {e}"))
 }
 
 /// Health of both "" and `ember.v1.Inference`, which must agree.
@@ -227,19 +223,11 @@ pub async fn health_both(addr: SocketAddr) -> anyhow::Result<ServingStatus> {
 
 /// Polls until health is SERVING for both names, up to `timeout`.
 pub async fn wait_serving(addr: SocketAddr, timeout: Duration) -> anyhow::Result<()> {
-    let deadline = Instant::now() + timeout;
-    let mut last;
-    loop {
-        match health_both(addr).await {
-            Ok(ServingStatus::Serving) => return Ok(()),
-            Ok(s) => last = format!("{s:?}"),
-            Err(e) => last = format!("{e:#}"),
-        }
-        if Instant::now() >= deadline {
-            bail!("not SERVING within {timeout:?}; last: {last}");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let deadline = tokio::time::Instant::now() + timeout;
+    let names = ["", ember_common::SERVICE_NAME];
+    ember_loadgen::health::wait_serving(&format!("http://{addr}"), &names, deadline, || None)
+        .await
+        .map_err(|e| anyhow!("not SERVING within {timeout:?}: {e}"))
 }
 
 /// `GetServerInfo` on a fresh connection.
@@ -259,45 +247,31 @@ pub async fn wait_info(
     what: &str,
     pred: impl Fn(&ServerInfo) -> bool,
 ) -> anyhow::Result<ServerInfo> {
-    let deadline = Instant::now() + timeout;
-    let mut c = connect(addr).await?;
-    loop {
-        let info = c
-            .get_server_info(GetServerInfoRequest {})
-            .await?
-            .into_inner();
-        if pred(&info) {
-            return Ok(info);
-        }
-        if Instant::now() >= deadline {
-            bail!("{what}: not seen within {timeout:?}; last info {info:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let deadline = tokio::time::Instant::now() + timeout;
+    ember_loadgen::health::wait_info(
+        channel(addr).await?,
+        Duration::from_millis(10),
+        deadline,
+        pred,
+    )
+    .await
+    .map_err(|e| anyhow!("{what}: not seen within {timeout:?}; {e}"))
 }
 
 /// Polls `GetServerInfo` (KV blocks are released asynchronously to the end of
 /// a stream) until 0 KV blocks used, 0 active sequences and an empty queue,
 /// up to `timeout`; returns that info or fails with the last one seen.
 pub async fn wait_idle(addr: SocketAddr, timeout: Duration) -> anyhow::Result<ServerInfo> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let info = server_info(addr).await?;
-        if info.kv_blocks_used == 0 && info.active_sequences == 0 && info.queue_depth == 0 {
-            return Ok(info);
-        }
-        if Instant::now() >= deadline {
-            bail!(
-                "server not idle within {timeout:?}: kv_blocks_used={} active_sequences={} \
-                 queue_depth={} counters={:?}",
-                info.kv_blocks_used,
-                info.active_sequences,
-                info.queue_depth,
-                info.counters
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let deadline = tokio::time::Instant::now() + timeout;
+    let every = Duration::from_millis(20);
+    ember_loadgen::health::wait_info(
+        channel(addr).await?,
+        every,
+        deadline,
+        ember_loadgen::health::is_idle,
+    )
+    .await
+    .map_err(|e| anyhow!("server not idle within {timeout:?}: {e}"))
 }
 
 /// The end state every fault test asserts: 0 KV blocks used, 0 active, empty

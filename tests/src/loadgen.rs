@@ -9,61 +9,18 @@
 //! prefill_to_first_token_ns, server_ttft_ns, decode_ns, total_ns,
 //! prefill_batch_size, admitted_iteration, token_server_time_ns[]}`).
 
-use std::path::PathBuf;
-use std::process::{Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::{bail, Context};
+use anyhow::bail;
 use serde_json::Value;
 
-/// One finished loadgen invocation.
-pub struct LoadgenRun {
-    pub status: ExitStatus,
-    /// The `--json` summary.
-    pub summary: Value,
-    /// The `--requests-out` lines, warmup ones included (see [`Self::measured`]).
-    pub requests: Vec<Value>,
-    pub stdout: String,
-    pub stderr: String,
-    /// Where its files are.
-    pub dir: PathBuf,
-}
-
-impl LoadgenRun {
-    /// Request records that are not warmup.
-    pub fn measured(&self) -> Vec<Req<'_>> {
-        self.requests
-            .iter()
-            .filter(|r| !r.get("warmup").and_then(Value::as_bool).unwrap_or(false))
-            .map(Req)
-            .collect()
-    }
-
-    /// The first non-warmup run of the summary.
-    pub fn run0(&self) -> &Value {
-        let runs = self.summary["runs"].as_array().expect("summary has runs[]");
-        runs.iter()
-            .find(|r| !r.get("warmup").and_then(Value::as_bool).unwrap_or(false))
-            .unwrap_or_else(|| panic!("no measured run in summary {}", self.summary))
-    }
-
-    /// stdout and stderr, for failure messages.
-    pub fn output(&self) -> String {
-        format!(
-            "--- loadgen stdout ---\n{}\n--- loadgen stderr ---\n{}\n---",
-            self.stdout, self.stderr
-        )
-    }
-}
-
-impl Drop for LoadgenRun {
-    fn drop(&mut self) {
-        crate::cleanup_scratch(&self.dir);
-    }
-}
+/// One finished loadgen invocation: the shared type of `ember_loadgen::harness`
+/// (the same one loadgen's own tests use).
+pub use ember_loadgen::harness::LoadgenRun;
 
 /// Runs `loadgen --target TARGET --json .. --requests-out .. ARGS` (inside
-/// `netns` if given) with a wall-clock limit of `limit`.
+/// `netns` if given) with a wall-clock limit of `limit`. Fails if loadgen
+/// wrote no `--json` summary.
 pub fn run(
     target: &str,
     args: &[&str],
@@ -72,67 +29,32 @@ pub fn run(
     limit: Duration,
 ) -> anyhow::Result<LoadgenRun> {
     let dir = crate::scratch_dir(tag);
-    let json = dir.join("summary.json");
-    let reqs = dir.join("requests.jsonl");
-    let bin = crate::bins::loadgen();
-    let mut cmd = match netns {
-        Some(ns) => {
-            let mut c = Command::new("ip");
-            c.args(["netns", "exec", ns]).arg(&bin);
-            c
-        }
-        None => Command::new(&bin),
+    let wrapper: Vec<String> = match netns {
+        Some(ns) => ["ip", "netns", "exec", ns].map(str::to_owned).to_vec(),
+        None => Vec::new(),
     };
-    cmd.arg("--target")
-        .arg(target)
-        .arg("--json")
-        .arg(&json)
-        .arg("--requests-out")
-        .arg(&reqs)
-        .args(args);
-    let out_path = dir.join("stdout");
-    let err_path = dir.join("stderr");
-    cmd.stdin(Stdio::null())
-        .stdout(std::fs::File::create(&out_path)?)
-        .stderr(std::fs::File::create(&err_path)?);
-    let mut child = cmd
-        .spawn()
-        .with_context(|| format!("spawn {}", bin.display()))?;
-    let deadline = Instant::now() + limit;
-    let status = loop {
-        if let Some(s) = child.try_wait()? {
-            break s;
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            bail!(
-                "loadgen ran past {limit:?}; stderr:\n{}",
-                std::fs::read_to_string(&err_path).unwrap_or_default()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let stdout = std::fs::read_to_string(&out_path).unwrap_or_default();
-    let stderr = std::fs::read_to_string(&err_path).unwrap_or_default();
-    let summary = match std::fs::read_to_string(&json) {
-        Ok(s) => serde_json::from_str(&s).with_context(|| format!("parse {}", json.display()))?,
-        Err(e) => bail!("loadgen wrote no --json ({e}); exit {status}\n{stdout}\n{stderr}"),
-    };
-    let requests = std::fs::read_to_string(&reqs)
-        .with_context(|| format!("loadgen wrote no --requests-out; exit {status}\n{stderr}"))?
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).with_context(|| format!("parse request line {l}")))
-        .collect::<anyhow::Result<Vec<Value>>>()?;
-    Ok(LoadgenRun {
-        status,
-        summary,
-        requests,
-        stdout,
-        stderr,
-        dir,
-    })
+    let mut argv = vec!["--target".to_string(), target.to_string()];
+    argv.extend(args.iter().map(|a| a.to_string()));
+    let run = ember_loadgen::harness::run(&wrapper, &crate::bins::loadgen(), &argv, dir, limit)?;
+    if run.summary.is_null() {
+        bail!(
+            "loadgen wrote no --json; exit {}\n{}",
+            run.status,
+            run.output()
+        );
+    }
+    Ok(run)
+}
+
+/// The measured (non-warmup) request records of a run, typed.
+pub fn measured(run: &LoadgenRun) -> Vec<Req<'_>> {
+    run.measured().into_iter().map(Req).collect()
+}
+
+/// The first measured run of the summary; panics with the summary if none.
+pub fn run0(run: &LoadgenRun) -> &Value {
+    run.run0()
+        .unwrap_or_else(|| panic!("no measured run in summary {}", run.summary))
 }
 
 /// One `--requests-out` record with typed accessors that fail with the record.

@@ -118,7 +118,7 @@ pub fn spawn_process(
         "--delay-ms".into(),
         format!("{}", delay.as_secs_f64() * 1000.0),
     ];
-    crate::process::Announced::spawn(
+    crate::process::spawn(
         "delay_relay",
         bin,
         &args,

@@ -84,7 +84,7 @@ impl Server {
             "cpu".into(),
         ];
         args.extend(cfg.args.iter().cloned());
-        let proc = Announced::spawn(
+        let proc = crate::process::spawn(
             "ember-server",
             &crate::bins::server(),
             &args,

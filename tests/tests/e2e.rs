@@ -56,7 +56,7 @@ fn loadgen_absolute_schedule_reconciles() {
         run.output()
     );
 
-    let run0 = run.run0();
+    let run0 = loadgen::run0(&run);
     assert_eq!(run0["requests"].as_u64(), Some(N), "summary: {run0}");
     assert_eq!(run0["ok"].as_u64(), Some(N), "summary: {run0}");
     assert_eq!(run0["failed"].as_u64(), Some(0), "summary: {run0}");
@@ -66,7 +66,7 @@ fn loadgen_absolute_schedule_reconciles() {
         .encode(PROMPT)
         .unwrap()
         .len() as u64;
-    let reqs = run.measured();
+    let reqs = loadgen::measured(&run);
     assert_eq!(reqs.len() as u64, N, "one --requests-out line per request");
     let indices: BTreeSet<u64> = reqs.iter().map(|r| r.u64("index")).collect();
     assert_eq!(indices, (0..N).collect(), "every index once");

@@ -143,7 +143,7 @@ fn ok_run(run: &LoadgenRun, n: usize) -> Vec<ember_tests::loadgen::Req<'_>> {
         run.status,
         run.output()
     );
-    let reqs = run.measured();
+    let reqs = loadgen::measured(run);
     assert_eq!(reqs.len(), n, "requests-out lines");
     for r in &reqs {
         assert!(r.ok(), "failed request {}", r.json());
