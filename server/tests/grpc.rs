@@ -6,15 +6,14 @@ use std::time::Duration;
 
 use clap::Parser;
 use ember_common::pb::{self, generate_response::Event, inference_client::InferenceClient};
+use ember_loadgen::health;
 use ember_server::cli::Args;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tonic::transport::Channel;
 use tonic::Code;
-use tonic_health::pb::{
-    health_check_response::ServingStatus, health_client::HealthClient, HealthCheckRequest,
-};
+use tonic_health::pb::health_check_response::ServingStatus;
 
 struct TestServer {
     addr: SocketAddr,
@@ -69,38 +68,18 @@ impl TestServer {
     }
 
     async fn health(&self) -> ServingStatus {
-        let mut h = HealthClient::new(self.channel().await);
-        let r = h
-            .check(HealthCheckRequest {
-                service: ember_common::SERVICE_NAME.into(),
-            })
+        let endpoint = health::endpoint(&format!("http://{}", self.addr)).unwrap();
+        health::check(&endpoint, ember_common::SERVICE_NAME)
             .await
-            .unwrap();
-        r.into_inner().status()
+            .unwrap()
     }
 
     async fn wait_serving(&self) {
-        for _ in 0..600 {
-            if let Ok(ch) = Channel::from_shared(format!("http://{}", self.addr))
-                .unwrap()
-                .connect()
-                .await
-            {
-                let mut h = HealthClient::new(ch);
-                if let Ok(r) = h
-                    .check(HealthCheckRequest {
-                        service: String::new(),
-                    })
-                    .await
-                {
-                    if r.into_inner().status() == ServingStatus::Serving {
-                        return;
-                    }
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        let target = format!("http://{}", self.addr);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        if let Err(e) = health::wait_serving(&target, &[""], deadline, || None).await {
+            panic!("server never became SERVING: {e}");
         }
-        panic!("server never became SERVING");
     }
 
     async fn info(&self) -> pb::ServerInfo {
@@ -115,15 +94,13 @@ impl TestServer {
     /// KV blocks and active sequences drop to 0 (release is asynchronous to the
     /// client seeing the stream end).
     async fn assert_idle(&self) {
-        let mut info = self.info().await;
-        for _ in 0..200 {
-            if info.kv_blocks_used == 0 && info.active_sequences == 0 && info.queue_depth == 0 {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            info = self.info().await;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(4);
+        let every = Duration::from_millis(20);
+        if let Err(last) =
+            health::wait_info(self.channel().await, every, deadline, health::is_idle).await
+        {
+            panic!("server not idle: {last}");
         }
-        panic!("server not idle: {info:?}");
     }
 
     async fn stop(mut self) {

@@ -54,7 +54,8 @@ impl Attention {
 
         // Decode on the CPU: attention straight from the paged cache.
         if let (1, Some(slots), Some(lens)) = (q_len, &meta.context_slots, &meta.context_lens) {
-            if let Some(out) = decode_attention(&q.clone().reshape([b, e]), &cache, slots, lens, h) {
+            if let Some(out) = decode_attention(&q.clone().reshape([b, e]), &cache, slots, lens, h)
+            {
                 return (self.c_proj.forward(out.reshape([b, 1, e])), cache);
             }
         }
@@ -72,7 +73,11 @@ impl Attention {
         // Attention with heads outer and sequences inner; the `[B, 1, Q, T]`
         // mask is the same for every head.
         let q = heads(q, q_len); // [H, B, Q, D]
-        let mask = meta.mask.clone().reshape([1, b, q_len, t]).expand([h, b, q_len, t]);
+        let mask = meta
+            .mask
+            .clone()
+            .reshape([1, b, q_len, t])
+            .expand([h, b, q_len, t]);
         let options = AttentionModuleOptions {
             scale: None, // 1/sqrt(D), GPT-2's
             softcap: None,

@@ -18,9 +18,9 @@ pub mod attention;
 pub mod block;
 pub mod config;
 pub mod error;
-mod flex_slices;
 #[cfg(test)]
 pub(crate) mod fixtures;
+mod flex_slices;
 pub mod gpt2;
 pub mod kv_cache;
 pub mod layer_norm;

@@ -147,7 +147,11 @@ mod tests {
 
         let got = decode_attention(&q, &cache, &slots_t, &lens_t, h).expect("flex path");
 
-        let k = cache.k.clone().select(1, slots_t.clone()).reshape([h, b, t, d]);
+        let k = cache
+            .k
+            .clone()
+            .select(1, slots_t.clone())
+            .reshape([h, b, t, d]);
         let v = cache.v.clone().select(1, slots_t).reshape([h, b, t, d]);
         let qh = q.reshape([b, 1, h, d]).permute([2, 0, 1, 3]); // [H, B, 1, D]
         let j = Tensor::<1, Int>::arange(0..t as i64, &dev).reshape([1, 1, 1, t]);
@@ -155,9 +159,16 @@ mod tests {
             .expand([1, b, 1, t])
             .greater_equal(lens_t.reshape([1, b, 1, 1]).expand([1, b, 1, t]))
             .expand([h, b, 1, t]);
-        let want = attention(qh, k, v, Some(mask), None, AttentionModuleOptions::default())
-            .permute([1, 2, 0, 3])
-            .reshape([b, e]);
+        let want = attention(
+            qh,
+            k,
+            v,
+            Some(mask),
+            None,
+            AttentionModuleOptions::default(),
+        )
+        .permute([1, 2, 0, 3])
+        .reshape([b, e]);
         let (got, want): (Vec<f32>, Vec<f32>) = (
             got.into_data().iter::<f32>().collect(),
             want.into_data().iter::<f32>().collect(),
