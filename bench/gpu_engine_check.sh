@@ -16,6 +16,9 @@
 #    and 10 timed steps (the difference / 8 is one step's kernel launches).
 #
 # $OUT gets every JSON and log; a failed stage is logged and the rest go on.
+# STAGES (default "ref cold warm kernels") picks stages, so the run can be split
+# across calls of at most 10 minutes; the kernel cache lives in $XDG_CACHE_HOME
+# (default /tmp/ember-xdg), which the warm stage reuses.
 set -u
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 BIN=${EMBER_BIN_DIR:-.device}
@@ -43,20 +46,23 @@ run() { # run NAME TIMEOUT CMD...
     grep -vE 'WARN|^\s*$' "$OUT/$name.log" | tail -n 12
 }
 
-run ref_tiny 120 "$BIN/ember-engine-bench" --device cuda \
+STAGES=" ${STAGES:-ref cold warm kernels} "
+want() { [[ $STAGES == *" $1 "* ]]; }
+
+want ref && run ref_tiny 120 "$BIN/ember-engine-bench" --device cuda \
     --reference server/tests/fixtures/tiny-gpt2 --json "$OUT/ref_tiny.json"
-run fixture_gpt2 180 python3 scripts/make_reference_fixtures.py --size gpt2 --out "$WORK/gpt2-ref"
-run ref_gpt2 150 "$BIN/ember-engine-bench" --device cuda \
+want ref && run fixture_gpt2 180 python3 scripts/make_reference_fixtures.py --size gpt2 --out "$WORK/gpt2-ref"
+want ref && run ref_gpt2 150 "$BIN/ember-engine-bench" --device cuda \
     --reference "$WORK/gpt2-ref" --json "$OUT/ref_gpt2.json"
 
 ENGINE=(--device cuda --server-warmup --batch-sizes "${BATCHES:-1,8,64,256}" --context 256
     --steps 32 --warmup 4 --prefill 16,256 --prefill-chunk 32)
-export XDG_CACHE_HOME=$WORK/xdg
-run engine_cold "${T_COLD:-300}" "$BIN/ember-engine-bench" "${ENGINE[@]}" --json "$OUT/engine_cold.json"
-run engine_warm "${T_WARM:-200}" "$BIN/ember-engine-bench" "${ENGINE[@]}" --json "$OUT/engine_warm.json"
+export XDG_CACHE_HOME=${XDG_CACHE_HOME:-/tmp/ember-xdg}
+want cold && rm -rf "$XDG_CACHE_HOME/ember/kernels" && run engine_cold "${T_COLD:-300}" "$BIN/ember-engine-bench" "${ENGINE[@]}" --json "$OUT/engine_cold.json"
+want warm && run engine_warm "${T_WARM:-200}" "$BIN/ember-engine-bench" "${ENGINE[@]}" --json "$OUT/engine_warm.json"
 du -sh "$XDG_CACHE_HOME/ember/kernels" 2>/dev/null
 
-for n in 2 10; do
+want kernels && for n in 2 10; do
     CUBECL_DEBUG_OPTION=profile CUBECL_DEBUG_LOG="$OUT/profile_$n.txt" \
         run "kernels_$n" 120 "$BIN/ember-engine-bench" --device cuda --batch-sizes 64 \
         --context 256 --steps "$n" --warmup 2 --json "$WORK/k.json"

@@ -45,7 +45,7 @@ mod cuda {
     }
 
     fn copy_into(target: CubeTensor, data: &TensorData) -> bool {
-        if target.dtype != data.dtype || !target.is_contiguous() {
+        if target.dtype != data.dtype() || !target.is_contiguous() {
             return false;
         }
         let bytes = burn::tensor::Bytes::from_bytes_vec(data.as_bytes().to_vec());

@@ -37,8 +37,8 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
         .map(|(x, y)| x * y)
         .sum();
     for (x, y) in ca.zip(cb) {
-        for i in 0..8 {
-            acc[i] += x[i] * y[i];
+        for ((a, &xi), &yi) in acc.iter_mut().zip(x).zip(y) {
+            *a += xi * yi;
         }
     }
     acc.iter().sum::<f32>() + tail
