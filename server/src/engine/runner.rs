@@ -342,7 +342,7 @@ impl Engine {
             self.blocks.release(t);
         }
         let (logits, _) = result?;
-        Ok(logits.slice([0..prompts.len()]))
+        Ok(logits.narrow(0, 0, prompts.len()))
     }
 
     /// Runs the prefill forward pass over `prompts` (blocks already reserved in

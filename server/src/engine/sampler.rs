@@ -144,7 +144,7 @@ pub fn sample(
     };
     let data = ids
         .reshape([b])
-        .slice([0..take.min(b)])
+        .narrow(0, 0, take.min(b))
         .try_into_data()
         .map_err(|e| EngineError::Device(format!("{e:?}")))?;
     Ok(data

@@ -122,7 +122,7 @@ fn greedy_continuations_and_decode_logits_match_transformers() {
     }
     // The last step's logits, through the paged decode path.
     let (logits, _) = engine.decode_forward(&ids).unwrap();
-    let logits = rows(logits.slice([0..ids.len()]));
+    let logits = rows(logits.narrow(0, 0, ids.len()));
     let worst = reference
         .cases
         .iter()
