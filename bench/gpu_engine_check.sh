@@ -56,7 +56,7 @@ want ref && run ref_gpt2 150 "$BIN/ember-engine-bench" --device cuda \
     --reference "$WORK/gpt2-ref" --json "$OUT/ref_gpt2.json"
 
 ENGINE=(--device cuda --server-warmup --batch-sizes "${BATCHES:-1,8,64,256}" --context 256
-    --steps 32 --warmup 4 --prefill 16,256 --prefill-chunk 32)
+    --steps 32 --warmup 4 --prefill "16,256" --prefill-chunk 32)
 export XDG_CACHE_HOME=${XDG_CACHE_HOME:-/tmp/ember-xdg}
 want cold && rm -rf "$XDG_CACHE_HOME/ember/kernels" && run engine_cold "${T_COLD:-300}" "$BIN/ember-engine-bench" "${ENGINE[@]}" --json "$OUT/engine_cold.json"
 want warm && run engine_warm "${T_WARM:-200}" "$BIN/ember-engine-bench" "${ENGINE[@]}" --json "$OUT/engine_warm.json"
