@@ -11,58 +11,55 @@
 use burn::prelude::*;
 
 /// Copies `data` into the memory of `tensor` (an int tensor) if it lives on CUDA.
+#[cfg(feature = "cuda")]
 pub(crate) fn write_int<const D: usize>(tensor: &Tensor<D, Int>, data: &TensorData) -> bool {
-    cuda::write_int(tensor, data)
+    // A clone keeps the buffer registered: the resolve below is then a read.
+    let Ok(fused) = tensor.clone().try_into_primitive::<cuda::Cube>() else {
+        return false;
+    };
+    let client = fused.client.clone();
+    cuda::copy_into(client.resolve_tensor_int::<cuda::CubeBackend>(fused), data)
 }
 
 /// Copies `data` into the memory of `tensor` (a float tensor) if it lives on CUDA.
+#[cfg(feature = "cuda")]
 pub(crate) fn write_float<const D: usize>(tensor: &Tensor<D>, data: &TensorData) -> bool {
-    cuda::write_float(tensor, data)
+    let Ok(fused) = tensor.clone().try_into_primitive::<cuda::Cube>() else {
+        return false;
+    };
+    let client = fused.client.clone();
+    cuda::copy_into(
+        client.resolve_tensor_float::<cuda::CubeBackend>(fused),
+        data,
+    )
+}
+
+/// Without CUDA nothing is written in place.
+#[cfg(not(feature = "cuda"))]
+pub(crate) fn write_int<const D: usize>(_: &Tensor<D, Int>, _: &TensorData) -> bool {
+    false
+}
+
+/// Without CUDA nothing is written in place.
+#[cfg(not(feature = "cuda"))]
+pub(crate) fn write_float<const D: usize>(_: &Tensor<D>, _: &TensorData) -> bool {
+    false
 }
 
 #[cfg(feature = "cuda")]
 mod cuda {
-    use burn::backend::Cube;
+    pub use burn::backend::Cube;
     use burn::prelude::*;
     use burn_cubecl::tensor::CubeTensor;
-    use burn_cubecl::CubeBackend;
+    pub use burn_cubecl::CubeBackend;
 
-    pub fn write_int<const D: usize>(tensor: &Tensor<D, Int>, data: &TensorData) -> bool {
-        // A clone keeps the buffer registered: the resolve below is then a read.
-        let Ok(fused) = tensor.clone().try_into_primitive::<Cube>() else {
-            return false;
-        };
-        let client = fused.client.clone();
-        copy_into(client.resolve_tensor_int::<CubeBackend>(fused), data)
-    }
-
-    pub fn write_float<const D: usize>(tensor: &Tensor<D>, data: &TensorData) -> bool {
-        let Ok(fused) = tensor.clone().try_into_primitive::<Cube>() else {
-            return false;
-        };
-        let client = fused.client.clone();
-        copy_into(client.resolve_tensor_float::<CubeBackend>(fused), data)
-    }
-
-    fn copy_into(target: CubeTensor, data: &TensorData) -> bool {
+    /// Enqueues the copy of `data` into `target`'s buffer (same dtype, dense).
+    pub fn copy_into(target: CubeTensor, data: &TensorData) -> bool {
         if target.dtype != data.dtype() || !target.is_contiguous() {
             return false;
         }
         let bytes = burn::tensor::Bytes::from_bytes_vec(data.as_bytes().to_vec());
         target.client.write(&target.handle, bytes);
         true
-    }
-}
-
-#[cfg(not(feature = "cuda"))]
-mod cuda {
-    use burn::prelude::*;
-
-    pub fn write_int<const D: usize>(_: &Tensor<D, Int>, _: &TensorData) -> bool {
-        false
-    }
-
-    pub fn write_float<const D: usize>(_: &Tensor<D>, _: &TensorData) -> bool {
-        false
     }
 }
