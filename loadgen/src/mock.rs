@@ -167,6 +167,8 @@ impl Inference for Mock {
                 admitted_at_ns: ns(admitted),
                 first_token_at_ns: ns(first),
                 finished_at_ns: ns(finished),
+                cached_prompt_tokens: 0,
+                prefill_chunks: 1,
             };
             send(Event::Finished(Finished {
                 request_id: id,

@@ -51,8 +51,11 @@ pub struct Args {
     #[arg(long, env = "EMBER_PREFILL_MAX_BATCH_SIZE")]
     pub prefill_max_batch_size: Option<usize>,
 
-    /// Most prompt tokens in one batched prefill (a single prompt longer than
-    /// this is rejected).
+    /// Most prompt tokens computed in one scheduler iteration's prefill step. A
+    /// longer prompt is prefilled in chunks of at most this many tokens over
+    /// several iterations, each followed by a decode step of the running
+    /// requests (lower: smoother inter-token latency while long prompts
+    /// arrive; higher: faster time to first token for them).
     #[arg(long, env = "EMBER_PREFILL_MAX_TOKENS", default_value_t = 8192)]
     pub prefill_max_tokens: usize,
 
@@ -87,6 +90,12 @@ pub struct Args {
     /// --listen). Off when not given.
     #[arg(long, env = "EMBER_METRICS_PORT")]
     pub metrics_port: Option<u16>,
+
+    /// Turn the prefix cache off: by default full KV blocks are kept,
+    /// addressed by their content and whole prefix, and a request sharing a
+    /// prefix with an earlier one reuses them instead of recomputing them.
+    #[arg(long, env = "EMBER_NO_PREFIX_CACHE")]
+    pub no_prefix_cache: bool,
 
     /// Skip the startup warmup (health turns SERVING right after loading).
     #[arg(long, env = "EMBER_NO_WARMUP")]
@@ -143,6 +152,8 @@ pub struct SchedulerKnobs {
     pub max_pending: usize,
     pub max_new_tokens_limit: usize,
     pub block_size: usize,
+    /// Reuse cached KV blocks of shared prefixes (`--no-prefix-cache` turns it off).
+    pub prefix_caching: bool,
 }
 
 impl SchedulerKnobs {
@@ -217,6 +228,7 @@ impl Args {
             max_pending: positive("max-pending", self.max_pending)?,
             max_new_tokens_limit: positive("max-new-tokens-limit", self.max_new_tokens_limit)?,
             block_size: positive("block-size", self.block_size)?,
+            prefix_caching: !self.no_prefix_cache,
         };
         if let Some(b) = self.kv_blocks {
             positive("kv-blocks", b)?;
@@ -271,6 +283,8 @@ mod tests {
         assert_eq!(cfg.knobs.prefill_max_batch_size, cfg.knobs.max_batch_size);
         assert_eq!(cfg.device, DeviceSpec::Auto);
         assert!(cfg.warmup);
+        assert!(cfg.knobs.prefix_caching);
+        assert!(!parse(&["--no-prefix-cache"]).unwrap().knobs.prefix_caching);
     }
 
     #[test]

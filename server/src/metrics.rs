@@ -97,3 +97,26 @@ pub fn finished(reason: &'static str, prompt_tokens: u32, generated: u32) {
 pub fn rejected(reason: &'static str) {
     metrics::counter!(REQUEST_REJECTED, "reason" => reason).increment(1);
 }
+
+/// Prefix cache lookups, in prompt tokens (vLLM's names and units): every
+/// admitted prompt's tokens count as queried, its cached prefix as hits.
+/// Hit rate = `rate(hits) / rate(queries)`.
+pub fn record_prefix_cache(queried_tokens: u64, hit_tokens: u64) {
+    const QUERIES: &str = "vllm:prefix_cache_queries_total";
+    const HITS: &str = "vllm:prefix_cache_hits_total";
+    static DESCRIBED: std::sync::Once = std::sync::Once::new();
+    DESCRIBED.call_once(|| {
+        metrics::describe_counter!(
+            QUERIES,
+            metrics::Unit::Count,
+            "Prompt tokens looked up in the prefix cache."
+        );
+        metrics::describe_counter!(
+            HITS,
+            metrics::Unit::Count,
+            "Prompt tokens found in the prefix cache (not computed)."
+        );
+    });
+    metrics::counter!(QUERIES).increment(queried_tokens);
+    metrics::counter!(HITS).increment(hit_tokens);
+}

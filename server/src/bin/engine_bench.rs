@@ -144,6 +144,8 @@ fn run(args: &Args, device: EngineDevice) -> anyhow::Result<serde_json::Value> {
         num_blocks,
         max_batch: max_b,
         bucketed: device.bucketed,
+        // Timed prefills repeat prompts: measure compute, not cache hits.
+        prefix_caching: false,
     };
     let mut engine = Engine::new(
         model,
@@ -307,6 +309,7 @@ fn check_reference(
         num_blocks: 64,
         max_batch: 8,
         bucketed: device.bucketed,
+        prefix_caching: false,
     };
     let mut engine = Engine::new(
         model,

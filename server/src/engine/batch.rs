@@ -1,12 +1,16 @@
 //! One step's model inputs: prefill batches built on the host, decode batches
 //! derived on the device from the persistent [`DecodeBuffers`].
 //!
-//! - Prefill pads prompts on the right to `Q` (the longest prompt, or its
-//!   bucket) and the batch to `B` rows (the count, or its bucket). Every row is
-//!   written to the cache: a real token at its sequence's slot, a padding token
-//!   at the padding block's first slot, which nothing real ever reads. The
-//!   causal+padding mask hides padding keys; logits are taken only at each
-//!   prompt's last row.
+//! - Prefill pads each row's new tokens (a whole prompt or a chunk of one) on
+//!   the right to `Q` (the longest row, or its bucket) and the batch to `B`
+//!   rows (the count, or its bucket). Every row is written to the cache: a real
+//!   token at its sequence's slot, a padding token at the padding block's first
+//!   slot, which nothing real ever reads. A row that starts after cached
+//!   positions (a prefix-cache hit, an earlier chunk) attends over its whole
+//!   context gathered through its block table, like decode does; when no row
+//!   has one, attention runs over the fresh K/V alone. The causal+padding mask
+//!   hides future and padding keys; logits are taken only at each row's last
+//!   token.
 //! - Decode feeds one token per row. Each row's context is read from the cache
 //!   through its block table: the slot list `table[t / bs] * bs + t % bs` for
 //!   `t < T` is computed on the device from the block-table buffer (`T` =
@@ -32,10 +36,15 @@ pub struct StepInputs {
     pub meta: AttentionMeta,
 }
 
-/// One prompt to prefill and the blocks reserved for it.
+/// One row of a prefill step: the next tokens of a prompt, the positions
+/// before them already in the cache, and the sequence's blocks.
 #[derive(Debug, Clone, Copy)]
 pub struct PrefillSeq<'a> {
-    pub prompt: &'a [u32],
+    /// The tokens to compute now (the whole prompt, or a chunk of it).
+    pub tokens: &'a [u32],
+    /// Position of `tokens[0]`: how many tokens before it are in the cache
+    /// (a prefix-cache hit, earlier chunks).
+    pub start: usize,
     pub table: &'a [u32],
 }
 
@@ -53,7 +62,8 @@ fn ints<const D: usize>(values: Vec<i32>, shape: [usize; D], device: &Device) ->
 }
 
 /// Builds the padded prefill batch (`shape` at least the batch's own size;
-/// prompts must be non-empty). `pad_slot` takes the padding rows' K/V.
+/// rows must be non-empty). `pad_slot` takes the padding rows' K/V. Rows
+/// with a cached context (`start > 0`) attend over exactly that context.
 pub fn prefill_inputs(
     seqs: &[PrefillSeq<'_>],
     shape: PrefillShape,
@@ -61,36 +71,79 @@ pub fn prefill_inputs(
     pad_slot: usize,
     device: &Device,
 ) -> StepInputs {
+    let context = seqs
+        .iter()
+        .any(|s| s.start > 0)
+        .then(|| seqs.iter().map(|s| s.start + s.tokens.len()).max())
+        .flatten();
+    prefill_inputs_over(seqs, shape, context, block_size, pad_slot, device)
+}
+
+/// [`prefill_inputs`] with the context length chosen by the caller.
+///
+/// - `context: None`: every row starts at position 0 and attends over its
+///   fresh K/V only (`T = Q`, nothing is gathered).
+/// - `context: Some(T)`, `T >= start + len` of every row: each row's context,
+///   its cached prefix and the new tokens (written to the cache first, in the
+///   same layer), is gathered from the cache through its block table; keys
+///   past the row's end read the padding slot and are masked. Query `i` of a
+///   row sees keys `j <= start + i`.
+pub fn prefill_inputs_over(
+    seqs: &[PrefillSeq<'_>],
+    shape: PrefillShape,
+    context: Option<usize>,
+    block_size: usize,
+    pad_slot: usize,
+    device: &Device,
+) -> StepInputs {
     let PrefillShape { rows: b, len: q } = shape;
-    debug_assert!(b >= seqs.len() && seqs.iter().all(|s| s.prompt.len() <= q));
+    let t = context.unwrap_or(q);
+    debug_assert!(b >= seqs.len() && seqs.iter().all(|s| s.tokens.len() <= q));
+    debug_assert!(context.is_some() || seqs.iter().all(|s| s.start == 0));
+    debug_assert!(seqs.iter().all(|s| s.start + s.tokens.len() <= t));
     let mut tokens = vec![0i32; b * q];
     let mut positions = vec![0i32; b * q];
     let mut write_slots = vec![pad_slot as i32; b * q];
+    let mut context_slots = vec![pad_slot as i32; if context.is_some() { b * t } else { 0 }];
     let mut last_rows = vec![0i32; b];
-    let mut lengths = vec![0i32; b];
+    let mut starts = vec![0i32; b];
+    let mut ends = vec![0i32; b];
     for (i, s) in seqs.iter().enumerate() {
         for p in 0..q {
-            positions[i * q + p] = p as i32;
+            // Padding tokens of a real row sit at position 0 (any valid one).
+            positions[i * q + p] = if p < s.tokens.len() {
+                (s.start + p) as i32
+            } else {
+                0
+            };
         }
-        for (p, &tok) in s.prompt.iter().enumerate() {
+        for (p, &tok) in s.tokens.iter().enumerate() {
             tokens[i * q + p] = tok as i32;
-            write_slots[i * q + p] = slot_of(s.table, block_size, p) as i32;
+            write_slots[i * q + p] = slot_of(s.table, block_size, s.start + p) as i32;
         }
-        last_rows[i] = (i * q + s.prompt.len().max(1) - 1) as i32;
-        lengths[i] = s.prompt.len() as i32;
+        let end = s.start + s.tokens.len();
+        if context.is_some() {
+            for pos in 0..end {
+                context_slots[i * t + pos] = slot_of(s.table, block_size, pos) as i32;
+            }
+        }
+        last_rows[i] = (i * q + s.tokens.len().max(1) - 1) as i32;
+        starts[i] = s.start as i32;
+        ends[i] = end as i32;
     }
-    let lengths = ints::<1>(lengths, [b], device);
 
-    // masked[b, 0, i, j] = j > i (future) || j >= len[b] (padding key).
-    let mask = [b, 1, q, q];
-    let i = Tensor::<1, Int>::arange(0..q as i64, device)
-        .reshape([1, 1, q, 1])
+    // masked[b, 0, i, j] = j > start[b] + i (future) || j >= end[b] (padding key).
+    let mask = [b, 1, q, t];
+    let i = Tensor::<1, Int>::arange(0..q as i64, device).reshape([1, 1, q, 1]);
+    let starts = ints::<1>(starts, [b], device).reshape([b, 1, 1, 1]);
+    let i = (i + starts).expand(mask);
+    let j = Tensor::<1, Int>::arange(0..t as i64, device)
+        .reshape([1, 1, 1, t])
         .expand(mask);
-    let j = Tensor::<1, Int>::arange(0..q as i64, device)
-        .reshape([1, 1, 1, q])
+    let end = ints::<1>(ends, [b], device)
+        .reshape([b, 1, 1, 1])
         .expand(mask);
-    let len = lengths.reshape([b, 1, 1, 1]).expand(mask);
-    let masked = j.clone().greater(i).bool_or(j.greater_equal(len));
+    let masked = j.clone().greater(i).bool_or(j.greater_equal(end));
 
     StepInputs {
         tokens: ints(tokens, [b, q], device),
@@ -98,8 +151,8 @@ pub fn prefill_inputs(
         last_rows: ints(last_rows, [b], device),
         meta: AttentionMeta {
             write_slots: ints(write_slots, [b * q], device),
-            context_slots: None,
-            context_len: q,
+            context_slots: context.map(|_| ints(context_slots, [b * t], device)),
+            context_len: t,
             context_lens: None,
             mask: masked,
         },
@@ -164,11 +217,13 @@ mod tests {
         let (a, b) = ([1u32, 2, 3], [7u32]);
         let seqs = [
             PrefillSeq {
-                prompt: &a,
+                tokens: &a,
+                start: 0,
                 table: &[0],
             },
             PrefillSeq {
-                prompt: &b,
+                tokens: &b,
+                start: 0,
                 table: &[1],
             },
         ];
@@ -186,6 +241,45 @@ mod tests {
         let slots = ints_of(inputs.meta.write_slots);
         assert_eq!(slots, [0, 1, 2, 4, 99, 99, 99, 99, 99]);
         assert_eq!(ints_of(inputs.last_rows), [2, 3, 0]);
+        assert!(inputs.meta.context_slots.is_none());
+    }
+
+    #[test]
+    fn a_chunk_attends_over_its_cached_context() {
+        let dev = Device::flex();
+        // Row 0: positions 5..7 after 5 cached ones (blocks 3, 1 of size 4);
+        // row 1: a fresh 2-token prompt in block 2.
+        let (a, b) = ([8u32, 9], [4u32, 6]);
+        let seqs = [
+            PrefillSeq {
+                tokens: &a,
+                start: 5,
+                table: &[3, 1],
+            },
+            PrefillSeq {
+                tokens: &b,
+                start: 0,
+                table: &[2],
+            },
+        ];
+        let shape = PrefillShape { rows: 2, len: 2 };
+        let inputs = prefill_inputs(&seqs, shape, 4, 99, &dev);
+        assert_eq!(inputs.meta.context_len, 7);
+        #[rustfmt::skip]
+        assert_eq!(ints_of(inputs.meta.context_slots.unwrap()), [
+            12, 13, 14, 15, 4, 5, 6,
+            8, 9, 99, 99, 99, 99, 99,
+        ]);
+        assert_eq!(ints_of(inputs.meta.write_slots), [5, 6, 8, 9]);
+        assert_eq!(ints_of(inputs.positions), [5, 6, 0, 1]);
+        assert_eq!(ints_of(inputs.last_rows), [1, 3]);
+        let m = bools(inputs.meta.mask);
+        let f = false;
+        #[rustfmt::skip]
+        assert_eq!(m, [
+            f, f, f, f, f, f, true,   f, f, f, f, f, f, f,          // sees 0..=5, then 0..=6
+            f, true, true, true, true, true, true,   f, f, true, true, true, true, true,
+        ]);
     }
 
     #[test]

@@ -15,9 +15,6 @@ pub struct RequestLimits {
     pub block_size: usize,
     /// KV blocks in the whole cache (a request reserves its whole budget).
     pub kv_blocks_total: usize,
-    /// Longest prompt one prefill takes (`--prefill-max-tokens`); `usize::MAX`
-    /// when the caller has no such knob.
-    pub max_prompt_tokens: usize,
 }
 
 /// Which part of a request broke a limit.
@@ -75,16 +72,6 @@ impl RequestLimits {
                 ),
             );
         }
-        if prompt.len() > self.max_prompt_tokens {
-            return fail(
-                LimitField::Prompt,
-                format!(
-                    "{} prompt tokens exceed the server's --prefill-max-tokens {}",
-                    prompt.len(),
-                    self.max_prompt_tokens
-                ),
-            );
-        }
         let blocks = self.blocks_required(prompt.len(), max_new_tokens);
         if blocks > self.kv_blocks_total {
             return fail(
@@ -108,7 +95,6 @@ mod tests {
         context: 64,
         block_size: 4,
         kv_blocks_total: 10,
-        max_prompt_tokens: 32,
     };
 
     fn field(prompt: &[u32], max_new: usize) -> Option<LimitField> {
@@ -122,7 +108,7 @@ mod tests {
         assert_eq!(field(&[1], 0), Some(LimitField::MaxNewTokens));
         assert_eq!(field(&[1, 100], 4), Some(LimitField::Prompt));
         assert_eq!(field(&[1; 30], 35), Some(LimitField::MaxNewTokens)); // 65 > context 64
-        assert_eq!(field(&[1; 33], 1), Some(LimitField::Prompt)); // > max prompt tokens
+        assert_eq!(field(&[1; 36], 1), None); // long prompts are prefilled in chunks
         assert_eq!(field(&[1; 20], 21), Some(LimitField::MaxNewTokens)); // 11 blocks > 10
         assert_eq!(field(&[1; 20], 20), None); // exactly 10 blocks
         let msg = LIMITS.check(&[1, 7, 200], 1).unwrap_err().message;

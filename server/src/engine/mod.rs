@@ -2,8 +2,11 @@
 //!
 //! Layout:
 //! - [`types`]: requests, sampling parameters, step outputs, [`EngineError`].
-//! - [`blocks`]: the block allocator (free list, all-or-nothing reservation of
-//!   block tables, the padding block).
+//! - [`blocks`]: the block pool (reference-counted blocks, all-or-nothing
+//!   reservation of block tables, LRU eviction of cached blocks, the padding
+//!   block).
+//! - [`prefix_cache`]: full blocks addressed by a chained hash of their
+//!   prefix, and the LRU order of the ones no sequence holds.
 //! - [`limits`]: the one check of a request against the model and cache
 //!   limits (the service runs it before queueing, the engine at prefill).
 //! - [`sequence`]: per-sequence state and the stop rules.
@@ -14,7 +17,9 @@
 //! - [`sampler`]: per-row sampling on device (greedy fast path; temperature,
 //!   top-k, top-p with per-sequence seeded RNGs); one device->host read.
 //! - [`runner`]: [`Engine`], which owns the model, the cache and the sequences
-//!   and implements prefill / decode / release.
+//!   and implements decode / release.
+//! - [`prefill`]: admission (prefix-cache lookup, block reservation) and the
+//!   prefill step over chunks of prompts with cached context.
 //! - [`warmup`]: runs every step shape before the server reports SERVING.
 
 pub mod batch;
@@ -22,6 +27,8 @@ pub mod blocks;
 pub mod buffers;
 mod inplace;
 pub mod limits;
+mod prefill;
+pub mod prefix_cache;
 pub mod runner;
 pub mod sampler;
 mod sequence;
@@ -29,11 +36,13 @@ pub mod types;
 pub mod warmup;
 
 #[cfg(test)]
+mod prefill_tests;
+#[cfg(test)]
 mod tests;
 
 pub use runner::Engine;
 pub use types::{
-    EngineConfig, EngineError, FinishReason, FinishedSeq, SampledToken, SamplingParams, SeqId,
-    SequenceRequest, StepOutput,
+    AdmissionCost, EngineConfig, EngineError, FinishReason, FinishedSeq, PrefillChunk,
+    SampledToken, SamplingParams, SeqId, SequenceRequest, StepOutput,
 };
 pub use warmup::WarmupReport;

@@ -3,11 +3,14 @@
 //! Each step (prefill or decode) is one batched forward pass, one sampling
 //! pass and one device->host read of the chosen ids. A finished sequence's
 //! blocks are freed inside the step (stop rules: [`super::sequence`]).
+//! Admission and the prefill steps (prefix cache, chunks) are in
+//! [`super::prefill`]; this file holds the engine's state and the decode step.
 //!
 //! Admission reserves a sequence's whole budget of blocks,
-//! `ceil((prompt + max_new_tokens) / block_size)`, so a running sequence never
-//! runs out of cache and never needs preemption; refusing admission is the
-//! scheduler's back-pressure signal ([`EngineError::OutOfBlocks`]).
+//! `ceil((prompt + max_new_tokens) / block_size)` (cached prefix blocks
+//! included, shared), so a running sequence never runs out of cache and never
+//! needs preemption; refusing admission is the scheduler's back-pressure
+//! signal ([`EngineError::OutOfBlocks`]).
 //!
 //! Step shapes: with `bucketed` on (CUDA), decode batches are padded to
 //! power-of-two buckets up to `max_batch` and prefill batches to power-of-two
@@ -19,11 +22,11 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use burn::prelude::*;
 
-use super::batch::{decode_inputs, prefill_inputs, PrefillSeq, PrefillShape, StepInputs};
-use super::blocks::BlockAllocator;
+use super::batch::{decode_inputs, PrefillShape, StepInputs};
+use super::blocks::BlockPool;
 use super::buffers::{context_bucket, DecodeBuffers, DecodeRow};
 use super::limits::{LimitField, RequestLimits};
-use super::sampler::{sample, RowChoice, SamplingParamsRows};
+use super::sampler::{sample, RowChoice};
 use super::sequence::Sequence;
 use super::types::*;
 use crate::model::{Gpt2, Gpt2Config, KvCache};
@@ -38,15 +41,17 @@ pub struct Engine {
     /// K/V storage of all layers, `(num_blocks + 1) * block_size` slots each
     /// (the extra block is the padding block).
     pub(super) cache: KvCache,
-    /// Which blocks are free.
-    pub(super) blocks: BlockAllocator,
+    /// Which blocks are free, held or cached (the prefix cache).
+    pub(super) blocks: BlockPool,
     pub(super) block_size: usize,
     /// Largest decode batch (and decode bucket).
     pub(super) max_batch: usize,
     /// Whether step shapes are padded to buckets.
     pub(super) bucketed: bool,
-    /// Active sequences (prefilled, not finished or released).
+    /// Decoding sequences (prefilled, not finished or released).
     pub(super) seqs: HashMap<SeqId, Sequence>,
+    /// Admitted sequences whose prompt is not all in the cache yet.
+    pub(super) prefilling: HashMap<SeqId, Sequence>,
     /// Persistent decode inputs, one set per decode bucket, made on first use.
     pub(super) decode_buffers: BTreeMap<usize, DecodeBuffers>,
     /// Token that ends a sequence (unless `ignore_eos`).
@@ -71,6 +76,7 @@ impl Engine {
             num_blocks,
             max_batch,
             bucketed,
+            prefix_caching,
         } = engine_config;
         if block_size == 0 || num_blocks == 0 || max_batch == 0 {
             return Err(EngineError::InvalidConfig(format!(
@@ -91,6 +97,7 @@ impl Engine {
             num_blocks,
             max_batch,
             bucketed,
+            prefix_caching,
             kv_bytes = num_slots * config.n_layer * config.n_embd * 2 * cache.elem_bytes(),
             "allocated the paged KV cache"
         );
@@ -98,11 +105,12 @@ impl Engine {
             model,
             config,
             cache,
-            blocks: BlockAllocator::new(num_blocks),
+            blocks: BlockPool::new(num_blocks, prefix_caching),
             block_size,
             max_batch,
             bucketed,
             seqs: HashMap::new(),
+            prefilling: HashMap::new(),
             decode_buffers: BTreeMap::new(),
             eos_token_id,
             device,
@@ -133,32 +141,44 @@ impl Engine {
         self.blocks.total()
     }
 
+    /// Blocks admission can count on: empty ones and cached ones no sequence
+    /// holds (evicted when needed).
     pub fn kv_blocks_free(&self) -> usize {
         self.blocks.free()
     }
 
+    /// Blocks held by at least one sequence.
     pub fn kv_blocks_used(&self) -> usize {
         self.blocks.used()
     }
 
-    /// Sequences prefilled and not yet finished or released.
+    /// Blocks whose content the prefix cache can reuse (held or not).
+    pub fn kv_blocks_cached(&self) -> usize {
+        self.blocks.cached()
+    }
+
+    pub fn prefix_caching(&self) -> bool {
+        self.blocks.prefix_caching()
+    }
+
+    /// Sequences admitted and not yet finished or released (prefilling or
+    /// decoding).
     pub fn num_active(&self) -> usize {
-        self.seqs.len()
+        self.seqs.len() + self.prefilling.len()
     }
 
     /// Whether `id` is active.
     pub fn contains(&self, id: SeqId) -> bool {
-        self.seqs.contains_key(&id)
+        self.seqs.contains_key(&id) || self.prefilling.contains_key(&id)
     }
 
-    /// What a request must fit into (the engine has no prompt-length knob).
+    /// What a request must fit into.
     pub fn limits(&self) -> RequestLimits {
         RequestLimits {
             vocab_size: self.config.vocab_size,
             context: self.config.n_positions,
             block_size: self.block_size,
             kv_blocks_total: self.blocks.total(),
-            max_prompt_tokens: usize::MAX,
         }
     }
 
@@ -173,60 +193,6 @@ impl Engine {
                 };
                 EngineError::InvalidRequest(format!("sequence {}: {field} {}", req.id, v.message))
             })
-    }
-
-    /// Batched prefill of new sequences (different lengths, one forward pass,
-    /// logits only at each sequence's last position); samples each one's first
-    /// token. All-or-nothing: any error leaves the engine unchanged.
-    pub fn prefill(&mut self, reqs: Vec<SequenceRequest>) -> Result<StepOutput, EngineError> {
-        if reqs.is_empty() {
-            return Ok(StepOutput::default());
-        }
-        let mut ids = HashSet::with_capacity(reqs.len());
-        for req in &reqs {
-            self.validate(req)?;
-            if self.seqs.contains_key(&req.id) || !ids.insert(req.id) {
-                return Err(EngineError::DuplicateSequence(req.id));
-            }
-        }
-        let counts: Vec<usize> = reqs
-            .iter()
-            .map(|r| self.blocks_required(r.prompt.len(), r.max_new_tokens))
-            .collect();
-        let tables = self.blocks.reserve_tables(&counts)?;
-        let mut states: Vec<(SeqId, Sequence)> = reqs
-            .iter()
-            .zip(tables)
-            .map(|(r, table)| (r.id, Sequence::new(r, table)))
-            .collect();
-        let choices: Vec<RowChoice> = states.iter_mut().map(|(_, s)| s.choice()).collect();
-        let prompts: Vec<&[u32]> = reqs.iter().map(|r| r.prompt.as_slice()).collect();
-        let tables: Vec<&[u32]> = states.iter().map(|(_, s)| s.table.as_slice()).collect();
-        let result = self
-            .prefill_logits(&prompts, &tables)
-            .and_then(|(logits, rows)| {
-                let mut params =
-                    SamplingParamsRows::new(rows, self.config.vocab_size, &self.device);
-                params.write(&choices);
-                sample(logits, &params, choices.len())
-            });
-        let tokens = match result {
-            Ok(tokens) => tokens,
-            Err(e) => {
-                for (_, s) in states {
-                    self.blocks.release(s.table);
-                }
-                return Err(e);
-            }
-        };
-
-        let mut out = StepOutput::default();
-        for ((id, mut seq), token) in states.into_iter().zip(tokens) {
-            let verdict = seq.judge(token, self.eos_token_id);
-            self.seqs.insert(id, seq);
-            self.record(id, token, verdict, &mut out);
-        }
-        Ok(out)
     }
 
     /// One batched decode step for exactly these active sequences (each at its
@@ -306,63 +272,22 @@ impl Engine {
         Ok((logits, bucket))
     }
 
-    /// Frees a sequence's blocks (cancel). Returns false if unknown.
+    /// Ends a sequence, prefilling or decoding (cancel, finish): offers its
+    /// computed full blocks to the prefix cache and drops its hold on its
+    /// blocks. Returns false if unknown.
     pub fn release(&mut self, id: SeqId) -> bool {
-        match self.seqs.remove(&id) {
-            Some(seq) => {
-                self.blocks.release(seq.table);
+        match self
+            .seqs
+            .remove(&id)
+            .or_else(|| self.prefilling.remove(&id))
+        {
+            Some(mut seq) => {
+                self.key_full_blocks(&mut seq);
+                self.blocks.release(&seq.table);
                 true
             }
             None => false,
         }
-    }
-
-    /// Logits `[B, vocab]` at the last position of each prompt, computed through
-    /// the same prefill path as [`Engine::prefill`] with temporary blocks that are
-    /// freed again (for scoring and for tests against reference logits).
-    pub fn prompt_logits(&mut self, prompts: &[Vec<u32>]) -> Result<Tensor<2>, EngineError> {
-        for (i, p) in prompts.iter().enumerate() {
-            self.validate(&SequenceRequest {
-                id: i as SeqId,
-                prompt: p.clone(),
-                max_new_tokens: 1,
-                ignore_eos: true,
-                sampling: SamplingParams::greedy(),
-            })?;
-        }
-        let counts: Vec<usize> = prompts
-            .iter()
-            .map(|p| p.len().div_ceil(self.block_size))
-            .collect();
-        let tables = self.blocks.reserve_tables(&counts)?;
-        let views: Vec<&[u32]> = prompts.iter().map(Vec::as_slice).collect();
-        let table_views: Vec<&[u32]> = tables.iter().map(Vec::as_slice).collect();
-        let result = self.prefill_logits(&views, &table_views);
-        for t in tables {
-            self.blocks.release(t);
-        }
-        let (logits, _) = result?;
-        Ok(logits.narrow(0, 0, prompts.len()))
-    }
-
-    /// Runs the prefill forward pass over `prompts` (blocks already reserved in
-    /// `tables`), padded to the step's shape. Returns logits `[rows, vocab]`
-    /// and `rows` (the padded batch; the first `prompts.len()` rows are real).
-    pub(super) fn prefill_logits(
-        &mut self,
-        prompts: &[&[u32]],
-        tables: &[&[u32]],
-    ) -> Result<(Tensor<2>, usize), EngineError> {
-        let longest = prompts.iter().map(|p| p.len()).max().unwrap_or(1);
-        let shape = self.prefill_shape(prompts.len(), longest);
-        let seqs: Vec<PrefillSeq<'_>> = prompts
-            .iter()
-            .zip(tables)
-            .map(|(prompt, table)| PrefillSeq { prompt, table })
-            .collect();
-        let pad_slot = self.blocks.padding_block() as usize * self.block_size;
-        let inputs = prefill_inputs(&seqs, shape, self.block_size, pad_slot, &self.device);
-        Ok((forward(&self.model, &mut self.cache, inputs), shape.rows))
     }
 
     /// The decode bucket of a batch of `n` rows.
@@ -394,7 +319,7 @@ impl Engine {
     }
 
     /// Records a judged token in the step's output; frees a finished sequence.
-    fn record(
+    pub(super) fn record(
         &mut self,
         id: SeqId,
         token: u32,

@@ -1,13 +1,18 @@
 //! Per-sequence state between steps and the stop rules.
 //!
-//! A sequence is created at prefill with its whole block budget reserved and
-//! lives until a stop rule ends it or the caller releases it. The stop rules:
+//! A sequence is created at admission with its whole block budget reserved
+//! (the cached prefix's shared blocks first), is prefilled over one or more
+//! steps (`cached` counts the prompt tokens in the cache so far), then decodes
+//! until a stop rule ends it or the caller releases it. It keeps every token
+//! it has seen, so the full blocks it computed can be keyed in the prefix
+//! cache when it ends (see `super::prefill`). The stop rules:
 //! a sampled EOS (unless `ignore_eos`) finishes the sequence without emitting
 //! it; the token that reaches `max_new_tokens` is emitted and finishes it.
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+use super::prefix_cache::BlockHash;
 use super::sampler::RowChoice;
 use super::types::{FinishReason, SamplingParams, SequenceRequest};
 
@@ -16,8 +21,17 @@ use super::types::{FinishReason, SamplingParams, SequenceRequest};
 pub(crate) struct Sequence {
     /// Blocks reserved for the sequence's whole budget, in position order.
     pub table: Vec<u32>,
-    /// Tokens whose K/V are in the cache (= position of `last_token`).
+    /// Tokens whose K/V are in the cache: during prefill, the prompt tokens
+    /// computed or found cached so far; after it, the position of `last_token`.
     pub cached: usize,
+    /// The prompt, then every emitted token: the input at each position.
+    pub tokens: Vec<u32>,
+    pub prompt_len: usize,
+    /// Content keys of the leading full blocks of `tokens` computed so far
+    /// (empty with prefix caching off).
+    pub hashes: Vec<BlockHash>,
+    /// Leading blocks of `table` already offered to the prefix cache.
+    pub keyed: usize,
     /// The last sampled token, fed at the next decode step.
     pub last_token: u32,
     /// Tokens emitted so far.
@@ -39,11 +53,23 @@ pub(crate) struct Verdict {
 }
 
 impl Sequence {
-    /// A freshly prefilled sequence holding `table`.
-    pub fn new(req: &SequenceRequest, table: Vec<u32>) -> Self {
+    /// A newly admitted sequence holding `table`, whose first `cached` prompt
+    /// tokens (`keyed` blocks, found in the prefix cache) need no compute.
+    /// `hashes` are the keys of the prompt's full blocks.
+    pub fn new(
+        req: &SequenceRequest,
+        table: Vec<u32>,
+        cached: usize,
+        keyed: usize,
+        hashes: Vec<BlockHash>,
+    ) -> Self {
         Self {
             table,
-            cached: req.prompt.len(),
+            cached,
+            tokens: req.prompt.clone(),
+            prompt_len: req.prompt.len(),
+            hashes,
+            keyed,
             last_token: 0,
             generated: 0,
             max_new_tokens: req.max_new_tokens,
@@ -51,6 +77,11 @@ impl Sequence {
             sampling: req.sampling,
             rng: StdRng::seed_from_u64(req.sampling.seed),
         }
+    }
+
+    /// Prompt tokens still to compute (0 once the prompt is in the cache).
+    pub fn prompt_remaining(&self) -> usize {
+        self.prompt_len.saturating_sub(self.cached)
     }
 
     /// How this sequence picks its next token (draws its next uniform).
@@ -77,6 +108,7 @@ impl Sequence {
             };
         }
         self.last_token = token;
+        self.tokens.push(token);
         self.generated += 1;
         Verdict {
             emit: true,
@@ -97,7 +129,9 @@ mod tests {
             ignore_eos,
             sampling: SamplingParams::greedy(),
         };
-        Sequence::new(&req, vec![0])
+        let mut s = Sequence::new(&req, vec![0], 0, 0, Vec::new());
+        s.cached = 3;
+        s
     }
 
     #[test]

@@ -12,32 +12,30 @@ use crate::model::fixtures::{max_abs_diff, reference, tiny_gpt2_dir};
 use crate::model::{load_model, Gpt2Config, ModelSource};
 
 /// The fixture's EOS (its greedy continuations never produce it).
-const EOS: u32 = 999;
+pub(super) const EOS: u32 = 999;
 
-fn engine(block_size: usize, num_blocks: usize) -> Engine {
+pub(super) fn engine(block_size: usize, num_blocks: usize) -> Engine {
     engine_with(block_size, num_blocks, false)
 }
 
 /// `bucketed` pads every step to its bucket, as on CUDA.
-fn engine_with(block_size: usize, num_blocks: usize, bucketed: bool) -> Engine {
-    let dev = Device::flex();
-    let (model, config) = load_model(&ModelSource::Dir(tiny_gpt2_dir()), &dev).unwrap();
-    Engine::new(
-        model,
-        config,
-        EngineConfig {
-            block_size,
-            num_blocks,
-            max_batch: 8,
-            bucketed,
-        },
-        EOS,
-        dev,
-    )
-    .unwrap()
+pub(super) fn engine_with(block_size: usize, num_blocks: usize, bucketed: bool) -> Engine {
+    engine_cfg(EngineConfig {
+        block_size,
+        num_blocks,
+        max_batch: 8,
+        bucketed,
+        prefix_caching: true,
+    })
 }
 
-fn req(
+pub(super) fn engine_cfg(engine_config: EngineConfig) -> Engine {
+    let dev = Device::flex();
+    let (model, config) = load_model(&ModelSource::Dir(tiny_gpt2_dir()), &dev).unwrap();
+    Engine::new(model, config, engine_config, EOS, dev).unwrap()
+}
+
+pub(super) fn req(
     id: SeqId,
     prompt: &[u32],
     max_new_tokens: usize,
@@ -59,7 +57,11 @@ fn rows(t: Tensor<2>) -> Vec<Vec<f32>> {
 }
 
 /// Collects a step's tokens per sequence and returns the ids still running.
-fn absorb(out: StepOutput, tokens: &mut HashMap<SeqId, Vec<u32>>, active: &mut Vec<SeqId>) {
+pub(super) fn absorb(
+    out: StepOutput,
+    tokens: &mut HashMap<SeqId, Vec<u32>>,
+    active: &mut Vec<SeqId>,
+) {
     for t in out.tokens {
         tokens.entry(t.id).or_default().push(t.token);
     }
@@ -69,7 +71,10 @@ fn absorb(out: StepOutput, tokens: &mut HashMap<SeqId, Vec<u32>>, active: &mut V
 }
 
 /// Prefills `reqs` together and decodes them together until all finish.
-fn generate(engine: &mut Engine, reqs: Vec<SequenceRequest>) -> HashMap<SeqId, Vec<u32>> {
+pub(super) fn generate(
+    engine: &mut Engine,
+    reqs: Vec<SequenceRequest>,
+) -> HashMap<SeqId, Vec<u32>> {
     let mut active: Vec<SeqId> = reqs.iter().map(|r| r.id).collect();
     let mut tokens = HashMap::new();
     absorb(engine.prefill(reqs).unwrap(), &mut tokens, &mut active);

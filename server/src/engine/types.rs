@@ -15,6 +15,9 @@ pub struct EngineConfig {
     /// Pad step shapes to power-of-two buckets. Needed on CUDA (a bounded set
     /// of shapes to autotune and capture); pure overhead on the CPU.
     pub bucketed: bool,
+    /// Keep full blocks content-addressed and reuse them for requests that
+    /// share a prefix (see `blocks` and `prefix_cache`).
+    pub prefix_caching: bool,
 }
 
 impl Default for EngineConfig {
@@ -24,6 +27,7 @@ impl Default for EngineConfig {
             num_blocks: 1024,
             max_batch: 32,
             bucketed: false,
+            prefix_caching: true,
         }
     }
 }
@@ -98,6 +102,25 @@ pub struct SampledToken {
 pub struct FinishedSeq {
     pub id: SeqId,
     pub reason: FinishReason,
+}
+
+/// One row of a prefill step: compute the next `tokens` prompt tokens of an
+/// admitted sequence (fewer if less of its prompt is left).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PrefillChunk {
+    pub id: SeqId,
+    pub tokens: usize,
+}
+
+/// What admitting a request would take, given the cache's current content.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AdmissionCost {
+    /// Free blocks it takes: fresh ones plus cached ones no sequence holds.
+    pub blocks: usize,
+    /// Leading prompt tokens found in the prefix cache (a multiple of the
+    /// block size, at most prompt length - 1: the last token is always
+    /// computed, for its logits).
+    pub cached_tokens: usize,
 }
 
 /// What a prefill or decode step produced.

@@ -19,6 +19,7 @@
 //! before it serves its first command.
 
 pub mod admission;
+pub mod chunking;
 pub mod request;
 pub mod stats;
 mod worker;
@@ -172,10 +173,7 @@ pub fn spawn(device: EngineDevice, config: SchedulerConfig) -> std::io::Result<S
                 name: model_name(&config.model),
                 device: device_name,
                 config: engine.model_config().clone(),
-                limits: RequestLimits {
-                    max_prompt_tokens: config.knobs.prefill_max_tokens,
-                    ..engine.limits()
-                },
+                limits: engine.limits(),
                 load_seconds: started.elapsed().as_secs_f64(),
             };
             let worker = worker::Worker::new(engine, config.knobs.clone(), rx, stats);
@@ -230,6 +228,7 @@ fn build_engine(device: &EngineDevice, config: &SchedulerConfig) -> Result<Engin
             num_blocks,
             max_batch: knobs.max_batch_size,
             bucketed: device.bucketed,
+            prefix_caching: knobs.prefix_caching,
         },
         config.eos_token_id,
         device.device.clone(),

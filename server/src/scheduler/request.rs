@@ -1,9 +1,9 @@
 //! What travels between the service and the scheduler thread.
 //!
 //! A [`QueuedRequest`] goes in (over the command channel); [`Event`]s come back
-//! on the request's own channel, in order: `Admitted`, every token, then exactly
-//! one terminal event ([`Event::Finished`] or
-//! [`Event::Failed`]). Times are `Instant`s on the server's monotonic clock; the
+//! on the request's own channel, in order: `Admitted`, `Prefilled`, every
+//! token, then exactly one terminal event ([`Event::Finished`] or
+//! [`Event::Failed`]); a request can end after any of them. Times are `Instant`s on the server's monotonic clock; the
 //! service turns them into offsets from the request's `received` instant.
 
 use std::time::Instant;
@@ -54,10 +54,12 @@ pub enum FinishKind {
 pub struct Admission {
     /// When the scheduler took the request out of the pending queue.
     pub admitted_at: Instant,
-    /// Requests in the prefill batch it was admitted with.
+    /// Requests admitted in the same iteration (into the same prefill step).
     pub prefill_batch_size: u32,
     /// Scheduler iteration of the admission.
     pub iteration: u64,
+    /// Leading prompt tokens found in the prefix cache (not computed).
+    pub cached_prompt_tokens: u32,
 }
 
 /// Events of one request, in stream order.
@@ -65,6 +67,9 @@ pub struct Admission {
 pub enum Event {
     /// The request left the pending queue into a prefill batch.
     Admitted(Admission),
+    /// The whole prompt is in the KV cache; the first token follows. `chunks`
+    /// is how many prefill steps computed it (1 unless it was chunked).
+    Prefilled { chunks: u32 },
     /// Generated token `index` (0-based), sampled at `at`.
     Token {
         index: u32,

@@ -34,6 +34,11 @@ pub struct SchedulerStats {
     pub failed: AtomicU64,
     pub deadline_exceeded: AtomicU64,
     pub iterations: AtomicU64,
+    /// Prompt tokens of admitted requests looked up in the prefix cache (0
+    /// with the cache off).
+    pub prefix_cache_queried_tokens: AtomicU64,
+    /// Of those, tokens found cached (not computed).
+    pub prefix_cache_hit_tokens: AtomicU64,
 }
 
 impl SchedulerStats {
@@ -43,6 +48,10 @@ impl SchedulerStats {
 
     pub fn bump(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
     }
 
     pub fn set(gauge: &AtomicU64, value: usize) {

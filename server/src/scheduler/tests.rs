@@ -1,5 +1,6 @@
 //! Scheduler tests on the tiny model (Flex, CPU): admission knobs, token
-//! budget, waiting for KV blocks, cancellation, finish events.
+//! budget and chunked prefill, prefix-cache reuse, waiting for KV blocks,
+//! cancellation, finish events.
 //!
 //! Every test queues all its commands before the worker starts, so the first
 //! iteration sees the whole queue and admission is deterministic.
@@ -24,6 +25,7 @@ fn knobs(max_batch: usize, prefill_batch: usize, prefill_tokens: usize) -> Sched
         max_pending: 64,
         max_new_tokens_limit: 64,
         block_size: 4,
+        prefix_caching: true,
     }
 }
 
@@ -42,6 +44,7 @@ fn engine(num_blocks: usize) -> Engine {
             num_blocks,
             max_batch: 64,
             bucketed: false,
+            prefix_caching: true,
         },
         50256,
         device,
@@ -144,6 +147,25 @@ impl Outcome {
         }
     }
 
+    /// The `chunks` of the request's `Prefilled` event.
+    fn prefill_chunks(&self, id: SeqId) -> Option<u32> {
+        self.per_request[&id].iter().find_map(|e| match e {
+            Event::Prefilled { chunks } => Some(*chunks),
+            _ => None,
+        })
+    }
+
+    /// When each token of the request was sampled.
+    fn token_times(&self, id: SeqId) -> Vec<Instant> {
+        self.per_request[&id]
+            .iter()
+            .filter_map(|e| match e {
+                Event::Token { at, .. } => Some(*at),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// Decode-step token counts: tokens with index > 0 grouped by step instant.
     fn decode_group_sizes(&self) -> Vec<usize> {
         let mut groups: HashMap<Instant, usize> = HashMap::new();
@@ -215,15 +237,75 @@ fn larger_prefill_knob_admits_in_fewer_iterations() {
 }
 
 #[test]
-fn token_budget_limits_a_prefill_batch() {
+fn token_budget_limits_a_prefill_step_and_chunks_the_rest() {
     let mut h = Harness::new();
     for id in 1..=4 {
         h.submit(id, 4, 2);
     }
+    // 10 tokens per iteration: 4 + 4 + 2 of request 3, then its last 2 + 4.
     let out = h.run(engine(64), knobs(8, 8, 10));
-    for id in 1..=4 {
-        assert_eq!(out.admission(id).unwrap().prefill_batch_size, 2);
+    for id in 1..=3 {
+        let a = out.admission(id).unwrap();
+        assert_eq!((a.prefill_batch_size, a.iteration), (3, 1), "request {id}");
     }
+    let a = out.admission(4).unwrap();
+    assert_eq!((a.prefill_batch_size, a.iteration), (1, 2));
+    assert_eq!(
+        [1, 2, 3, 4].map(|id| out.prefill_chunks(id)),
+        [Some(1), Some(1), Some(2), Some(1)]
+    );
+    out.assert_all_free();
+}
+
+#[test]
+fn a_long_prompt_is_prefilled_in_chunks_between_decode_steps() {
+    let mut h = Harness::new();
+    h.submit(1, 3, 30); // a running stream
+    h.submit(2, 50, 2); // a prompt six times the budget
+    let out = h.run(engine(64), knobs(8, 8, 8));
+    assert_eq!(out.finish(1), (FinishKind::Length, 30));
+    assert_eq!(out.finish(2), (FinishKind::Length, 2));
+    // Iteration 1: 3 tokens of request 1, 5 of request 2; then 8 a step.
+    assert_eq!(out.prefill_chunks(2), Some(1 + 45usize.div_ceil(8) as u32));
+    // The stream got a token in every iteration of request 2's prefill.
+    let admitted = out.admission(2).unwrap().admitted_at;
+    let first = out.token_times(2)[0];
+    let between = out
+        .token_times(1)
+        .iter()
+        .filter(|&&t| t > admitted && t < first)
+        .count();
+    assert!(
+        between >= 6,
+        "{between} tokens of the stream during the prefill"
+    );
+    out.assert_all_free();
+}
+
+#[test]
+fn a_later_request_reuses_the_cached_prefix() {
+    let mut h = Harness::new();
+    // The same 20-token prompt twice; one admission per iteration, so the
+    // second comes after the first's prompt is in the cache.
+    h.submit(1, 20, 3);
+    h.submit(2, 20, 3);
+    let stats = Arc::clone(&h.stats);
+    let out = h.run(engine(64), knobs(8, 1, 1000));
+    assert_eq!(out.admission(1).unwrap().cached_prompt_tokens, 0);
+    // 4 full blocks of 4 before the last token's block.
+    assert_eq!(out.admission(2).unwrap().cached_prompt_tokens, 16);
+    let ids = |id| -> Vec<u32> {
+        out.per_request[&id]
+            .iter()
+            .filter_map(|e| match e {
+                Event::Token { token_id, .. } => Some(*token_id),
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(ids(1), ids(2));
+    assert_eq!(SchedulerStats::get(&stats.prefix_cache_queried_tokens), 40);
+    assert_eq!(SchedulerStats::get(&stats.prefix_cache_hit_tokens), 16);
     out.assert_all_free();
 }
 

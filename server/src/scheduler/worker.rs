@@ -3,10 +3,13 @@
 //!
 //! One iteration:
 //! 1. take every command waiting on the channel (submit, cancel, cancel-all);
-//! 2. admit from the pending queue ([`admission::plan`]) and run the admitted
-//!    requests in one batched prefill; their first tokens go out;
-//! 3. run one batched decode step over up to `--max-batch-size` running
-//!    sequences, rotating through the running set when it is larger;
+//! 2. one prefill step of at most `--prefill-max-tokens` tokens: the next
+//!    chunks of prompts already admitted, then requests admitted from the
+//!    pending queue ([`admission::plan`]; a prefix-cache hit skips the cached
+//!    part of a prompt) with what is left of the budget ([`chunking`]);
+//!    requests whose prompt completes get their first token;
+//! 3. run one batched decode step over up to `--max-batch-size` decoding
+//!    sequences, rotating through them when there are more;
 //! 4. publish gauges.
 //!
 //! Finished sequences come back from each engine step as an event list; their
@@ -26,11 +29,15 @@ use std::time::Instant;
 use tokio::sync::mpsc;
 
 use super::admission::{self, AdmissionBudget, Candidate};
+use super::chunking;
 use super::request::{Admission, CancelReason, Event, FinishKind, QueuedRequest};
 use super::stats::SchedulerStats;
 use super::Command;
 use crate::cli::SchedulerKnobs;
-use crate::engine::{Engine, EngineError, FinishReason, SeqId, SequenceRequest, StepOutput};
+use crate::engine::{
+    AdmissionCost, Engine, EngineError, FinishReason, PrefillChunk, SeqId, SequenceRequest,
+    StepOutput,
+};
 
 /// A sequence between admission and its last token.
 #[derive(Debug)]
@@ -38,6 +45,8 @@ struct Running {
     events: mpsc::UnboundedSender<Event>,
     /// Tokens sent so far (the next token's index).
     generated: u32,
+    /// Prefill steps that computed part of its prompt so far.
+    chunks: u32,
 }
 
 pub(crate) struct Worker {
@@ -47,6 +56,10 @@ pub(crate) struct Worker {
     /// Submitted, not yet admitted; FIFO.
     pending: VecDeque<QueuedRequest>,
     running: HashMap<SeqId, Running>,
+    /// Admitted requests whose prompt is still being prefilled, in admission
+    /// order (the order their chunks get the token budget). May hold ids that
+    /// already ended (dropped when reached).
+    prefilling: VecDeque<SeqId>,
     /// Decode rotation order. May hold ids that already finished (skipped and
     /// dropped when reached), so finishing never scans this queue.
     decode_order: VecDeque<SeqId>,
@@ -68,6 +81,7 @@ impl Worker {
             commands,
             pending: VecDeque::new(),
             running: HashMap::new(),
+            prefilling: VecDeque::new(),
             decode_order: VecDeque::new(),
             stats,
             iteration: 0,
@@ -121,11 +135,12 @@ impl Worker {
         }
     }
 
-    /// One scheduler iteration: admission + prefill, then one decode step.
+    /// One scheduler iteration: a prefill step (continuing chunks and
+    /// admissions), then one decode step.
     fn iterate(&mut self) {
         self.iteration += 1;
         SchedulerStats::bump(&self.stats.iterations);
-        if self.admit_and_prefill() {
+        if self.prefill_step() {
             // Readers (GetServerInfo, metrics) see admissions before the
             // decode step runs, not an iteration late.
             self.publish_gauges();
@@ -133,8 +148,75 @@ impl Worker {
         self.decode_step();
     }
 
-    /// True if anything was admitted.
-    fn admit_and_prefill(&mut self) -> bool {
+    /// Runs this iteration's prefill step; true if it admitted anything.
+    fn prefill_step(&mut self) -> bool {
+        let mut chunks = self.continuing_chunks();
+        let spent: usize = chunks.iter().map(|c| c.tokens).sum();
+        let admitted = self.admit(
+            self.knobs.prefill_max_tokens.saturating_sub(spent),
+            self.knobs
+                .prefill_max_batch_size
+                .saturating_sub(chunks.len()),
+        );
+        let any_admitted = !admitted.is_empty();
+        chunks.extend(admitted);
+        if chunks.is_empty() {
+            return false;
+        }
+        // Which chunks end their prompt, known before the step.
+        let completing: Vec<SeqId> = chunks
+            .iter()
+            .filter(|c| {
+                self.engine
+                    .prompt_remaining(c.id)
+                    .is_some_and(|left| c.tokens >= left)
+            })
+            .map(|c| c.id)
+            .collect();
+        let ids: Vec<SeqId> = chunks.iter().map(|c| c.id).collect();
+        let result = guarded(|| self.engine.prefill_step(&chunks));
+        if result.is_ok() {
+            for id in &ids {
+                if let Some(r) = self.running.get_mut(id) {
+                    r.chunks += 1;
+                }
+            }
+            self.prefilling.retain(|id| !completing.contains(id));
+            for &id in &completing {
+                if let Some(r) = self.running.get(&id) {
+                    let _ = r.events.send(Event::Prefilled { chunks: r.chunks });
+                    self.decode_order.push_back(id);
+                }
+            }
+        }
+        self.apply(result, &ids);
+        any_admitted
+    }
+
+    /// The next chunks of prompts admitted in earlier iterations, oldest
+    /// first, within the iteration's token budget and row cap.
+    fn continuing_chunks(&mut self) -> Vec<PrefillChunk> {
+        let engine = &self.engine;
+        let running = &self.running;
+        self.prefilling
+            .retain(|id| running.contains_key(id) && engine.prompt_remaining(*id).is_some());
+        let ids: Vec<SeqId> = self.prefilling.iter().copied().collect();
+        let sizes = chunking::split(
+            self.knobs.prefill_max_tokens,
+            self.knobs.prefill_max_batch_size,
+            ids.iter()
+                .map(|&id| engine.prompt_remaining(id).unwrap_or(0)),
+        );
+        ids.into_iter()
+            .zip(sizes)
+            .map(|(id, tokens)| PrefillChunk { id, tokens })
+            .collect()
+    }
+
+    /// Admits requests from the front of the pending queue into the engine
+    /// (blocks reserved, cached prefix found) and returns their first chunks,
+    /// at most `rows` of them within `budget` tokens.
+    fn admit(&mut self, budget: usize, rows: usize) -> Vec<PrefillChunk> {
         // Requests whose client already left are dropped before planning.
         self.pending.retain(|r| {
             let gone = r.events.is_closed();
@@ -143,64 +225,105 @@ impl Worker {
             }
             !gone
         });
-        let budget = AdmissionBudget {
-            max_requests: self.knobs.prefill_max_batch_size,
-            max_prompt_tokens: self.knobs.prefill_max_tokens,
+        let plan = AdmissionBudget {
+            max_requests: rows,
+            max_prompt_tokens: budget,
             free_running_slots: self.knobs.max_running().saturating_sub(self.running.len()),
             free_blocks: self.engine.kv_blocks_free(),
         };
         let engine = &self.engine;
         let n = admission::plan(
-            budget,
-            self.pending.iter().map(|r| Candidate {
-                prompt_tokens: r.prompt.len(),
-                blocks: engine.blocks_required(r.prompt.len(), r.max_new_tokens),
+            plan,
+            self.pending.iter().map(|r| {
+                let AdmissionCost {
+                    blocks,
+                    cached_tokens,
+                } = engine.admission_cost(&r.prompt, r.max_new_tokens);
+                Candidate {
+                    prompt_tokens: r.prompt.len() - cached_tokens,
+                    blocks,
+                }
             }),
         );
-        if n == 0 {
-            return false;
-        }
-        let admission = Admission {
-            admitted_at: Instant::now(),
-            prefill_batch_size: n as u32,
-            iteration: self.iteration,
-        };
-        let mut seqs = Vec::with_capacity(n);
-        for req in self.pending.drain(..n) {
+        let mut admitted = Vec::with_capacity(n);
+        let mut left = budget;
+        for _ in 0..n {
+            let Some(front) = self.pending.front() else {
+                break;
+            };
+            let seq = SequenceRequest {
+                id: front.id,
+                prompt: front.prompt.clone(),
+                max_new_tokens: front.max_new_tokens,
+                ignore_eos: front.ignore_eos,
+                sampling: front.sampling,
+            };
+            let cached = match guarded(|| self.engine.admit(&seq)) {
+                Ok(cached) => cached,
+                // The plan's estimate was off: wait for blocks like any request.
+                Err(EngineError::OutOfBlocks { .. }) => break,
+                Err(err) => {
+                    if let Some(req) = self.pending.pop_front() {
+                        tracing::error!(%err, id = req.id, "admission failed");
+                        SchedulerStats::bump(&self.stats.failed);
+                        let _ = req.events.send(Event::Failed {
+                            message: err.to_string(),
+                        });
+                    }
+                    continue;
+                }
+            };
             // Dropping the permit frees the request's place in the pending queue.
-            let QueuedRequest {
-                id,
-                prompt,
-                max_new_tokens,
-                ignore_eos,
-                sampling,
-                events,
-                ..
-            } = req;
-            let _ = events.send(Event::Admitted(admission));
+            let Some(req) = self.pending.pop_front() else {
+                break;
+            };
+            self.record_prefix_lookup(seq.prompt.len(), cached);
+            let tokens = (seq.prompt.len() - cached).min(left).max(1);
+            left = left.saturating_sub(tokens);
             self.running.insert(
-                id,
+                req.id,
                 Running {
-                    events,
+                    events: req.events,
                     generated: 0,
+                    chunks: 0,
                 },
             );
-            self.decode_order.push_back(id);
-            seqs.push(SequenceRequest {
-                id,
-                prompt,
-                max_new_tokens,
-                ignore_eos,
-                sampling,
-            });
+            self.prefilling.push_back(req.id);
+            admitted.push((PrefillChunk { id: req.id, tokens }, cached));
+        }
+        self.announce(&admitted);
+        admitted.into_iter().map(|(chunk, _)| chunk).collect()
+    }
+
+    /// Sends each newly admitted request its `Admitted` event.
+    fn announce(&self, admitted: &[(PrefillChunk, usize)]) {
+        let admitted_at = Instant::now();
+        for (chunk, cached) in admitted {
+            if let Some(r) = self.running.get(&chunk.id) {
+                let _ = r.events.send(Event::Admitted(Admission {
+                    admitted_at,
+                    prefill_batch_size: admitted.len() as u32,
+                    iteration: self.iteration,
+                    cached_prompt_tokens: *cached as u32,
+                }));
+            }
         }
         self.stats
             .admitted
-            .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
-        let ids: Vec<SeqId> = seqs.iter().map(|s| s.id).collect();
-        let result = guarded(|| self.engine.prefill(seqs));
-        self.apply(result, &ids);
-        true
+            .fetch_add(admitted.len() as u64, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Counts one admitted prompt's prefix-cache lookup.
+    fn record_prefix_lookup(&self, prompt_tokens: usize, cached: usize) {
+        if !self.engine.prefix_caching() {
+            return;
+        }
+        SchedulerStats::add(
+            &self.stats.prefix_cache_queried_tokens,
+            prompt_tokens as u64,
+        );
+        SchedulerStats::add(&self.stats.prefix_cache_hit_tokens, cached as u64);
+        crate::metrics::record_prefix_cache(prompt_tokens as u64, cached as u64);
     }
 
     fn decode_step(&mut self) {

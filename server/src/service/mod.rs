@@ -209,6 +209,9 @@ impl Inference for InferenceService {
                 scheduler_iterations: get(&s.iterations),
             }),
             version: env!("CARGO_PKG_VERSION").to_string(),
+            prefix_cache_enabled: k.prefix_caching,
+            prefix_cache_queried_tokens: get(&s.prefix_cache_queried_tokens),
+            prefix_cache_hit_tokens: get(&s.prefix_cache_hit_tokens),
             ..Default::default()
         };
         if let Some(m) = self.state.model.get() {

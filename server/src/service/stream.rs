@@ -59,6 +59,8 @@ pub struct RequestStream {
 #[derive(Debug, Default)]
 struct Progress {
     admission: Option<Admission>,
+    /// Prefill steps of the prompt, once it is all in the cache.
+    prefill_chunks: u32,
     first_token: Option<Instant>,
     last_token: Option<Instant>,
 }
@@ -99,6 +101,7 @@ impl RequestStream {
                     metrics::observe(metrics::QUEUE_TIME, a.admitted_at - self.times.enqueued);
                     progress.admission = Some(a);
                 }
+                Some(Event::Prefilled { chunks }) => progress.prefill_chunks = chunks,
                 Some(Event::Token {
                     index,
                     token_id,
@@ -211,6 +214,8 @@ impl RequestStream {
             admitted_at_ns: at(admitted),
             first_token_at_ns: at(p.first_token),
             finished_at_ns: ns(t.received, finished_at),
+            cached_prompt_tokens: p.admission.map_or(0, |a| a.cached_prompt_tokens),
+            prefill_chunks: p.prefill_chunks,
         }
     }
 }
