@@ -409,3 +409,81 @@ async fn health_is_not_serving_before_ready_and_serving_after() {
     assert_eq!(server.health().await, ServingStatus::Serving);
     server.stop().await;
 }
+
+/// A greedy request for exactly these token ids.
+fn ids_request(prompt_token_ids: Vec<u32>, n: u32) -> pb::GenerateRequest {
+    pb::GenerateRequest {
+        prompt_token_ids,
+        max_new_tokens: n,
+        ignore_eos: true,
+        ..Default::default()
+    }
+}
+
+fn token_ids(tokens: &[pb::Token]) -> Vec<u32> {
+    tokens.iter().map(|t| t.token_id).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_prefix_is_served_from_the_cache_with_the_same_tokens() {
+    let shared: Vec<u32> = (0..200).map(|i| (i * 37 + 11) % 50_000).collect();
+    let prompt = |turn: u32| {
+        [
+            shared.clone(),
+            (0..10).map(|i| 1000 + turn * 10 + i).collect(),
+        ]
+        .concat()
+    };
+    let on = TestServer::start(&[]).await;
+    let off = TestServer::start(&["--no-prefix-cache"]).await;
+    let (mut on_client, mut off_client) = (on.client().await, off.client().await);
+    for (turn, cached) in [(1, 0), (2, 192)] {
+        let (_, got, f) = collect(&mut on_client, ids_request(prompt(turn), 8))
+            .await
+            .unwrap();
+        let (_, want, f_off) = collect(&mut off_client, ids_request(prompt(turn), 8))
+            .await
+            .unwrap();
+        assert_eq!(token_ids(&got), token_ids(&want), "turn {turn}");
+        // The second request finds the shared prefix's 12 full blocks of 16
+        // and prefills only the last 8 shared tokens and its own 10.
+        let t = f.timing.unwrap();
+        assert_eq!((t.cached_prompt_tokens, t.prefill_chunks), (cached, 1));
+        assert_eq!(f_off.timing.unwrap().cached_prompt_tokens, 0);
+    }
+    let info = on.info().await;
+    assert!(info.prefix_cache_enabled);
+    assert_eq!(
+        (
+            info.prefix_cache_queried_tokens,
+            info.prefix_cache_hit_tokens
+        ),
+        (420, 192)
+    );
+    let info = off.info().await;
+    assert!(!info.prefix_cache_enabled);
+    assert_eq!(info.prefix_cache_queried_tokens, 0);
+    on.assert_idle().await;
+    off.assert_idle().await;
+    on.stop().await;
+    off.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prompt_longer_than_the_prefill_budget_is_chunked_with_the_same_tokens() {
+    let prompt: Vec<u32> = (0..300).map(|i| (i * 101 + 7) % 50_000).collect();
+    let chunked = TestServer::start(&["--prefill-max-tokens", "64", "--no-prefix-cache"]).await;
+    let whole = TestServer::start(&["--no-prefix-cache"]).await;
+    let (_, got, f) = collect(&mut chunked.client().await, ids_request(prompt.clone(), 6))
+        .await
+        .unwrap();
+    let (_, want, f_whole) = collect(&mut whole.client().await, ids_request(prompt, 6))
+        .await
+        .unwrap();
+    assert_eq!(token_ids(&got), token_ids(&want));
+    assert_eq!(f.timing.unwrap().prefill_chunks, 5); // ceil(300 / 64)
+    assert_eq!(f_whole.timing.unwrap().prefill_chunks, 1);
+    chunked.assert_idle().await;
+    chunked.stop().await;
+    whole.stop().await;
+}
