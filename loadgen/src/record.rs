@@ -86,6 +86,10 @@ pub struct ServerRecord {
     pub prefill_batch_size: u32,
     /// Scheduler iteration of the admission.
     pub admitted_iteration: u64,
+    /// Leading prompt tokens the server found in its prefix cache.
+    pub cached_prompt_tokens: u32,
+    /// Prefill steps that computed the rest of the prompt (> 1: chunked).
+    pub prefill_chunks: u32,
     /// `Started.server_time_ns` (received -> enqueued).
     pub started_server_time_ns: u64,
     /// Each token's `server_time_ns` (received -> sampled).
@@ -104,6 +108,8 @@ impl ServerRecord {
         self.total_ns = t.total_ns;
         self.prefill_batch_size = t.prefill_batch_size;
         self.admitted_iteration = t.admitted_iteration;
+        self.cached_prompt_tokens = t.cached_prompt_tokens;
+        self.prefill_chunks = t.prefill_chunks;
     }
 
     /// Gaps between consecutive tokens on the server's clock.

@@ -136,6 +136,19 @@ pub fn run(w: &mut impl Write, h: &Header, s: &RunStats, of: usize) -> io::Resul
             s.admission_iterations, s.max_prefill_batch_size
         ),
     )?;
+    let cached_share = if s.prompt_tokens > 0 {
+        100.0 * s.cached_prompt_tokens as f64 / s.prompt_tokens as f64
+    } else {
+        0.0
+    };
+    line(
+        w,
+        "Prefill",
+        format!(
+            "{} of {} prompt tokens from the prefix cache ({cached_share:.1}%), at most {} chunk(s) per prompt",
+            s.cached_prompt_tokens, s.prompt_tokens, s.max_prefill_chunks
+        ),
+    )?;
     let reasons: Vec<String> = s
         .finish_reasons
         .iter()

@@ -188,6 +188,10 @@ pub struct RunStats {
     pub admission_iterations: usize,
     /// Largest prefill batch an OK request was admitted with.
     pub max_prefill_batch_size: u32,
+    /// Prompt tokens of OK requests the server found in its prefix cache.
+    pub cached_prompt_tokens: u64,
+    /// Most prefill steps (chunks) an OK request's prompt took.
+    pub max_prefill_chunks: u32,
     /// Goodput under --slo (null without it).
     pub goodput: Option<Goodput>,
     /// Why the run stopped before firing every request (null if it did not).
@@ -213,6 +217,7 @@ impl RunStats {
         let (mut prompt_tokens, mut completion_tokens) = (0u64, 0u64);
         let mut iterations = std::collections::BTreeSet::new();
         let mut max_prefill_batch_size = 0;
+        let (mut cached_prompt_tokens, mut max_prefill_chunks) = (0u64, 0u32);
         for r in records {
             m.submit_lag.record_ns(r.submit_lag_ns);
             m.add_request
@@ -230,6 +235,8 @@ impl RunStats {
             if let Some(s) = &r.server {
                 iterations.insert(s.admitted_iteration);
                 max_prefill_batch_size = max_prefill_batch_size.max(s.prefill_batch_size);
+                cached_prompt_tokens += u64::from(s.cached_prompt_tokens);
+                max_prefill_chunks = max_prefill_chunks.max(s.prefill_chunks);
             }
         }
         let ok = records.iter().filter(|r| r.ok).count();
@@ -266,6 +273,8 @@ impl RunStats {
             streams_per_connection: result.conn_peaks.clone(),
             admission_iterations: iterations.len(),
             max_prefill_batch_size,
+            cached_prompt_tokens,
+            max_prefill_chunks,
             goodput: slo.map(|slo| Goodput::of(slo, records, wall_s)),
             stopped_early: result.stopped_early.clone(),
             unsent: result.unsent,
