@@ -31,6 +31,8 @@ fn timing() -> pb::ServerTiming {
         admitted_at_ns: 6,
         first_token_at_ns: 10,
         finished_at_ns: 16,
+        cached_prompt_tokens: 32,
+        prefill_chunks: 2,
     }
 }
 
@@ -119,6 +121,9 @@ fn every_message_round_trips() {
         n_positions: 1024,
         vocab_size: 50257,
         version: "0.1.0".into(),
+        prefix_cache_enabled: true,
+        prefix_cache_queried_tokens: 420,
+        prefix_cache_hit_tokens: 192,
     });
     // An empty message encodes to nothing and still decodes.
     assert_eq!(
