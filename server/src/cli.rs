@@ -89,8 +89,15 @@ pub struct Args {
     pub metrics_port: Option<u16>,
 
     /// Skip the startup warmup (health turns SERVING right after loading).
+    /// Decode steps are captured as CUDA graphs at the end of the warmup, so
+    /// this also runs every decode step eager.
     #[arg(long, env = "EMBER_NO_WARMUP")]
     pub no_warmup: bool,
+
+    /// CUDA only: run every decode step eager instead of replaying each decode
+    /// bucket's captured CUDA graph (for comparison and debugging).
+    #[arg(long, env = "EMBER_NO_CUDA_GRAPHS")]
+    pub no_cuda_graphs: bool,
 
     /// CUDA only: where CubeCL keeps autotune results and compiled kernels, so a
     /// restart does not tune and compile again. Default:
@@ -168,6 +175,8 @@ pub struct ServerConfig {
     pub shutdown_timeout: Duration,
     pub metrics_addr: Option<SocketAddr>,
     pub warmup: bool,
+    /// Replay decode steps as CUDA graphs (CUDA).
+    pub cuda_graphs: bool,
     /// CubeCL's autotune and kernel cache (CUDA).
     pub kernel_cache_dir: Option<PathBuf>,
 }
@@ -244,6 +253,7 @@ impl Args {
             shutdown_timeout: Duration::from_secs_f64(self.shutdown_timeout),
             metrics_addr,
             warmup: !self.no_warmup,
+            cuda_graphs: !self.no_cuda_graphs,
             kernel_cache_dir: match self.kernel_cache_dir {
                 Some(dir) if dir.as_os_str().is_empty() => {
                     return Err(FlagError("--kernel-cache-dir must not be empty".into()))

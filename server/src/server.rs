@@ -50,6 +50,7 @@ pub async fn run(
         kv_memory_bytes: config.kv_memory_bytes,
         eos_token_id: tokenizer.eos_token_id(),
         warmup: config.warmup,
+        cuda_graphs: config.cuda_graphs,
     };
     let (handle, ready, join) = spawn_on_device(&config, sched_config)?;
     let state = Arc::new(ServiceState {

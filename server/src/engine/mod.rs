@@ -20,6 +20,7 @@
 pub mod batch;
 pub mod blocks;
 pub mod buffers;
+mod graphs;
 mod inplace;
 pub mod limits;
 pub mod runner;

@@ -12,8 +12,10 @@
 //! Step shapes: with `bucketed` on (CUDA), decode batches are padded to
 //! power-of-two buckets up to `max_batch` and prefill batches to power-of-two
 //! rows and lengths, so the set of shapes is small and known in advance
-//! (autotune runs once per shape, a CUDA graph can be kept per bucket). A
-//! decode step's inputs go through the bucket's persistent [`DecodeBuffers`].
+//! (autotune runs once per shape). A decode step's inputs go through the
+//! bucket's persistent [`DecodeBuffers`], and with `decode_graphs` on, each
+//! bucket's step is captured once and replayed as a CUDA graph
+//! ([`super::graphs`]).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -21,7 +23,8 @@ use burn::prelude::*;
 
 use super::batch::{decode_inputs, prefill_inputs, PrefillSeq, PrefillShape, StepInputs};
 use super::blocks::BlockAllocator;
-use super::buffers::{context_bucket, DecodeBuffers, DecodeRow};
+use super::buffers::{DecodeBuffers, DecodeRow};
+use super::graphs::DecodeGraph;
 use super::limits::{LimitField, RequestLimits};
 use super::sampler::{sample, RowChoice, SamplingParamsRows};
 use super::sequence::Sequence;
@@ -33,6 +36,11 @@ const MIN_PREFILL_BUCKET: usize = 16;
 
 /// Runs many GPT-2 sequences at once over a paged KV cache.
 pub struct Engine {
+    /// Captured decode steps per bucket (declared first: dropped before the
+    /// buffers and the cache they replay against).
+    pub(super) graphs: BTreeMap<usize, DecodeGraph>,
+    /// Capture decode graphs after warmup (see [`EngineConfig::decode_graphs`]).
+    pub(super) decode_graphs: bool,
     pub(super) model: Gpt2,
     pub(super) config: Gpt2Config,
     /// K/V storage of all layers, `(num_blocks + 1) * block_size` slots each
@@ -71,6 +79,7 @@ impl Engine {
             num_blocks,
             max_batch,
             bucketed,
+            decode_graphs,
         } = engine_config;
         if block_size == 0 || num_blocks == 0 || max_batch == 0 {
             return Err(EngineError::InvalidConfig(format!(
@@ -95,6 +104,8 @@ impl Engine {
             "allocated the paged KV cache"
         );
         Ok(Self {
+            graphs: BTreeMap::new(),
+            decode_graphs,
             model,
             config,
             cache,
@@ -293,16 +304,15 @@ impl Engine {
                 table: &s.table,
             })
             .collect();
-        let logits = run_decode(
-            &self.model,
-            &mut self.cache,
-            &mut self.decode_buffers,
-            &geometry,
-            bucket,
-            &rows,
-            &choices,
-            None,
-        );
+        let inputs = prepare_decode(&mut self.decode_buffers, &geometry, bucket, &rows, &choices);
+        let replayed = self
+            .graphs
+            .get_mut(&bucket)
+            .and_then(|graph| graph.replay(&mut self.cache, inputs.clone()));
+        let logits = match replayed {
+            Some(logits) => logits,
+            None => forward(&self.model, &mut self.cache, inputs),
+        };
         Ok((logits, bucket))
     }
 
@@ -419,8 +429,8 @@ pub(super) struct DecodeGeometry {
     pub table_width: usize,
     pub padding_block: u32,
     pub vocab: usize,
-    /// Round the context up to a power-of-two bucket of blocks (CUDA).
-    pub bucketed: bool,
+    /// Longest context (the model's `n_positions`).
+    pub max_context: usize,
     pub device: Device,
 }
 
@@ -432,27 +442,22 @@ impl DecodeGeometry {
             table_width: engine.config.n_positions.div_ceil(engine.block_size),
             padding_block: engine.blocks.padding_block(),
             vocab: engine.config.vocab_size,
-            bucketed: engine.bucketed,
+            max_context: engine.config.n_positions,
             device: engine.device.clone(),
         }
     }
 }
 
-/// One decode forward pass of `bucket` rows (the real `rows` first, padding
-/// after) through the bucket's persistent buffers. `ctx_blocks` overrides the
-/// context bucket (warmup uses it to reach every shape). Returns logits
-/// `[bucket, vocab]`.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn run_decode(
-    model: &Gpt2,
-    cache: &mut KvCache,
+/// Writes a decode step of `bucket` rows (the real `rows` first, padding
+/// after) into the bucket's persistent buffers, made on first use, and
+/// returns the step's inputs (views of those buffers).
+pub(super) fn prepare_decode(
     buffers: &mut BTreeMap<usize, DecodeBuffers>,
     geometry: &DecodeGeometry,
     bucket: usize,
     rows: &[DecodeRow<'_>],
     choices: &[RowChoice],
-    ctx_blocks: Option<usize>,
-) -> Tensor<2> {
+) -> StepInputs {
     let buffers = buffers.entry(bucket).or_insert_with(|| {
         DecodeBuffers::new(
             bucket,
@@ -461,16 +466,9 @@ pub(super) fn run_decode(
             &geometry.device,
         )
     });
-    let needed = buffers.write(rows, geometry.block_size, geometry.padding_block);
+    buffers.write(rows, geometry.block_size, geometry.padding_block);
     buffers.write_sampling(choices);
-    let needed = if geometry.bucketed {
-        context_bucket(needed, geometry.table_width)
-    } else {
-        needed
-    };
-    let ctx_blocks = ctx_blocks.unwrap_or(needed).max(needed);
-    let inputs = decode_inputs(buffers, ctx_blocks, geometry.block_size);
-    forward(model, cache, inputs)
+    decode_inputs(buffers, geometry.block_size, geometry.max_context)
 }
 
 /// The model's forward pass over a step's inputs.

@@ -15,6 +15,10 @@ pub struct EngineConfig {
     /// Pad step shapes to power-of-two buckets. Needed on CUDA (a bounded set
     /// of shapes to autotune and capture); pure overhead on the CPU.
     pub bucketed: bool,
+    /// Capture each decode bucket's step after warmup and replay it as a CUDA
+    /// graph. On the CPU the "graph" re-runs the step (no speed-up; tests use
+    /// it to check the capture plumbing).
+    pub decode_graphs: bool,
 }
 
 impl Default for EngineConfig {
@@ -24,6 +28,7 @@ impl Default for EngineConfig {
             num_blocks: 1024,
             max_batch: 32,
             bucketed: false,
+            decode_graphs: false,
         }
     }
 }

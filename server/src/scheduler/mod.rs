@@ -72,6 +72,8 @@ pub struct SchedulerConfig {
     pub kv_memory_bytes: usize,
     pub eos_token_id: u32,
     pub warmup: bool,
+    /// Replay decode steps as CUDA graphs (CUDA only; `--cuda-graphs`).
+    pub cuda_graphs: bool,
 }
 
 /// The queue is full: no pending-queue permit is left.
@@ -230,6 +232,8 @@ fn build_engine(device: &EngineDevice, config: &SchedulerConfig) -> Result<Engin
             num_blocks,
             max_batch: knobs.max_batch_size,
             bucketed: device.bucketed,
+            // Graphs pay off only where launches cost (CUDA, bucketed shapes).
+            decode_graphs: config.cuda_graphs && device.bucketed,
         },
         config.eos_token_id,
         device.device.clone(),

@@ -42,6 +42,7 @@ fn engine(num_blocks: usize) -> Engine {
             num_blocks,
             max_batch: 64,
             bucketed: false,
+            decode_graphs: false,
         },
         50256,
         device,

@@ -1,0 +1,116 @@
+//! `--check-kernels`: the CubeCL paged decode attention and KV write against
+//! the tensor-op reference (gather through the block tables + mask + Burn's
+//! attention; `select_assign`), on random data on the device. Ragged context
+//! lengths (1 to the full table), blocks in scattered order, f16 on CUDA.
+
+use ember_server::device::EngineDevice;
+
+/// Runs the checks and returns their numbers.
+pub fn run(device: &EngineDevice) -> anyhow::Result<serde_json::Value> {
+    #[cfg(feature = "cuda")]
+    {
+        cuda::run(device)
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = device;
+        anyhow::bail!("--check-kernels needs a CUDA build (--features ember-server/cuda)")
+    }
+}
+
+#[cfg(feature = "cuda")]
+mod cuda {
+    use burn::prelude::*;
+    use burn::tensor::{DType, Distribution};
+    use ember_server::device::EngineDevice;
+    use ember_server::model::cuda_kernels::{kv_write, paged_decode_attention};
+    use ember_server::model::paged_attention::reference_decode_attention;
+    use ember_server::model::{LayerKv, PagedContext};
+    use serde_json::json;
+
+    fn floats<const D: usize>(t: Tensor<D>) -> Vec<f32> {
+        t.cast(DType::F32).into_data().iter::<f32>().collect()
+    }
+
+    fn max_diff(a: Vec<f32>, b: Vec<f32>) -> f32 {
+        a.iter()
+            .zip(&b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0, f32::max)
+    }
+
+    fn ints<const D: usize>(v: Vec<i32>, shape: [usize; D], dev: &Device) -> Tensor<D, Int> {
+        Tensor::from_data(TensorData::new(v, shape), dev)
+    }
+
+    pub fn run(device: &EngineDevice) -> anyhow::Result<serde_json::Value> {
+        let dev = &device.device;
+        let (h, d, bs, blocks, w) = (12usize, 64usize, 16usize, 80usize, 16usize);
+        let e = h * d;
+        let lens = vec![256i32, 1, 17, 100, 255, 16, 33];
+        let b = lens.len();
+        let random =
+            |shape: [usize; 3]| Tensor::<3>::random(shape, Distribution::Normal(0.0, 1.0), dev);
+        let cache = LayerKv {
+            k: random([h, blocks * bs, d]),
+            v: random([h, blocks * bs, d]),
+        };
+        // Row i's table: blocks (7 * (i * w + j) + 3) mod blocks, scattered.
+        let tables: Vec<i32> = (0..b * w).map(|i| ((7 * i + 3) % blocks) as i32).collect();
+        let paged = PagedContext {
+            tables: ints(tables, [b, w], dev),
+            lens: ints(lens.clone(), [b], dev),
+            block_size: bs,
+            max_context: w * bs,
+        };
+        let qkv = Tensor::<2>::random([b, 3 * e], Distribution::Normal(0.0, 1.0), dev);
+
+        let got = paged_decode_attention(
+            qkv.clone(),
+            &cache.k,
+            &cache.v,
+            paged.tables.clone(),
+            paged.lens.clone(),
+            bs,
+            w * bs,
+        );
+        let want = reference_decode_attention(qkv.clone().slice([0..b, 0..e]), &cache, &paged, h);
+        let attention_diff = max_diff(floats(got), floats(want));
+
+        // KV write: the kernel on the cache itself, select_assign on a copy.
+        let slots: Vec<i32> = (0..b).map(|i| (i * 37 + 5) as i32).collect();
+        let slots = ints(slots, [b], dev);
+        let copy = |t: &Tensor<3>| t.clone().mul_scalar(1.0);
+        let reference = LayerKv {
+            k: copy(&cache.k),
+            v: copy(&cache.v),
+        };
+        let heads = |x: Tensor<2>| x.reshape([b, h, d]).swap_dims(0, 1);
+        let reference = reference.write(
+            slots.clone(),
+            heads(qkv.clone().slice([0..b, e..2 * e])),
+            heads(qkv.clone().slice([0..b, 2 * e..3 * e])),
+        );
+        let (k, v) = kv_write(cache.k.clone(), cache.v.clone(), qkv, slots);
+        let write_diff = max_diff(floats(k), floats(reference.k.clone()))
+            .max(max_diff(floats(v), floats(reference.v)));
+        // The kernel wrote the caller's storage in place (no copy).
+        let in_place_diff = max_diff(floats(cache.k.clone()), floats(reference.k.clone()));
+
+        println!(
+            "device {}: kernel check (H {h}, D {d}, block {bs}, lens {lens:?})",
+            device.name
+        );
+        println!("  paged decode attention: max |kernel - reference| = {attention_diff:e}");
+        println!(
+            "  kv write: max |kernel - select_assign| = {write_diff:e}; in place: {}",
+            in_place_diff == 0.0
+        );
+        Ok(json!({
+            "device": device.name,
+            "attention_max_abs_diff": attention_diff,
+            "kv_write_max_abs_diff": write_diff,
+            "kv_write_in_place": in_place_diff == 0.0,
+        }))
+    }
+}

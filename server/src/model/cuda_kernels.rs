@@ -1,0 +1,295 @@
+//! CubeCL kernels of the CUDA decode path: the KV-cache write and paged
+//! decode attention, registered as a Burn backend extension for CubeCL and
+//! fusion (CUDA builds only).
+//!
+//! Both read the fused Q/K/V projection `qkv` (`[N, 3E]`, rows of new tokens)
+//! as it is, so no slice, permute or copy of Q, K or V is launched:
+//!
+//! - [`kv_write`]: one thread per element copies each new token's K and V row
+//!   into its cache slot (`[H, S, D]` storage). It writes the cache buffer in
+//!   place whoever else holds it, and hands the same buffers back: a captured
+//!   CUDA graph keeps writing the memory the engine reads, and nothing ever
+//!   copies the cache (Burn's `select_assign` copies a storage that is shared,
+//!   as it is once a graph holds it).
+//! - [`paged_decode_attention`]: one cube (one 32-lane plane) per
+//!   (head, sequence). It walks the sequence's block table up to its context
+//!   length (both read from device buffers, so a graph replays any lengths),
+//!   keeps the query and the scores in shared memory, takes the max and the
+//!   sum with plane reductions, and writes `softmax(q.k / sqrt(D)) . V` for its
+//!   head. No gather of the context, no mask, no padding to a context bucket.
+//!
+//! The CPU twin of the attention kernel is [`super::paged_attention`]; the
+//! tensor-op path in [`super::attention`] is the reference both are checked
+//! against (`bench/gpu_engine_check.sh` on the GPU, unit tests on the CPU).
+//! Not yet done: splitting one long context across several cubes.
+
+use burn::backend::cubecl::dtype_to_storage_type;
+use burn::backend::tensor::{FloatTensor, IntTensor};
+use burn::backend::{backend_extension, Backend, Dispatch, TensorMetadata};
+use burn::prelude::*;
+use burn_cubecl::kernel::into_contiguous;
+use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
+use burn_cubecl::CubeBackend;
+use cubecl::prelude::{CubeCount, CubeDim};
+use kernels::{kv_write_kernel, paged_decode_attention_kernel};
+
+/// Lanes per attention cube: one plane, so reductions need no shared memory.
+const LANES: u32 = 32;
+
+/// The kernels themselves (CubeCL's prelude shadows Burn's `Tensor` and `Float`).
+mod kernels {
+    use cubecl::prelude::*;
+
+    #[cube(launch)]
+    pub fn kv_write_kernel<F: Float, I: Numeric>(
+        qkv: &Tensor<F>,
+        slots: &Tensor<I>,
+        k_cache: &mut Tensor<F>,
+        v_cache: &mut Tensor<F>,
+        #[define(F, I)] _dtypes: [ElemType; 2],
+    ) {
+        let head_dim = k_cache.shape(2);
+        let e = k_cache.shape(0) * head_dim;
+        let rows = slots.shape(0);
+        let pos = ABSOLUTE_POS;
+        if pos >= rows * e {
+            terminate!();
+        }
+        let n = pos / e;
+        let c = pos % e;
+        let h = c / head_dim;
+        let d = c % head_dim;
+        let slot = u32::cast_from(slots[n * slots.stride(0)]) as usize;
+        let dst = h * k_cache.stride(0) + slot * k_cache.stride(1) + d * k_cache.stride(2);
+        let row = n * qkv.stride(0);
+        k_cache[dst] = qkv[row + (e + c) * qkv.stride(1)];
+        v_cache[dst] = qkv[row + (2 * e + c) * qkv.stride(1)];
+    }
+
+    #[cube(launch)]
+    #[allow(clippy::too_many_arguments)]
+    pub fn paged_decode_attention_kernel<F: Float, I: Numeric>(
+        qkv: &Tensor<F>,
+        k_cache: &Tensor<F>,
+        v_cache: &Tensor<F>,
+        tables: &Tensor<I>,
+        lens: &Tensor<I>,
+        out: &mut Tensor<F>,
+        scale: f32,
+        #[comptime] block_size: usize,
+        #[comptime] head_dim: usize,
+        #[comptime] max_context: usize,
+        #[define(F, I)] _dtypes: [ElemType; 2],
+    ) {
+        let h = CUBE_POS_X as usize;
+        let b = CUBE_POS_Y as usize;
+        let lane = UNIT_POS_X as usize;
+        let width = CUBE_DIM_X as usize;
+        let e = k_cache.shape(0) * head_dim;
+        let mut len = u32::cast_from(lens[b * lens.stride(0)]) as usize;
+        if len > max_context {
+            len = max_context;
+        }
+        let mut q = Shared::<[f32]>::new_slice(head_dim);
+        let mut p = Shared::<[f32]>::new_slice(max_context);
+
+        let q_row = b * qkv.stride(0) + h * head_dim * qkv.stride(1);
+        let mut d = lane;
+        while d < head_dim {
+            q[d] = f32::cast_from(qkv[q_row + d * qkv.stride(1)]);
+            d += width;
+        }
+        sync_cube();
+
+        // Scores of this lane's positions, and their max.
+        let table_row = b * tables.stride(0);
+        let k_head = h * k_cache.stride(0);
+        let mut m = f32::new(-1.0e30);
+        let mut t = lane;
+        while t < len {
+            let block = u32::cast_from(tables[table_row + (t / block_size) * tables.stride(1)]);
+            let slot = block as usize * block_size + t % block_size;
+            let base = k_head + slot * k_cache.stride(1);
+            let mut s = f32::new(0.0);
+            for i in 0..head_dim {
+                s += q[i] * f32::cast_from(k_cache[base + i * k_cache.stride(2)]);
+            }
+            s *= scale;
+            p[t] = s;
+            if s > m {
+                m = s;
+            }
+            t += width;
+        }
+        let m = plane_max(m);
+
+        let mut sum = f32::new(0.0);
+        t = lane;
+        while t < len {
+            let e_t = (p[t] - m).exp();
+            p[t] = e_t;
+            sum += e_t;
+            t += width;
+        }
+        let total = plane_sum(sum);
+        sync_cube();
+
+        // Each lane owns output dims `lane, lane + width, ...`.
+        let v_head = h * v_cache.stride(0);
+        d = lane;
+        while d < head_dim {
+            let mut acc = f32::new(0.0);
+            for t in 0..len {
+                let block = u32::cast_from(tables[table_row + (t / block_size) * tables.stride(1)]);
+                let slot = block as usize * block_size + t % block_size;
+                acc += p[t]
+                    * f32::cast_from(
+                        v_cache[v_head + slot * v_cache.stride(1) + d * v_cache.stride(2)],
+                    );
+            }
+            out[b * e + h * head_dim + d] = F::cast_from(acc / total);
+            d += width;
+        }
+    }
+}
+
+/// The paged-cache operations as a Burn backend extension (CubeCL, fused or not).
+#[backend_extension(Cube, Fusion)]
+pub trait PagedKvOps: Backend {
+    /// Writes rows of `qkv` (`[N, 3E]`: its K and V thirds) at `slots`
+    /// (`[N]`) of `k_cache`/`v_cache` (`[H, S, D]`) in place; returns the caches.
+    #[fusion(meta = |k_cache, v_cache, _qkv, _slots| (k_cache.clone(), v_cache.clone()))]
+    fn kv_write(
+        k_cache: FloatTensor<Self>,
+        v_cache: FloatTensor<Self>,
+        qkv: FloatTensor<Self>,
+        slots: IntTensor<Self>,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>);
+
+    /// One query per sequence (the Q third of `qkv`, `[B, 3E]`) over its paged
+    /// context: `tables` `[B, W]` blocks, `lens` `[B]` positions. Returns `[B, E]`.
+    #[fusion(dtype = qkv, shape = { let [b, e3] = qkv.dims::<2>(); Shape::new([b, e3 / 3]) })]
+    fn paged_decode_attention(
+        qkv: FloatTensor<Self>,
+        k_cache: FloatTensor<Self>,
+        v_cache: FloatTensor<Self>,
+        tables: IntTensor<Self>,
+        lens: IntTensor<Self>,
+        block_size: usize,
+        max_context: usize,
+    ) -> FloatTensor<Self>;
+}
+
+impl PagedKvOps for CubeBackend {
+    fn kv_write(
+        k_cache: FloatTensor<Self>,
+        v_cache: FloatTensor<Self>,
+        qkv: FloatTensor<Self>,
+        slots: IntTensor<Self>,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        let qkv = into_contiguous(qkv);
+        let slots = into_contiguous(slots);
+        let [h, _, d] = k_cache.shape().dims::<3>();
+        let n = slots.shape().dims::<1>()[0] * h * d;
+        let threads = 256u32;
+        let (f, i) = (qkv.dtype, slots.dtype);
+        kv_write_kernel::launch(
+            &qkv.client,
+            CubeCount::Static((n as u32).div_ceil(threads), 1, 1),
+            CubeDim::new_1d(threads),
+            qkv.clone().into_tensor_arg(),
+            slots.into_tensor_arg(),
+            k_cache.clone().into_tensor_arg(),
+            v_cache.clone().into_tensor_arg(),
+            [dtype_to_storage_type(f), dtype_to_storage_type(i)],
+        );
+        (k_cache, v_cache)
+    }
+
+    fn paged_decode_attention(
+        qkv: FloatTensor<Self>,
+        k_cache: FloatTensor<Self>,
+        v_cache: FloatTensor<Self>,
+        tables: IntTensor<Self>,
+        lens: IntTensor<Self>,
+        block_size: usize,
+        max_context: usize,
+    ) -> FloatTensor<Self> {
+        let qkv = into_contiguous(qkv);
+        let tables = into_contiguous(tables);
+        let lens = into_contiguous(lens);
+        let [b, e3] = qkv.shape().dims::<2>();
+        let [h, _, d] = k_cache.shape().dims::<3>();
+        let out = empty_device_contiguous_dtype(
+            qkv.client.clone(),
+            qkv.device.clone(),
+            Shape::new([b, e3 / 3]),
+            qkv.dtype,
+        );
+        let (f, i) = (qkv.dtype, tables.dtype);
+        paged_decode_attention_kernel::launch(
+            &qkv.client,
+            CubeCount::Static(h as u32, b as u32, 1),
+            CubeDim::new_1d(LANES),
+            qkv.clone().into_tensor_arg(),
+            k_cache.into_tensor_arg(),
+            v_cache.into_tensor_arg(),
+            tables.into_tensor_arg(),
+            lens.into_tensor_arg(),
+            out.clone().into_tensor_arg(),
+            1.0 / (d as f32).sqrt(),
+            block_size,
+            d,
+            max_context,
+            [dtype_to_storage_type(f), dtype_to_storage_type(i)],
+        );
+        out
+    }
+}
+
+/// Writes the K/V thirds of `qkv` (`[N, 3E]`) at `slots` (`[N]`) of the
+/// layer's `[H, S, D]` storage, in place; returns the same storage.
+pub fn kv_write(
+    k_cache: Tensor<3>,
+    v_cache: Tensor<3>,
+    qkv: Tensor<2>,
+    slots: Tensor<1, Int>,
+) -> (Tensor<3>, Tensor<3>) {
+    let (k, v) = Dispatch::kv_write(
+        k_cache.into_dispatch(),
+        v_cache.into_dispatch(),
+        qkv.into_dispatch(),
+        slots.into_dispatch(),
+    );
+    (Tensor::from_dispatch(k), Tensor::from_dispatch(v))
+}
+
+/// Decode attention over the paged cache (see the module doc). `qkv` `[B, 3E]`,
+/// `tables` `[B, W]`, `lens` `[B]`; returns `[B, E]`.
+pub fn paged_decode_attention(
+    qkv: Tensor<2>,
+    k_cache: &Tensor<3>,
+    v_cache: &Tensor<3>,
+    tables: Tensor<2, Int>,
+    lens: Tensor<1, Int>,
+    block_size: usize,
+    max_context: usize,
+) -> Tensor<2> {
+    Tensor::from_dispatch(Dispatch::paged_decode_attention(
+        qkv.into_dispatch(),
+        k_cache.clone().into_dispatch(),
+        v_cache.clone().into_dispatch(),
+        tables.into_dispatch(),
+        lens.into_dispatch(),
+        block_size,
+        max_context,
+    ))
+}
+
+/// Whether `tensor` lives on a CubeCL (CUDA) device, where these kernels run.
+pub fn on_cube<const D: usize>(tensor: &Tensor<D>) -> bool {
+    tensor
+        .clone()
+        .try_into_primitive::<burn::backend::Cube>()
+        .is_ok()
+}
