@@ -6,8 +6,9 @@
 //! (decode) through Burn's fused attention op (Flex: a native kernel; CUDA: the
 //! flash kernel, which a boolean mask and the default scale keep it on).
 
-use burn::nn::Linear;
 use burn::prelude::*;
+
+use super::linear::Linear;
 use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
 

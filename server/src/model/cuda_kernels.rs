@@ -31,7 +31,7 @@ use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 use burn_cubecl::CubeBackend;
 use cubecl::prelude::{CubeCount, CubeDim};
-use kernels::{kv_write_kernel, paged_decode_attention_kernel};
+use kernels::{decode_linear_kernel, kv_write_kernel, paged_decode_attention_kernel};
 
 /// Lanes per attention cube: one plane, so reductions need no shared memory.
 const LANES: u32 = 32;
@@ -151,6 +151,55 @@ mod kernels {
             d += width;
         }
     }
+
+    /// `out[b, n] = x[b, :] . w[n, :] (+ bias[n])` for a few rows `b`: one
+    /// warp per output feature `n` (lanes stride over `K`, a plane sum at the
+    /// end), `rows` rows per cube (`CUBE_POS_Y` picks the tile), f32 sums.
+    #[cube(launch)]
+    pub fn decode_linear_kernel<F: Float>(
+        x: &Tensor<F>,
+        w: &Tensor<F>,
+        bias: &Tensor<F>,
+        out: &mut Tensor<F>,
+        #[comptime] rows: usize,
+        #[comptime] has_bias: bool,
+        #[define(F)] _dtype: ElemType,
+    ) {
+        let lane = UNIT_POS_X as usize;
+        let n = (CUBE_POS_X * CUBE_DIM_Y + UNIT_POS_Y) as usize;
+        let b0 = CUBE_POS_Y as usize * rows;
+        let k_len = w.shape(1);
+        let n_out = w.shape(0);
+        if n < n_out {
+            let w_row = n * w.stride(0);
+            let mut acc = Array::<f32>::new(rows);
+            #[unroll]
+            for r in 0..rows {
+                acc[r] = f32::new(0.0);
+            }
+            let mut k = lane;
+            while k < k_len {
+                let wk = f32::cast_from(w[w_row + k * w.stride(1)]);
+                #[unroll]
+                for r in 0..rows {
+                    acc[r] += wk * f32::cast_from(x[(b0 + r) * x.stride(0) + k * x.stride(1)]);
+                }
+                k += 32;
+            }
+            #[unroll]
+            for r in 0..rows {
+                let total = plane_sum(acc[r]);
+                if lane == 0 {
+                    let mut v = total;
+                    if has_bias {
+                        v += f32::cast_from(bias[n * bias.stride(0)]);
+                    }
+                    let at = (b0 + r) * n_out + n; // `out` is contiguous `[B, N]`
+                    out[at] = F::cast_from(v);
+                }
+            }
+        }
+    }
 }
 
 /// The paged-cache operations as a Burn backend extension (CubeCL, fused or not).
@@ -177,6 +226,16 @@ pub trait PagedKvOps: Backend {
         lens: IntTensor<Self>,
         block_size: usize,
         max_context: usize,
+    ) -> FloatTensor<Self>;
+
+    /// `x` `[B, K]` times the out-major weight `w` `[N, K]` transposed, plus
+    /// `bias` `[N]` when `has_bias` (else `bias` is not read). Returns `[B, N]`.
+    #[fusion(dtype = x, shape = { let [b, _] = x.dims::<2>(); let [n, _] = w.dims::<2>(); Shape::new([b, n]) })]
+    fn decode_linear(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        has_bias: bool,
     ) -> FloatTensor<Self>;
 }
 
@@ -245,6 +304,51 @@ impl PagedKvOps for CubeBackend {
         );
         out
     }
+
+    fn decode_linear(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        has_bias: bool,
+    ) -> FloatTensor<Self> {
+        let x = into_contiguous(x);
+        let [b, _] = x.shape().dims::<2>();
+        let [n, _] = w.shape().dims::<2>();
+        let rows = gemv_rows(b);
+        let out = empty_device_contiguous_dtype(
+            x.client.clone(),
+            x.device.clone(),
+            Shape::new([b, n]),
+            x.dtype,
+        );
+        let dtype = x.dtype;
+        decode_linear_kernel::launch(
+            &x.client,
+            CubeCount::Static((n as u32).div_ceil(GEMV_WARPS), (b / rows) as u32, 1),
+            CubeDim::new_2d(32, GEMV_WARPS),
+            x.clone().into_tensor_arg(),
+            w.into_tensor_arg(),
+            bias.into_tensor_arg(),
+            out.clone().into_tensor_arg(),
+            rows,
+            has_bias,
+            dtype_to_storage_type(dtype),
+        );
+        out
+    }
+}
+
+/// Warps per cube of the decode GEMV (one output feature each).
+const GEMV_WARPS: u32 = 8;
+
+/// Rows per cube of the decode GEMV: the largest power of two up to 16 that
+/// divides `batch` (so no cube runs past the batch).
+fn gemv_rows(batch: usize) -> usize {
+    let mut rows = 16;
+    while batch % rows != 0 {
+        rows /= 2;
+    }
+    rows
 }
 
 /// Writes the K/V thirds of `qkv` (`[N, 3E]`) at `slots` (`[N]`) of the
@@ -284,6 +388,39 @@ pub fn paged_decode_attention(
         block_size,
         max_context,
     ))
+}
+
+/// `x` `[B, K]` times `w` `[N, K]` (out-major) transposed, plus `bias`:
+/// the decode GEMV kernel. Returns `[B, N]`.
+pub fn decode_linear(x: Tensor<2>, w: &Tensor<2>, bias: Option<&Tensor<1>>) -> Tensor<2> {
+    let (bias, has_bias) = match bias {
+        Some(b) => (b.clone().into_dispatch(), true),
+        None => (w.clone().into_dispatch(), false),
+    };
+    Tensor::from_dispatch(Dispatch::decode_linear(
+        x.into_dispatch(),
+        w.clone().into_dispatch(),
+        bias,
+        has_bias,
+    ))
+}
+
+/// Most rows a linear layer sends through [`decode_linear`] instead of the
+/// general matmul: `EMBER_GEMV_MAX_ROWS` (default 64; 0 turns the kernel off),
+/// read once.
+pub fn gemv_max_rows() -> usize {
+    static MAX: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *MAX.get_or_init(|| {
+        std::env::var("EMBER_GEMV_MAX_ROWS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(64)
+    })
+}
+
+/// Whether `device` is a CubeCL (CUDA) device.
+pub fn is_cube_device(device: &Device) -> bool {
+    matches!(device.as_dispatch(), burn::backend::DispatchDevice::Cube(_))
 }
 
 /// Whether `tensor` lives on a CubeCL (CUDA) device, where these kernels run.

@@ -2,8 +2,10 @@
 //!
 //! GPT-2's residual stream has a few dimensions with magnitudes in the
 //! thousands; in f16 the squared deviations overflow (65504 max) and the
-//! variance becomes inf. So the statistics are computed in f32 and only the
-//! result is cast back. On an f32 backend the casts are no-ops.
+//! variance becomes inf. So the statistics are computed in f32; the
+//! normalized values (order 1) are cast back and scaled and shifted in the
+//! model's dtype, so the f16 parameters are used as stored (no casts of
+//! `gamma`/`beta` in every step). On an f32 backend the casts are no-ops.
 
 use burn::module::Param;
 use burn::prelude::*;
@@ -28,10 +30,8 @@ impl LayerNorm {
         let mean = x.clone().mean_dim(D - 1);
         let centered = x - mean;
         let var = (centered.clone() * centered.clone()).mean_dim(D - 1);
-        let normed = centered / (var + self.epsilon).sqrt();
-        let gamma = self.gamma.val().cast(DType::F32).unsqueeze::<D>();
-        let beta = self.beta.val().cast(DType::F32).unsqueeze::<D>();
-        (normed * gamma + beta).cast(dtype)
+        let normed = (centered / (var + self.epsilon).sqrt()).cast(dtype);
+        normed * self.gamma.val().unsqueeze::<D>() + self.beta.val().unsqueeze::<D>()
     }
 }
 

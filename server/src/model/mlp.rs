@@ -4,8 +4,9 @@
 //! written out with `x * x * x` rather than Burn's `gelu_approximate`, whose
 //! `powf` makes it several times slower on the CPU.
 
-use burn::nn::Linear;
 use burn::prelude::*;
+
+use super::linear::Linear;
 
 /// GPT-2 MLP.
 #[derive(Module, Debug)]

@@ -8,6 +8,8 @@
 //!   on the CPU; `cuda_kernels` (CUDA builds): the same as a CubeCL kernel,
 //!   and the in-place KV write. Burn's ops over the gathered context stay the
 //!   reference both are compared against.
+//! - [`linear`]: projections, `[in, out]` on the CPU and out-major on CUDA
+//!   (for the decode GEMV kernel).
 //! - [`layer_norm`]: LayerNorm with f32 statistics (f16-safe for GPT-2).
 //! - [`kv_cache`]: the paged K/V storage (a plain struct) and the per-step
 //!   [`AttentionMeta`] telling attention where to write and what to read.
@@ -27,6 +29,7 @@ mod flex_slices;
 pub mod gpt2;
 pub mod kv_cache;
 pub mod layer_norm;
+pub mod linear;
 pub mod load;
 pub mod mlp;
 pub mod paged_attention;

@@ -23,7 +23,7 @@ mod cuda {
     use burn::prelude::*;
     use burn::tensor::{DType, Distribution};
     use ember_server::device::EngineDevice;
-    use ember_server::model::cuda_kernels::{kv_write, paged_decode_attention};
+    use ember_server::model::cuda_kernels::{decode_linear, kv_write, paged_decode_attention};
     use ember_server::model::paged_attention::reference_decode_attention;
     use ember_server::model::{LayerKv, PagedContext};
     use serde_json::json;
@@ -97,11 +97,32 @@ mod cuda {
         // The kernel wrote the caller's storage in place (no copy).
         let in_place_diff = max_diff(floats(cache.k.clone()), floats(reference.k.clone()));
 
+        // Decode GEMV: out-major weights, with and without bias, ragged batches.
+        let mut gemv_diff = 0.0f32;
+        for (rows, k, n) in [
+            (1, 768, 2304),
+            (3, 768, 768),
+            (8, 3072, 768),
+            (64, 768, 3072),
+            (48, 768, 50257),
+        ] {
+            let x = Tensor::<2>::random([rows, k], Distribution::Normal(0.0, 1.0), dev);
+            let w = Tensor::<2>::random([n, k], Distribution::Normal(0.0, 0.05), dev);
+            let bias = Tensor::<1>::random([n], Distribution::Normal(0.0, 1.0), dev);
+            let want = x.clone().matmul(w.clone().transpose());
+            let got = decode_linear(x.clone(), &w, None);
+            gemv_diff = gemv_diff.max(max_diff(floats(got), floats(want.clone())));
+            let got = decode_linear(x, &w, Some(&bias));
+            let want = want + bias.unsqueeze();
+            gemv_diff = gemv_diff.max(max_diff(floats(got), floats(want)));
+        }
+
         println!(
             "device {}: kernel check (H {h}, D {d}, block {bs}, lens {lens:?})",
             device.name
         );
         println!("  paged decode attention: max |kernel - reference| = {attention_diff:e}");
+        println!("  decode GEMV: max |kernel - matmul| = {gemv_diff:e}");
         println!(
             "  kv write: max |kernel - select_assign| = {write_diff:e}; in place: {}",
             in_place_diff == 0.0
@@ -111,6 +132,7 @@ mod cuda {
             "attention_max_abs_diff": attention_diff,
             "kv_write_max_abs_diff": write_diff,
             "kv_write_in_place": in_place_diff == 0.0,
+            "gemv_max_abs_diff": gemv_diff,
         }))
     }
 }
