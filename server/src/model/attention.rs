@@ -8,7 +8,7 @@
 
 use burn::prelude::*;
 
-use super::linear::Linear;
+use super::linear::{Epilogue, Linear};
 use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
 
@@ -27,11 +27,13 @@ pub struct Attention {
 
 impl Attention {
     /// - `x`: `[B, Q, E]` normalized hidden states of the new tokens
+    /// - `residual`: `[B, Q, E]`, added to the output (in `c_proj`'s epilogue)
     /// - `cache`: this layer's K/V storage, moved in and returned
-    /// - returns `[B, Q, E]` and the updated cache
+    /// - returns `residual + attn(x)` `[B, Q, E]` and the updated cache
     pub fn forward(
         &self,
         x: Tensor<3>,
+        residual: Tensor<3>,
         cache: LayerKv,
         meta: &AttentionMeta,
     ) -> (Tensor<3>, LayerKv) {
@@ -46,8 +48,8 @@ impl Attention {
 
         // Decode: attention straight from the paged cache.
         if let (1, Some(paged)) = (q_len, &meta.paged) {
-            let out = paged_decode(qkv, &cache, paged, h);
-            return (self.c_proj.forward(out.reshape([b, 1, e])), cache);
+            let out = paged_decode(qkv, &cache, paged, h).reshape([b, 1, e]);
+            return (self.c_proj.forward_with(out, add(residual)), cache);
         }
 
         // Head-major `[H, B, len, D]` views of `[B*len, E]` rows.
@@ -82,7 +84,15 @@ impl Attention {
         };
         let out = attention(q, k_ctx, v_ctx, mask, None, options); // [H, B, Q, D]
         let out = out.permute([1, 2, 0, 3]).reshape([b, q_len, e]);
-        (self.c_proj.forward(out), cache)
+        (self.c_proj.forward_with(out, add(residual)), cache)
+    }
+}
+
+/// The epilogue that adds `residual`.
+fn add(residual: Tensor<3>) -> Epilogue<3> {
+    Epilogue {
+        gelu: false,
+        residual: Some(residual),
     }
 }
 

@@ -31,7 +31,9 @@ use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 use burn_cubecl::CubeBackend;
 use cubecl::prelude::{CubeCount, CubeDim};
-use kernels::{decode_linear_kernel, kv_write_kernel, paged_decode_attention_kernel};
+use kernels::{
+    decode_linear_kernel, kv_write_kernel, layer_norm_kernel, paged_decode_attention_kernel,
+};
 
 /// Lanes per attention cube: one plane, so reductions need no shared memory.
 const LANES: u32 = 32;
@@ -155,14 +157,19 @@ mod kernels {
     /// `out[b, n] = x[b, :] . w[n, :] (+ bias[n])` for a few rows `b`: one
     /// warp per output feature `n` (lanes stride over `K`, a plane sum at the
     /// end), `rows` rows per cube (`CUBE_POS_Y` picks the tile), f32 sums.
+    /// Epilogues: tanh-GELU of the result (`gelu`), then `+ residual[b, n]`.
     #[cube(launch)]
+    #[allow(clippy::too_many_arguments)]
     pub fn decode_linear_kernel<F: Float>(
         x: &Tensor<F>,
         w: &Tensor<F>,
         bias: &Tensor<F>,
+        residual: &Tensor<F>,
         out: &mut Tensor<F>,
         #[comptime] rows: usize,
         #[comptime] has_bias: bool,
+        #[comptime] gelu: bool,
+        #[comptime] has_residual: bool,
         #[define(F)] _dtype: ElemType,
     ) {
         let lane = UNIT_POS_X as usize;
@@ -194,9 +201,60 @@ mod kernels {
                     if has_bias {
                         v += f32::cast_from(bias[n * bias.stride(0)]);
                     }
+                    if gelu {
+                        let inner = f32::new(0.797_884_6) * (v + f32::new(0.044715) * v * v * v);
+                        v = f32::new(0.5) * v * (f32::new(1.0) + inner.tanh());
+                    }
+                    if has_residual {
+                        v += f32::cast_from(
+                            residual[(b0 + r) * residual.stride(0) + n * residual.stride(1)],
+                        );
+                    }
                     let at = (b0 + r) * n_out + n; // `out` is contiguous `[B, N]`
                     out[at] = F::cast_from(v);
                 }
+            }
+        }
+    }
+
+    /// LayerNorm of each row of `x` `[R, E]`: one warp per row, mean and
+    /// variance in f32 with plane sums (two passes over the row), then the
+    /// normalized value cast to `F`, scaled and shifted in `F`.
+    #[cube(launch)]
+    pub fn layer_norm_kernel<F: Float>(
+        x: &Tensor<F>,
+        gamma: &Tensor<F>,
+        beta: &Tensor<F>,
+        out: &mut Tensor<F>,
+        eps: f32,
+        #[define(F)] _dtype: ElemType,
+    ) {
+        let lane = UNIT_POS_X as usize;
+        let row = (CUBE_POS_X * CUBE_DIM_Y + UNIT_POS_Y) as usize;
+        let e = x.shape(1);
+        if row < x.shape(0) {
+            let base = row * x.stride(0);
+            let step = x.stride(1);
+            let mut sum = f32::new(0.0);
+            let mut i = lane;
+            while i < e {
+                sum += f32::cast_from(x[base + i * step]);
+                i += 32;
+            }
+            let mean = plane_sum(sum) / f32::cast_from(e);
+            let mut squares = f32::new(0.0);
+            i = lane;
+            while i < e {
+                let c = f32::cast_from(x[base + i * step]) - mean;
+                squares += c * c;
+                i += 32;
+            }
+            let inv = f32::new(1.0) / (plane_sum(squares) / f32::cast_from(e) + eps).sqrt();
+            i = lane;
+            while i < e {
+                let normed = F::cast_from((f32::cast_from(x[base + i * step]) - mean) * inv);
+                out[row * e + i] = normed * gamma[i] + beta[i];
+                i += 32;
             }
         }
     }
@@ -229,13 +287,27 @@ pub trait PagedKvOps: Backend {
     ) -> FloatTensor<Self>;
 
     /// `x` `[B, K]` times the out-major weight `w` `[N, K]` transposed, plus
-    /// `bias` `[N]` when `has_bias` (else `bias` is not read). Returns `[B, N]`.
+    /// `bias` `[N]` when `has_bias`, through tanh-GELU when `gelu`, plus
+    /// `residual` `[B, N]` when `has_residual` (unread operands may be any
+    /// tensor). Returns `[B, N]`.
     #[fusion(dtype = x, shape = { let [b, _] = x.dims::<2>(); let [n, _] = w.dims::<2>(); Shape::new([b, n]) })]
     fn decode_linear(
         x: FloatTensor<Self>,
         w: FloatTensor<Self>,
         bias: FloatTensor<Self>,
+        residual: FloatTensor<Self>,
         has_bias: bool,
+        gelu: bool,
+        has_residual: bool,
+    ) -> FloatTensor<Self>;
+
+    /// LayerNorm over the rows of `x` `[R, E]` with `gamma`, `beta` `[E]`.
+    #[fusion(dtype = x, shape = x)]
+    fn layer_norm_rows(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        eps: f32,
     ) -> FloatTensor<Self>;
 }
 
@@ -309,9 +381,13 @@ impl PagedKvOps for CubeBackend {
         x: FloatTensor<Self>,
         w: FloatTensor<Self>,
         bias: FloatTensor<Self>,
+        residual: FloatTensor<Self>,
         has_bias: bool,
+        gelu: bool,
+        has_residual: bool,
     ) -> FloatTensor<Self> {
         let x = into_contiguous(x);
+        let residual = into_contiguous(residual);
         let [b, _] = x.shape().dims::<2>();
         let [n, _] = w.shape().dims::<2>();
         let rows = gemv_rows(b);
@@ -329,9 +405,41 @@ impl PagedKvOps for CubeBackend {
             x.clone().into_tensor_arg(),
             w.into_tensor_arg(),
             bias.into_tensor_arg(),
+            residual.into_tensor_arg(),
             out.clone().into_tensor_arg(),
             rows,
             has_bias,
+            gelu,
+            has_residual,
+            dtype_to_storage_type(dtype),
+        );
+        out
+    }
+
+    fn layer_norm_rows(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        eps: f32,
+    ) -> FloatTensor<Self> {
+        let x = into_contiguous(x);
+        let [r, e] = x.shape().dims::<2>();
+        let out = empty_device_contiguous_dtype(
+            x.client.clone(),
+            x.device.clone(),
+            Shape::new([r, e]),
+            x.dtype,
+        );
+        let dtype = x.dtype;
+        layer_norm_kernel::launch(
+            &x.client,
+            CubeCount::Static((r as u32).div_ceil(GEMV_WARPS), 1, 1),
+            CubeDim::new_2d(32, GEMV_WARPS),
+            x.clone().into_tensor_arg(),
+            gamma.into_tensor_arg(),
+            beta.into_tensor_arg(),
+            out.clone().into_tensor_arg(),
+            eps,
             dtype_to_storage_type(dtype),
         );
         out
@@ -390,18 +498,49 @@ pub fn paged_decode_attention(
     ))
 }
 
-/// `x` `[B, K]` times `w` `[N, K]` (out-major) transposed, plus `bias`:
-/// the decode GEMV kernel. Returns `[B, N]`.
-pub fn decode_linear(x: Tensor<2>, w: &Tensor<2>, bias: Option<&Tensor<1>>) -> Tensor<2> {
+/// What the decode GEMV does to its result before writing it.
+#[derive(Debug, Clone, Default)]
+pub struct GemvEpilogue {
+    /// Apply tanh-GELU (after the bias).
+    pub gelu: bool,
+    /// `[B, N]` added last (a residual connection).
+    pub residual: Option<Tensor<2>>,
+}
+
+/// `x` `[B, K]` times `w` `[N, K]` (out-major) transposed, plus `bias`, then
+/// the epilogue: the decode GEMV kernel. Returns `[B, N]`.
+pub fn decode_linear(
+    x: Tensor<2>,
+    w: &Tensor<2>,
+    bias: Option<&Tensor<1>>,
+    epilogue: GemvEpilogue,
+) -> Tensor<2> {
     let (bias, has_bias) = match bias {
         Some(b) => (b.clone().into_dispatch(), true),
+        None => (w.clone().into_dispatch(), false),
+    };
+    let (residual, has_residual) = match epilogue.residual {
+        Some(r) => (r.into_dispatch(), true),
         None => (w.clone().into_dispatch(), false),
     };
     Tensor::from_dispatch(Dispatch::decode_linear(
         x.into_dispatch(),
         w.clone().into_dispatch(),
         bias,
+        residual,
         has_bias,
+        epilogue.gelu,
+        has_residual,
+    ))
+}
+
+/// LayerNorm over the last dimension of `x` `[R, E]` (one kernel).
+pub fn layer_norm_rows(x: Tensor<2>, gamma: Tensor<1>, beta: Tensor<1>, eps: f32) -> Tensor<2> {
+    Tensor::from_dispatch(Dispatch::layer_norm_rows(
+        x.into_dispatch(),
+        gamma.into_dispatch(),
+        beta.into_dispatch(),
+        eps,
     ))
 }
 

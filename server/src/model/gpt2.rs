@@ -60,7 +60,12 @@ impl Gpt2 {
         let wte = self.wte.weight.val();
         #[cfg(feature = "cuda")]
         if b <= super::cuda_kernels::gemv_max_rows() && super::cuda_kernels::on_cube(&last) {
-            return super::cuda_kernels::decode_linear(last, &wte, None);
+            return super::cuda_kernels::decode_linear(
+                last,
+                &wte,
+                None,
+                super::cuda_kernels::GemvEpilogue::default(),
+            );
         }
         last.matmul(wte.transpose()) // [B, vocab]
     }

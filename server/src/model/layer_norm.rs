@@ -23,8 +23,28 @@ pub struct LayerNorm {
 }
 
 impl LayerNorm {
-    /// `[..., d_model]` -> `[..., d_model]`, same dtype as the input.
+    /// `[..., d_model]` -> `[..., d_model]`, same dtype as the input. On CUDA
+    /// one kernel per call (`cuda_kernels::layer_norm_rows`).
     pub fn forward<const D: usize>(&self, x: Tensor<D>) -> Tensor<D> {
+        #[cfg(feature = "cuda")]
+        if super::cuda_kernels::on_cube(&x) {
+            let dims = x.dims();
+            let e = dims[D - 1];
+            let rows = dims.iter().product::<usize>() / e.max(1);
+            let y = super::cuda_kernels::layer_norm_rows(
+                x.reshape([rows, e]),
+                self.gamma.val(),
+                self.beta.val(),
+                self.epsilon as f32,
+            );
+            return y.reshape(dims);
+        }
+        self.forward_reference(x)
+    }
+
+    /// The tensor-op LayerNorm (any backend): the CPU path and the reference
+    /// the CUDA kernel is checked against.
+    pub fn forward_reference<const D: usize>(&self, x: Tensor<D>) -> Tensor<D> {
         let dtype = x.dtype();
         let x = x.cast(DType::F32);
         let mean = x.clone().mean_dim(D - 1);

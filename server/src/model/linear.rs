@@ -21,29 +21,62 @@ pub struct Linear {
     pub out_major: bool,
 }
 
+/// What a projection does to its result: tanh-GELU, then a residual add.
+/// On CUDA at decode-sized batches this happens inside the GEMV kernel.
+#[derive(Debug, Clone)]
+pub struct Epilogue<const D: usize> {
+    pub gelu: bool,
+    /// Same shape as the output.
+    pub residual: Option<Tensor<D>>,
+}
+
+impl<const D: usize> Epilogue<D> {
+    /// Nothing after the bias.
+    pub fn none() -> Self {
+        Self {
+            gelu: false,
+            residual: None,
+        }
+    }
+}
+
 impl Linear {
     /// `[..., d_in]` -> `[..., d_out]`.
     pub fn forward<const D: usize>(&self, x: Tensor<D>) -> Tensor<D> {
+        self.forward_with(x, Epilogue::none())
+    }
+
+    /// [`Linear::forward`], then `epilogue`.
+    pub fn forward_with<const D: usize>(&self, x: Tensor<D>, epilogue: Epilogue<D>) -> Tensor<D> {
         let w = self.weight.val();
         #[cfg(feature = "cuda")]
         if self.out_major {
+            use super::cuda_kernels::{decode_linear, gemv_max_rows, on_cube, GemvEpilogue};
             let dims = x.dims();
             let rows: usize = dims[..D - 1].iter().product();
-            let max = super::cuda_kernels::gemv_max_rows();
-            if rows <= max && super::cuda_kernels::on_cube(&x) {
-                let d_in = dims[D - 1];
+            if rows <= gemv_max_rows() && on_cube(&x) {
+                let d_out = w.dims()[0];
                 let bias = self.bias.as_ref().map(|b| b.val());
-                let y =
-                    super::cuda_kernels::decode_linear(x.reshape([rows, d_in]), &w, bias.as_ref());
+                let fused = GemvEpilogue {
+                    gelu: epilogue.gelu,
+                    residual: epilogue.residual.map(|r| r.reshape([rows, d_out])),
+                };
+                let y = decode_linear(x.reshape([rows, dims[D - 1]]), &w, bias.as_ref(), fused);
                 let mut out = dims;
-                out[D - 1] = w.dims()[0];
+                out[D - 1] = d_out;
                 return y.reshape(out);
             }
         }
         let w = if self.out_major { w.transpose() } else { w };
-        let y = x.matmul(w.unsqueeze());
-        match &self.bias {
-            Some(b) => y + b.val().unsqueeze(),
+        let mut y = x.matmul(w.unsqueeze());
+        if let Some(b) = &self.bias {
+            y = y + b.val().unsqueeze();
+        }
+        if epilogue.gelu {
+            y = super::mlp::gelu_tanh(y);
+        }
+        match epilogue.residual {
+            Some(r) => r + y,
             None => y,
         }
     }

@@ -6,7 +6,7 @@
 
 use burn::prelude::*;
 
-use super::linear::Linear;
+use super::linear::{Epilogue, Linear};
 
 /// GPT-2 MLP.
 #[derive(Module, Debug)]
@@ -18,9 +18,19 @@ pub struct Mlp {
 }
 
 impl Mlp {
-    /// `[B, Q, E]` -> `[B, Q, E]`.
-    pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
-        self.c_proj.forward(gelu_tanh(self.c_fc.forward(x)))
+    /// `residual + mlp(x)`: `[B, Q, E]` -> `[B, Q, E]` (GELU and the
+    /// residual add ride in the projections' epilogues).
+    pub fn forward(&self, x: Tensor<3>, residual: Tensor<3>) -> Tensor<3> {
+        let gelu = Epilogue {
+            gelu: true,
+            residual: None,
+        };
+        let add = Epilogue {
+            gelu: false,
+            residual: Some(residual),
+        };
+        self.c_proj
+            .forward_with(self.c_fc.forward_with(x, gelu), add)
     }
 }
 

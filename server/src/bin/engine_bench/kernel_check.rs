@@ -23,7 +23,9 @@ mod cuda {
     use burn::prelude::*;
     use burn::tensor::{DType, Distribution};
     use ember_server::device::EngineDevice;
-    use ember_server::model::cuda_kernels::{decode_linear, kv_write, paged_decode_attention};
+    use ember_server::model::cuda_kernels::{
+        decode_linear, kv_write, layer_norm_rows, paged_decode_attention, GemvEpilogue,
+    };
     use ember_server::model::paged_attention::reference_decode_attention;
     use ember_server::model::{LayerKv, PagedContext};
     use serde_json::json;
@@ -110,19 +112,50 @@ mod cuda {
             let w = Tensor::<2>::random([n, k], Distribution::Normal(0.0, 0.05), dev);
             let bias = Tensor::<1>::random([n], Distribution::Normal(0.0, 1.0), dev);
             let want = x.clone().matmul(w.clone().transpose());
-            let got = decode_linear(x.clone(), &w, None);
+            let got = decode_linear(x.clone(), &w, None, GemvEpilogue::default());
             gemv_diff = gemv_diff.max(max_diff(floats(got), floats(want.clone())));
-            let got = decode_linear(x, &w, Some(&bias));
-            let want = want + bias.unsqueeze();
+            let got = decode_linear(x.clone(), &w, Some(&bias), GemvEpilogue::default());
+            let want = want + bias.clone().unsqueeze();
+            gemv_diff = gemv_diff.max(max_diff(floats(got), floats(want.clone())));
+            // GELU then a residual, as the MLP and attention outputs use them.
+            let residual = Tensor::<2>::random([rows, n], Distribution::Normal(0.0, 1.0), dev);
+            let fused = GemvEpilogue {
+                gelu: true,
+                residual: Some(residual.clone()),
+            };
+            let got = decode_linear(x, &w, Some(&bias), fused);
+            let want = residual + ember_server::model::mlp::gelu_tanh(want);
             gemv_diff = gemv_diff.max(max_diff(floats(got), floats(want)));
         }
+
+        // LayerNorm kernel against the tensor-op LayerNorm (GPT-2-like rows
+        // with a few large dimensions).
+        let x = Tensor::<2>::random([37, 768], Distribution::Normal(0.0, 3.0), dev);
+        let x = x.clone() + x.slice([0..37, 0..1]).mul_scalar(100.0);
+        let ln = ember_server::model::layer_norm::LayerNorm {
+            gamma: burn::module::Param::from_tensor(Tensor::random(
+                [768],
+                Distribution::Normal(1.0, 0.1),
+                dev,
+            )),
+            beta: burn::module::Param::from_tensor(Tensor::random(
+                [768],
+                Distribution::Normal(0.0, 0.1),
+                dev,
+            )),
+            epsilon: 1e-5,
+        };
+        let got = layer_norm_rows(x.clone(), ln.gamma.val(), ln.beta.val(), 1e-5);
+        let want = ln.forward_reference(x);
+        let ln_diff = max_diff(floats(got), floats(want));
 
         println!(
             "device {}: kernel check (H {h}, D {d}, block {bs}, lens {lens:?})",
             device.name
         );
         println!("  paged decode attention: max |kernel - reference| = {attention_diff:e}");
-        println!("  decode GEMV: max |kernel - matmul| = {gemv_diff:e}");
+        println!("  decode GEMV (bias, GELU, residual): max |kernel - tensor ops| = {gemv_diff:e}");
+        println!("  layer norm: max |kernel - tensor ops| = {ln_diff:e}");
         println!(
             "  kv write: max |kernel - select_assign| = {write_diff:e}; in place: {}",
             in_place_diff == 0.0
@@ -133,6 +166,7 @@ mod cuda {
             "kv_write_max_abs_diff": write_diff,
             "kv_write_in_place": in_place_diff == 0.0,
             "gemv_max_abs_diff": gemv_diff,
+            "layer_norm_max_abs_diff": ln_diff,
         }))
     }
 }
