@@ -207,6 +207,8 @@ fn run(args: &Args, device: EngineDevice) -> anyhow::Result<serde_json::Value> {
                     max_new_tokens: max_new,
                     ignore_eos: true,
                     sampling: SamplingParams::greedy(),
+                    stop_token_ids: Vec::new(),
+                    logprobs: None,
                 })
                 .collect();
             engine.prefill(reqs)?;
@@ -257,6 +259,8 @@ fn run(args: &Args, device: EngineDevice) -> anyhow::Result<serde_json::Value> {
                     max_new_tokens: 1, // finishes (and frees its blocks) in the prefill
                     ignore_eos: true,
                     sampling: SamplingParams::greedy(),
+                    stop_token_ids: Vec::new(),
+                    logprobs: None,
                 })
                 .collect();
             let t = Instant::now();
@@ -455,6 +459,8 @@ fn greedy_tokens(
             max_new_tokens: n,
             ignore_eos: true,
             sampling: SamplingParams::greedy(),
+            stop_token_ids: Vec::new(),
+            logprobs: None,
         })
         .collect();
     let mut got: Vec<Vec<u32>> = vec![Vec::new(); prompts.len()];

@@ -13,6 +13,9 @@
 //!   derived on the device from the buffers).
 //! - [`sampler`]: per-row sampling on device (greedy fast path; temperature,
 //!   top-k, top-p with per-sequence seeded RNGs); one device->host read.
+//! - [`logprobs`]: log-probabilities of the sampled tokens and their top-n
+//!   alternatives, on the device from the logits sampling read; run after
+//!   sampling, only for steps where some row asked.
 //! - [`runner`]: [`Engine`], which owns the model, the cache and the sequences
 //!   and implements prefill / decode / release.
 //! - [`warmup`]: runs every step shape before the server reports SERVING.
@@ -23,6 +26,7 @@ pub mod buffers;
 mod graphs;
 mod inplace;
 pub mod limits;
+pub mod logprobs;
 pub mod runner;
 pub mod sampler;
 mod sequence;
@@ -35,6 +39,6 @@ mod tests;
 pub use runner::Engine;
 pub use types::{
     EngineConfig, EngineError, FinishReason, FinishedSeq, SampledToken, SamplingParams, SeqId,
-    SequenceRequest, StepOutput,
+    SequenceRequest, StepOutput, TokenLogprobs,
 };
 pub use warmup::WarmupReport;

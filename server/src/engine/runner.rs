@@ -1,7 +1,8 @@
 //! [`Engine`]: the model, the paged KV cache and the active sequences.
 //!
 //! Each step (prefill or decode) is one batched forward pass, one sampling
-//! pass and one device->host read of the chosen ids. A finished sequence's
+//! pass and one device->host read of the chosen ids (plus, only when some row
+//! asked for logprobs, [`logprobs`] and its one read). A finished sequence's
 //! blocks are freed inside the step (stop rules: [`super::sequence`]).
 //!
 //! Admission reserves a sequence's whole budget of blocks,
@@ -25,7 +26,8 @@ use super::batch::{decode_inputs, prefill_inputs, PrefillSeq, PrefillShape, Step
 use super::blocks::BlockAllocator;
 use super::buffers::{DecodeBuffers, DecodeRow};
 use super::graphs::DecodeGraph;
-use super::limits::{LimitField, RequestLimits};
+use super::limits::RequestLimits;
+use super::logprobs::{any_asked, logprobs};
 use super::sampler::{sample, RowChoice, SamplingParamsRows};
 use super::sequence::Sequence;
 use super::types::*;
@@ -175,13 +177,12 @@ impl Engine {
 
     /// Checks a request against the model's limits (not against free blocks).
     pub fn validate(&self, req: &SequenceRequest) -> Result<(), EngineError> {
-        self.limits()
+        let limits = self.limits();
+        limits
             .check(&req.prompt, req.max_new_tokens)
+            .and_then(|()| limits.check_controls(&req.stop_token_ids, req.logprobs))
             .map_err(|v| {
-                let field = match v.field {
-                    LimitField::Prompt => "prompt",
-                    LimitField::MaxNewTokens => "max_new_tokens",
-                };
+                let field = v.field.name("prompt");
                 EngineError::InvalidRequest(format!("sequence {}: {field} {}", req.id, v.message))
             })
     }
@@ -211,6 +212,7 @@ impl Engine {
             .map(|(r, table)| (r.id, Sequence::new(r, table)))
             .collect();
         let choices: Vec<RowChoice> = states.iter_mut().map(|(_, s)| s.choice()).collect();
+        let top_n: Vec<Option<usize>> = states.iter().map(|(_, s)| s.logprobs()).collect();
         let prompts: Vec<&[u32]> = reqs.iter().map(|r| r.prompt.as_slice()).collect();
         let tables: Vec<&[u32]> = states.iter().map(|(_, s)| s.table.as_slice()).collect();
         let result = self
@@ -219,9 +221,12 @@ impl Engine {
                 let mut params =
                     SamplingParamsRows::new(rows, self.config.vocab_size, &self.device);
                 params.write(&choices);
-                sample(logits, &params, choices.len())
+                let kept = any_asked(&top_n).then(|| logits.clone());
+                let tokens = sample(logits, &params, choices.len())?;
+                let lps = kept.map(|l| logprobs(l, &tokens, &top_n)).transpose()?;
+                Ok((tokens, lps.unwrap_or_default()))
             });
-        let tokens = match result {
+        let (tokens, lps) = match result {
             Ok(tokens) => tokens,
             Err(e) => {
                 for (_, s) in states {
@@ -232,10 +237,11 @@ impl Engine {
         };
 
         let mut out = StepOutput::default();
-        for ((id, mut seq), token) in states.into_iter().zip(tokens) {
+        let lps = lps.into_iter().chain(std::iter::repeat(None));
+        for (((id, mut seq), token), lp) in states.into_iter().zip(tokens).zip(lps) {
             let verdict = seq.judge(token, self.eos_token_id);
             self.seqs.insert(id, seq);
-            self.record(id, token, verdict, &mut out);
+            self.record(id, token, lp, verdict, &mut out);
         }
         Ok(out)
     }
@@ -248,17 +254,24 @@ impl Engine {
             return Ok(StepOutput::default());
         }
         let (logits, bucket) = self.decode_forward(ids)?;
+        let top_n: Vec<Option<usize>> = ids
+            .iter()
+            .map(|id| self.seqs.get(id).and_then(Sequence::logprobs))
+            .collect();
+        let kept = any_asked(&top_n).then(|| logits.clone());
         let params = &self.decode_buffers[&bucket].sampling;
         let tokens = sample(logits, params, ids.len())?;
+        let lps = kept.map(|l| logprobs(l, &tokens, &top_n)).transpose()?;
+        let lps = lps.unwrap_or_default().into_iter().chain(std::iter::repeat(None));
 
         let mut out = StepOutput::default();
-        for (&id, token) in ids.iter().zip(tokens) {
+        for ((&id, token), lp) in ids.iter().zip(tokens).zip(lps) {
             let Some(seq) = self.seqs.get_mut(&id) else {
                 continue;
             };
             seq.cached += 1;
             let verdict = seq.judge(token, self.eos_token_id);
-            self.record(id, token, verdict, &mut out);
+            self.record(id, token, lp, verdict, &mut out);
         }
         Ok(out)
     }
@@ -338,6 +351,8 @@ impl Engine {
                 max_new_tokens: 1,
                 ignore_eos: true,
                 sampling: SamplingParams::greedy(),
+                stop_token_ids: Vec::new(),
+                logprobs: None,
             })?;
         }
         let counts: Vec<usize> = prompts
@@ -403,16 +418,22 @@ impl Engine {
         }
     }
 
-    /// Records a judged token in the step's output; frees a finished sequence.
+    /// Records a judged token (and its logprobs, if asked) in the step's
+    /// output; frees a finished sequence.
     fn record(
         &mut self,
         id: SeqId,
         token: u32,
+        logprobs: Option<TokenLogprobs>,
         verdict: super::sequence::Verdict,
         out: &mut StepOutput,
     ) {
         if verdict.emit {
-            out.tokens.push(SampledToken { id, token });
+            out.tokens.push(SampledToken {
+                id,
+                token,
+                logprobs,
+            });
         }
         if let Some(reason) = verdict.finish {
             out.finished.push(FinishedSeq { id, reason });

@@ -50,6 +50,8 @@ fn req(
         max_new_tokens,
         ignore_eos: true,
         sampling,
+        stop_token_ids: Vec::new(),
+        logprobs: None,
     }
 }
 
@@ -225,7 +227,8 @@ fn stop_rules_eos_and_length() {
         out.tokens,
         [SampledToken {
             id: 1,
-            token: case.greedy[0]
+            token: case.greedy[0],
+            logprobs: None,
         }]
     );
     assert!(out.finished.is_empty());
@@ -238,7 +241,8 @@ fn stop_rules_eos_and_length() {
         out.tokens,
         [SampledToken {
             id: 2,
-            token: case.greedy[0]
+            token: case.greedy[0],
+            logprobs: None,
         }]
     );
     assert_eq!(

@@ -81,6 +81,8 @@ impl Harness {
                 max_new_tokens,
                 ignore_eos: true,
                 sampling: SamplingParams::greedy(),
+                stop_token_ids: Vec::new(),
+                logprobs: None,
                 enqueued_at: Instant::now(),
                 events: etx,
                 pending_permit: permit,

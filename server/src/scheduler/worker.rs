@@ -16,7 +16,9 @@
 //! A client that leaves is noticed two ways: its stream task sends
 //! `Command::Cancel` (the usual path, also for requests still queued), and a
 //! failed event send while emitting tokens. Either way the sequence leaves the
-//! batch at once and its blocks are freed.
+//! batch at once and its blocks are freed. A stop string matched by the
+//! stream task takes the same path (`CancelReason::StopString`): the sequence
+//! leaves the batch before the next step and is counted as finished.
 
 use std::collections::{HashMap, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -174,6 +176,8 @@ impl Worker {
                 max_new_tokens,
                 ignore_eos,
                 sampling,
+                stop_token_ids,
+                logprobs,
                 events,
                 ..
             } = req;
@@ -192,6 +196,8 @@ impl Worker {
                 max_new_tokens,
                 ignore_eos,
                 sampling,
+                stop_token_ids,
+                logprobs,
             });
         }
         self.stats
@@ -252,6 +258,7 @@ impl Worker {
                     index: r.generated,
                     token_id: t.token,
                     at: now,
+                    logprobs: t.logprobs,
                 });
                 r.generated += 1;
                 if sent.is_err() {
@@ -264,6 +271,7 @@ impl Worker {
                 let kind = match f.reason {
                     FinishReason::Eos => FinishKind::Eos,
                     FinishReason::Length => FinishKind::Length,
+                    FinishReason::StopToken(token) => FinishKind::StopToken(token),
                 };
                 // Counted before the client can see the end of its stream.
                 SchedulerStats::bump(&self.stats.finished);
@@ -302,6 +310,7 @@ impl Worker {
             CancelReason::ClientGone | CancelReason::Shutdown => {
                 SchedulerStats::bump(&self.stats.cancelled)
             }
+            CancelReason::StopString => SchedulerStats::bump(&self.stats.finished),
         }
         let _ = events.send(Event::Finished {
             kind: FinishKind::Cancelled,

@@ -4,13 +4,17 @@
 //! validation ([`validate`]), tokenization on tokio's blocking pool (skipped for
 //! `prompt_token_ids`), prompt checks, a pending-queue permit (or
 //! RESOURCE_EXHAUSTED at once), then the submit to the scheduler. The response
-//! stream is fed by a [`stream::RequestStream`] task. Errors become statuses in
-//! one place ([`error`]).
+//! stream is fed by a [`stream::RequestStream`] task, which turns tokens into
+//! text ([`output`]: the detokenizer, then the stop strings of
+//! [`stop_strings`]) and logprobs. Errors become statuses in one place
+//! ([`error`]).
 //!
 //! Handlers never touch the engine: they hold a [`SchedulerHandle`] and read
 //! the [`ModelInfo`] published once the model is loaded.
 
 pub mod error;
+pub mod output;
+pub mod stop_strings;
 pub mod stream;
 pub mod validate;
 
@@ -27,6 +31,7 @@ use tonic::{Request, Response, Status};
 use crate::cli::SchedulerKnobs;
 use crate::scheduler::{ModelInfo, QueuedRequest, SchedulerHandle, SchedulerStats};
 use error::ServiceError;
+use output::OutputText;
 use stream::{OutMessage, Received, RequestStream};
 use validate::PromptInput;
 
@@ -85,6 +90,7 @@ impl InferenceService {
         }
         let model = self.state.model.get().ok_or(ServiceError::NotReady)?;
         let checked = validate::check_request(req, &self.state.knobs)?;
+        validate::check_controls(&checked, model)?;
         let (prompt, field) = match checked.input {
             PromptInput::Ids(ids) => (ids, "prompt_token_ids"),
             PromptInput::Text(text) => {
@@ -121,6 +127,8 @@ impl InferenceService {
             max_new_tokens: checked.max_new_tokens,
             ignore_eos: checked.ignore_eos,
             sampling,
+            stop_token_ids: checked.stop_token_ids,
+            logprobs: checked.logprobs,
             enqueued_at: enqueued,
             events: events_tx,
             pending_permit: permit,
@@ -139,7 +147,8 @@ impl InferenceService {
             },
             events: events_rx,
             out: out_tx,
-            detokenizer: self.state.tokenizer.detokenizer(),
+            output: OutputText::new(&self.state.tokenizer, checked.stop),
+            tokenizer: self.state.tokenizer.clone(),
             scheduler: self.scheduler.clone(),
         };
         tokio::spawn(async move {

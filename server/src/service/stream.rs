@@ -1,24 +1,29 @@
 //! One request's response stream: scheduler events in, proto messages out.
 //!
-//! A task per request reads the events the scheduler sends, detokenizes,
-//! stamps server times (offsets from `received`) and feeds a small bounded
+//! A task per request reads the events the scheduler sends, detokenizes and
+//! matches stop strings ([`super::output`]), stamps server times (offsets from `received`) and feeds a small bounded
 //! channel that tonic streams to the client. It is also where the request's
 //! end is noticed:
 //! - the client leaves: tonic drops the response stream, `out.closed()` fires,
 //!   and the task sends `Cancel(ClientGone)` (the request may still be queued);
 //! - the grpc-timeout passes: the task sends `Cancel(DeadlineExceeded)` and
-//!   ends the stream with DEADLINE_EXCEEDED.
+//!   ends the stream with DEADLINE_EXCEEDED;
+//! - a stop string matches: the task sends `Cancel(StopString)` so the
+//!   scheduler frees the sequence at once, sends the completing token (with
+//!   the text before the match) and `Finished(STOP)` without waiting.
 //!
 //! Latency histograms are recorded here, off the scheduler thread.
 
 use std::time::{Duration, Instant};
 
-use ember_common::pb::{self, generate_response::Event as PbEvent};
-use ember_common::tokenizer::IncrementalDetokenizer;
+use ember_common::pb::{self, generate_response::Event as PbEvent, stop_match::Matched};
+use ember_common::tokenizer::Gpt2Tokenizer;
 use tokio::sync::mpsc;
 use tonic::Status;
 
 use super::error::{deadline_exceeded, engine_failed};
+use super::output::{top_logprobs, OutputText};
+use super::stop_strings::Released;
 use crate::engine::SeqId;
 use crate::metrics;
 use crate::scheduler::{Admission, CancelReason, Event, FinishKind, SchedulerHandle};
@@ -51,7 +56,10 @@ pub struct RequestStream {
     pub times: Received,
     pub events: mpsc::UnboundedReceiver<Event>,
     pub out: mpsc::Sender<OutMessage>,
-    pub detokenizer: IncrementalDetokenizer,
+    /// Detokenizer and stop strings: the text of each token.
+    pub output: OutputText,
+    /// For the text of logprob alternatives.
+    pub tokenizer: Gpt2Tokenizer,
     pub scheduler: SchedulerHandle,
 }
 
@@ -61,6 +69,57 @@ struct Progress {
     admission: Option<Admission>,
     first_token: Option<Instant>,
     last_token: Option<Instant>,
+}
+
+impl Progress {
+    /// A token sampled at `at`: its latency histograms.
+    fn record_token(&mut self, at: Instant, times: &Received) {
+        match self.last_token {
+            None => {
+                self.first_token = Some(at);
+                metrics::observe(metrics::TTFT, at - times.received);
+                if let Some(a) = self.admission {
+                    metrics::observe(metrics::PREFILL_TIME, at - a.admitted_at);
+                }
+            }
+            Some(prev) => metrics::observe(metrics::INTER_TOKEN_LATENCY, at - prev),
+        }
+        self.last_token = Some(at);
+    }
+}
+
+/// How a stream ends: the proto reason, the metrics label, the stop match.
+#[derive(Debug)]
+struct Ending {
+    reason: pb::FinishReason,
+    label: &'static str,
+    stop: Option<pb::StopMatch>,
+}
+
+impl Ending {
+    fn of(kind: FinishKind) -> Self {
+        let (reason, label, stop) = match kind {
+            FinishKind::Eos => (pb::FinishReason::Eos, "eos", None),
+            FinishKind::Length => (pb::FinishReason::Length, "length", None),
+            FinishKind::StopToken(id) => (pb::FinishReason::Stop, "stop", Some(Matched::TokenId(id))),
+            FinishKind::Cancelled => (pb::FinishReason::Cancelled, "cancelled", None),
+        };
+        Self {
+            reason,
+            label,
+            stop: stop.map(|m| pb::StopMatch { matched: Some(m) }),
+        }
+    }
+
+    fn stop_string(stop: String) -> Self {
+        Self {
+            reason: pb::FinishReason::Stop,
+            label: "stop",
+            stop: Some(pb::StopMatch {
+                matched: Some(Matched::Stop(stop)),
+            }),
+        }
+    }
 }
 
 fn ns(from: Instant, to: Instant) -> u64 {
@@ -103,25 +162,36 @@ impl RequestStream {
                     index,
                     token_id,
                     at,
+                    logprobs,
                 }) => {
-                    match progress.last_token {
-                        None => {
-                            progress.first_token = Some(at);
-                            metrics::observe(metrics::TTFT, at - self.times.received);
-                            if let Some(a) = progress.admission {
-                                metrics::observe(metrics::PREFILL_TIME, at - a.admitted_at);
-                            }
+                    progress.record_token(at, &self.times);
+                    let (text, stop) = match self.output.push(token_id) {
+                        Released::Text(text) => (text, None),
+                        Released::Stopped { text, stop } => {
+                            // The sequence leaves the batch before its next
+                            // step and its blocks are freed (counted as finished).
+                            self.scheduler.cancel(self.id, CancelReason::StopString);
+                            (text, Some(stop))
                         }
-                        Some(prev) => metrics::observe(metrics::INTER_TOKEN_LATENCY, at - prev),
-                    }
-                    progress.last_token = Some(at);
+                    };
                     let token = pb::Token {
                         index,
                         token_id,
-                        text: self.detokenizer.push(token_id),
+                        text,
                         server_time_ns: ns(self.times.received, at),
+                        logprob: logprobs.as_ref().map(|lp| lp.logprob),
+                        top_logprobs: logprobs
+                            .as_ref()
+                            .map(|lp| top_logprobs(&self.tokenizer, lp))
+                            .unwrap_or_default(),
                     };
                     if self.send(PbEvent::Token(token)).await.is_err() {
+                        return;
+                    }
+                    if let Some(stop) = stop {
+                        let ending = Ending::stop_string(stop);
+                        self.finish(&progress, ending, index + 1, String::new())
+                            .await;
                         return;
                     }
                 }
@@ -129,22 +199,18 @@ impl RequestStream {
                     kind,
                     completion_tokens,
                 }) => {
-                    let finished_at = Instant::now();
-                    let (reason, label) = match kind {
-                        FinishKind::Eos => (pb::FinishReason::Eos, "eos"),
-                        FinishKind::Length => (pb::FinishReason::Length, "length"),
-                        FinishKind::Cancelled => (pb::FinishReason::Cancelled, "cancelled"),
+                    let mut ending = Ending::of(kind);
+                    let trailing_text = match self.output.finish() {
+                        Released::Text(text) => text,
+                        // Only the detokenizer's last bytes can complete a
+                        // stop string this late.
+                        Released::Stopped { text, stop } => {
+                            ending = Ending::stop_string(stop);
+                            text
+                        }
                     };
-                    metrics::finished(label, self.prompt_tokens, completion_tokens);
-                    metrics::observe(metrics::E2E_LATENCY, finished_at - self.times.received);
-                    let finished = pb::Finished {
-                        request_id: self.request_id.clone(),
-                        finish_reason: reason as i32,
-                        prompt_tokens: self.prompt_tokens,
-                        completion_tokens,
-                        timing: Some(self.timing(&progress, finished_at)),
-                    };
-                    let _ = self.send(PbEvent::Finished(finished)).await;
+                    self.finish(&progress, ending, completion_tokens, trailing_text)
+                        .await;
                     return;
                 }
                 Some(Event::Failed { message }) => {
@@ -163,6 +229,29 @@ impl RequestStream {
                 }
             }
         }
+    }
+
+    /// Sends the final message and records the request's end.
+    async fn finish(
+        &mut self,
+        progress: &Progress,
+        ending: Ending,
+        completion_tokens: u32,
+        trailing_text: String,
+    ) {
+        let finished_at = Instant::now();
+        metrics::finished(ending.label, self.prompt_tokens, completion_tokens);
+        metrics::observe(metrics::E2E_LATENCY, finished_at - self.times.received);
+        let finished = pb::Finished {
+            request_id: self.request_id.clone(),
+            finish_reason: ending.reason as i32,
+            prompt_tokens: self.prompt_tokens,
+            completion_tokens,
+            timing: Some(self.timing(progress, finished_at)),
+            stop: ending.stop,
+            trailing_text,
+        };
+        let _ = self.send(PbEvent::Finished(finished)).await;
     }
 
     /// Sends one message; a closed stream means the client left.
