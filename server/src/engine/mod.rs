@@ -34,6 +34,8 @@ pub mod types;
 pub mod warmup;
 
 #[cfg(test)]
+mod control_tests;
+#[cfg(test)]
 mod tests;
 
 pub use runner::Engine;

@@ -14,7 +14,7 @@ use crate::model::{load_model, Gpt2Config, ModelSource};
 /// The fixture's EOS (its greedy continuations never produce it).
 const EOS: u32 = 999;
 
-fn engine(block_size: usize, num_blocks: usize) -> Engine {
+pub(super) fn engine(block_size: usize, num_blocks: usize) -> Engine {
     engine_with(block_size, num_blocks, false)
 }
 
@@ -38,7 +38,7 @@ fn engine_with(block_size: usize, num_blocks: usize, bucketed: bool) -> Engine {
     .unwrap()
 }
 
-fn req(
+pub(super) fn req(
     id: SeqId,
     prompt: &[u32],
     max_new_tokens: usize,
@@ -55,7 +55,7 @@ fn req(
     }
 }
 
-fn rows(t: Tensor<2>) -> Vec<Vec<f32>> {
+pub(super) fn rows(t: Tensor<2>) -> Vec<Vec<f32>> {
     let [_, v] = t.dims();
     let flat: Vec<f32> = t.into_data().iter::<f32>().collect();
     flat.chunks(v).map(<[f32]>::to_vec).collect()
