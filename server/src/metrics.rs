@@ -66,7 +66,7 @@ fn describe() {
     describe_gauge!(KV_USAGE, "Fraction of KV cache blocks in use (0..1).");
     describe_counter!(
         REQUEST_SUCCESS,
-        "Finished requests by finished_reason (eos, length, cancelled, deadline, error)."
+        "Finished requests by finished_reason (eos, length, stop, cancelled, deadline, error)."
     );
     describe_counter!(
         REQUEST_REJECTED,

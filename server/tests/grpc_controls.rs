@@ -64,7 +64,10 @@ async fn a_stop_string_spanning_two_tokens_is_not_emitted_and_frees_the_sequence
     assert!(!text_of(&tokens).contains(&stop));
     // Token i's last character was held back (it could start the stop string).
     let held = &baseline[i].text;
-    assert_eq!(tokens[i].text, held[..held.len() - stop.chars().next().unwrap().len_utf8()]);
+    assert_eq!(
+        tokens[i].text,
+        held[..held.len() - stop.chars().next().unwrap().len_utf8()]
+    );
     assert_eq!(finished.finish_reason, pb::FinishReason::Stop as i32);
     assert_eq!(matched(&finished), Some(Matched::Stop(stop)));
     assert_eq!(finished.completion_tokens as usize, i + 2);
@@ -77,7 +80,10 @@ async fn a_stop_string_spanning_two_tokens_is_not_emitted_and_frees_the_sequence
     assert_eq!(after.finished - before.finished, 1);
     assert_eq!(after.cancelled, 0);
     let iterations = after.scheduler_iterations - before.scheduler_iterations;
-    assert!(iterations < 100, "ran {iterations} iterations after the stop");
+    assert!(
+        iterations < 100,
+        "ran {iterations} iterations after the stop"
+    );
     server.stop().await;
 }
 
@@ -124,7 +130,10 @@ async fn bad_controls_are_invalid_argument_naming_the_field() {
         r
     };
     let cases: Vec<(pb::GenerateRequest, &str)> = vec![
-        (with(&|r| r.stop = vec!["a".into(), String::new()]), "stop[1]"),
+        (
+            with(&|r| r.stop = vec!["a".into(), String::new()]),
+            "stop[1]",
+        ),
         (with(&|r| r.stop = vec!["x".repeat(257)]), "stop[0]"),
         (with(&|r| r.stop = vec!["s".into(); 17]), "stop"),
         (
@@ -183,7 +192,10 @@ async fn logprobs_come_only_with_the_requests_that_ask() {
         let lp = t.logprob.expect("asked for logprobs");
         assert_eq!(t.top_logprobs.len(), 4);
         // Greedy: the sampled token is the most likely alternative.
-        assert_eq!((t.top_logprobs[0].token_id, t.top_logprobs[0].logprob), (t.token_id, lp));
+        assert_eq!(
+            (t.top_logprobs[0].token_id, t.top_logprobs[0].logprob),
+            (t.token_id, lp)
+        );
         assert!(t
             .top_logprobs
             .windows(2)
@@ -199,7 +211,9 @@ async fn logprobs_come_only_with_the_requests_that_ask() {
         .all(|t| t.logprob.is_none() && t.top_logprobs.is_empty()));
     for (t, w) in top0.iter().zip(&with) {
         assert!(t.top_logprobs.is_empty());
-        let lp = t.logprob.expect("logprobs: 0 still returns the token's logprob");
+        let lp = t
+            .logprob
+            .expect("logprobs: 0 still returns the token's logprob");
         assert!((lp - w.logprob.unwrap()).abs() < 1e-4);
     }
     server.assert_idle().await;

@@ -41,10 +41,7 @@ fn run(
 fn log_softmax_host(logits: &[f32]) -> Vec<f64> {
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
     let sum: f64 = logits.iter().map(|&x| (x as f64 - max).exp()).sum();
-    logits
-        .iter()
-        .map(|&x| x as f64 - max - sum.ln())
-        .collect()
+    logits.iter().map(|&x| x as f64 - max - sum.ln()).collect()
 }
 
 #[test]
@@ -82,7 +79,11 @@ fn logprobs_match_a_log_softmax_of_the_engines_logits() {
     for id in [1, 3] {
         let mut context = prompt.clone();
         for t in &tokens[&id] {
-            let logits = rows(engine.prompt_logits(std::slice::from_ref(&context)).unwrap());
+            let logits = rows(
+                engine
+                    .prompt_logits(std::slice::from_ref(&context))
+                    .unwrap(),
+            );
             let expected = log_softmax_host(&logits[0]);
             let lp = t.logprobs.as_ref().expect("asked for logprobs");
             // The unmodified distribution, whatever the sampling parameters.

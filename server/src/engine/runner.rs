@@ -262,7 +262,10 @@ impl Engine {
         let params = &self.decode_buffers[&bucket].sampling;
         let tokens = sample(logits, params, ids.len())?;
         let lps = kept.map(|l| logprobs(l, &tokens, &top_n)).transpose()?;
-        let lps = lps.unwrap_or_default().into_iter().chain(std::iter::repeat(None));
+        let lps = lps
+            .unwrap_or_default()
+            .into_iter()
+            .chain(std::iter::repeat(None));
 
         let mut out = StepOutput::default();
         for ((&id, token), lp) in ids.iter().zip(tokens).zip(lps) {

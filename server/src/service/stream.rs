@@ -101,7 +101,9 @@ impl Ending {
         let (reason, label, stop) = match kind {
             FinishKind::Eos => (pb::FinishReason::Eos, "eos", None),
             FinishKind::Length => (pb::FinishReason::Length, "length", None),
-            FinishKind::StopToken(id) => (pb::FinishReason::Stop, "stop", Some(Matched::TokenId(id))),
+            FinishKind::StopToken(id) => {
+                (pb::FinishReason::Stop, "stop", Some(Matched::TokenId(id)))
+            }
             FinishKind::Cancelled => (pb::FinishReason::Cancelled, "cancelled", None),
         };
         Self {

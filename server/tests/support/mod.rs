@@ -138,4 +138,3 @@ pub async fn collect(
     }
     panic!("stream ended without Finished");
 }
-
