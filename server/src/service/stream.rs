@@ -14,6 +14,7 @@
 //!
 //! Latency histograms are recorded here, off the scheduler thread.
 
+use std::ops::ControlFlow;
 use std::time::{Duration, Instant};
 
 use ember_common::pb::{self, generate_response::Event as PbEvent, stop_match::Matched};
@@ -24,7 +25,7 @@ use tonic::Status;
 use super::error::{deadline_exceeded, engine_failed};
 use super::output::{top_logprobs, OutputText};
 use super::stop_strings::Released;
-use crate::engine::SeqId;
+use crate::engine::{SeqId, TokenLogprobs};
 use crate::metrics;
 use crate::scheduler::{Admission, CancelReason, Event, FinishKind, SchedulerHandle};
 
@@ -167,33 +168,8 @@ impl RequestStream {
                     logprobs,
                 }) => {
                     progress.record_token(at, &self.times);
-                    let (text, stop) = match self.output.push(token_id) {
-                        Released::Text(text) => (text, None),
-                        Released::Stopped { text, stop } => {
-                            // The sequence leaves the batch before its next
-                            // step and its blocks are freed (counted as finished).
-                            self.scheduler.cancel(self.id, CancelReason::StopString);
-                            (text, Some(stop))
-                        }
-                    };
-                    let token = pb::Token {
-                        index,
-                        token_id,
-                        text,
-                        server_time_ns: ns(self.times.received, at),
-                        logprob: logprobs.as_ref().map(|lp| lp.logprob),
-                        top_logprobs: logprobs
-                            .as_ref()
-                            .map(|lp| top_logprobs(&self.tokenizer, lp))
-                            .unwrap_or_default(),
-                    };
-                    if self.send(PbEvent::Token(token)).await.is_err() {
-                        return;
-                    }
-                    if let Some(stop) = stop {
-                        let ending = Ending::stop_string(stop);
-                        self.finish(&progress, ending, index + 1, String::new())
-                            .await;
+                    let sent = self.send_token(&progress, index, token_id, at, logprobs);
+                    if sent.await.is_break() {
                         return;
                     }
                 }
@@ -230,6 +206,51 @@ impl RequestStream {
                     return;
                 }
             }
+        }
+    }
+
+    /// Sends one token with its text and logprobs. Breaks when the stream
+    /// ended: the client left, or the token completed a stop string (then it
+    /// is the last token, and `Finished(STOP)` follows it).
+    async fn send_token(
+        &mut self,
+        progress: &Progress,
+        index: u32,
+        token_id: u32,
+        at: Instant,
+        logprobs: Option<TokenLogprobs>,
+    ) -> ControlFlow<()> {
+        let (text, stop) = match self.output.push(token_id) {
+            Released::Text(text) => (text, None),
+            Released::Stopped { text, stop } => {
+                // The sequence leaves the batch before its next step and its
+                // blocks are freed (counted as finished).
+                self.scheduler.cancel(self.id, CancelReason::StopString);
+                (text, Some(stop))
+            }
+        };
+        let token = pb::Token {
+            index,
+            token_id,
+            text,
+            server_time_ns: ns(self.times.received, at),
+            logprob: logprobs.as_ref().map(|lp| lp.logprob),
+            top_logprobs: logprobs
+                .as_ref()
+                .map(|lp| top_logprobs(&self.tokenizer, lp))
+                .unwrap_or_default(),
+        };
+        if self.send(PbEvent::Token(token)).await.is_err() {
+            return ControlFlow::Break(());
+        }
+        match stop {
+            Some(stop) => {
+                let ending = Ending::stop_string(stop);
+                self.finish(progress, ending, index + 1, String::new())
+                    .await;
+                ControlFlow::Break(())
+            }
+            None => ControlFlow::Continue(()),
         }
     }
 
