@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use clap::Parser;
 
+use crate::logging::LogFormat;
 use crate::model::{ModelSource, Preset};
 
 /// Ember: a continuous-batching GPT-2 inference server (gRPC, streaming).
@@ -97,6 +98,11 @@ pub struct Args {
     /// $XDG_CACHE_HOME/ember/kernels (or ~/.cache/ember/kernels).
     #[arg(long, env = "EMBER_KERNEL_CACHE_DIR")]
     pub kernel_cache_dir: Option<PathBuf>,
+
+    /// Log line format on stderr: text (colours only on a terminal) or json
+    /// (one object per line). RUST_LOG sets the level (default info).
+    #[arg(long, env = "EMBER_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
 }
 
 /// `$XDG_CACHE_HOME/ember/kernels`, else `$HOME/.cache/ember/kernels`.
@@ -297,6 +303,21 @@ mod tests {
             let err = parse(args).unwrap_err().to_string();
             assert!(err.contains(flag), "{args:?}: {err}");
         }
+    }
+
+    #[test]
+    fn log_format_is_text_or_json_and_a_bad_one_names_the_flag() {
+        let format = |args: &[&str]| {
+            let mut full = vec!["ember-server"];
+            full.extend_from_slice(args);
+            Args::try_parse_from(full).map(|a| a.log_format)
+        };
+        assert_eq!(format(&[]).unwrap(), LogFormat::Text);
+        assert_eq!(format(&["--log-format", "json"]).unwrap(), LogFormat::Json);
+        assert_eq!(format(&["--log-format", "text"]).unwrap(), LogFormat::Text);
+        let err = format(&["--log-format", "xml"]).unwrap_err().to_string();
+        assert!(err.contains("--log-format"), "{err}");
+        assert!(err.contains("json"), "lists the choices: {err}");
     }
 
     #[test]
