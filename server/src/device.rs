@@ -93,7 +93,10 @@ pub fn choose_auto(
 
 fn open_cpu() -> Result<EngineDevice, DeviceError> {
     let mut device = Device::flex();
-    configure(&mut device, "cpu", FloatDType::F32)?;
+    configure(&mut device, FloatDType::F32).map_err(|message| DeviceError::Configure {
+        device: "cpu".into(),
+        message,
+    })?;
     Ok(EngineDevice {
         device,
         name: "cpu (Flex f32)".into(),
@@ -107,11 +110,13 @@ fn open_cuda(index: usize, kernel_cache_dir: Option<&Path>) -> Result<EngineDevi
     if let Some(dir) = kernel_cache_dir {
         set_kernel_cache_dir(dir);
     }
-    let name = format!("cuda:{index}");
-    let mut device = Device::cuda(index);
-    configure(&mut device, &name, FloatDType::F16)?;
-    probe(&device).map_err(|reason| DeviceError::CudaUnavailable {
-        device: name,
+    let device = probe(|| {
+        let mut device = Device::cuda(index);
+        configure(&mut device, FloatDType::F16)?;
+        Ok(device)
+    })
+    .map_err(|reason| DeviceError::CudaUnavailable {
+        device: format!("cuda:{index}"),
         reason,
     })?;
     Ok(EngineDevice {
@@ -130,7 +135,7 @@ fn open_cuda(index: usize, _: Option<&Path>) -> Result<EngineDevice, DeviceError
 /// Sets the device's default dtypes; a second open of the same device in one
 /// process (tests start several servers) finds them already set, which is fine
 /// as long as they are the ones wanted.
-fn configure(device: &mut Device, name: &str, float: FloatDType) -> Result<(), DeviceError> {
+fn configure(device: &mut Device, float: FloatDType) -> Result<(), String> {
     match device.configure((float, IntDType::I32)) {
         Ok(()) => Ok(()),
         Err(_)
@@ -139,10 +144,7 @@ fn configure(device: &mut Device, name: &str, float: FloatDType) -> Result<(), D
         {
             Ok(())
         }
-        Err(e) => Err(DeviceError::Configure {
-            device: name.to_string(),
-            message: format!("cannot set {float:?}/i32 as default dtypes: {e:?}"),
-        }),
+        Err(e) => Err(format!("cannot set {float:?}/i32 as default dtypes: {e:?}")),
     }
 }
 
@@ -167,36 +169,38 @@ fn set_kernel_cache_dir(dir: &Path) {
     }
 }
 
-/// Runs one small kernel on `device` and checks its result: the first use
-/// of a CUDA device loads the driver, creates the context and compiles the
-/// kernel with NVRTC (which `#include`s the CUDA headers), so a machine
-/// missing any of them fails here. Backends report such failures by
-/// panicking (on this thread or on the device's runner thread); the panic is
-/// caught and becomes the error, and its log line is a warning, not an error
-/// (see [`crate::logging::expecting_panics`]).
+/// Opens a device with `open` and runs one small kernel on it, checking the
+/// result. The first use of a CUDA device loads the driver, creates the
+/// context and compiles the kernel with NVRTC (which `#include`s the CUDA
+/// headers), so a machine missing any of them fails here. Backends report
+/// such failures by panicking (on this thread or on the device's runner
+/// thread); the panic is caught and becomes the error, and its log line is a
+/// warning, not an error (see [`crate::logging::expecting_panics`]).
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-fn probe(device: &Device) -> Result<(), String> {
-    let run = || -> Result<Vec<f32>, String> {
-        let x = Tensor::<1>::from_floats([1.0, 2.0, 3.0], device);
+fn probe(open: impl FnOnce() -> Result<Device, String>) -> Result<Device, String> {
+    let run = || -> Result<Device, String> {
+        let device = open()?;
+        let x = Tensor::<1>::from_floats([1.0, 2.0, 3.0], &device);
         let data = (x.clone() * x + 1.0)
             .try_into_data()
-            .map_err(|e| format!("reading the result back failed: {e:?}"))?;
-        Ok(data.iter::<f32>().collect())
+            .map_err(|e| format!("reading a test kernel's result back failed: {e:?}"))?;
+        let values: Vec<f32> = data.iter::<f32>().collect();
+        if values != [2.0, 5.0, 10.0] {
+            return Err(format!(
+                "a test kernel computed {values:?}, expected [2, 5, 10]"
+            ));
+        }
+        Ok(device)
     };
     let outcome = crate::logging::expecting_panics(|| {
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(run))
     });
-    match outcome {
-        Ok(Ok(values)) if values == [2.0, 5.0, 10.0] => Ok(()),
-        Ok(Ok(values)) => Err(format!(
-            "a test kernel computed {values:?}, expected [2, 5, 10]"
-        )),
-        Ok(Err(e)) => Err(e),
-        Err(panic) => Err(format!(
+    outcome.unwrap_or_else(|panic| {
+        Err(format!(
             "the backend panicked: {}",
             crate::logging::panic_message(panic.as_ref())
-        )),
-    }
+        ))
+    })
 }
 
 #[cfg(test)]
@@ -251,8 +255,21 @@ mod tests {
 
     #[test]
     fn the_probe_passes_on_a_working_device() {
-        let device = open_cpu().unwrap();
-        probe(&device.device).unwrap();
+        probe(|| Ok(open_cpu().unwrap().device)).unwrap();
+    }
+
+    #[test]
+    fn the_probe_turns_a_failed_open_or_a_backend_panic_into_its_reason() {
+        let err = probe(|| Err("libcuda.so.1: cannot open shared object file".into()));
+        assert_eq!(
+            err.unwrap_err(),
+            "libcuda.so.1: cannot open shared object file"
+        );
+        let err = probe(|| panic!("Unable to dynamically load the \"cuda\" shared library"));
+        assert_eq!(
+            err.unwrap_err(),
+            "the backend panicked: Unable to dynamically load the \"cuda\" shared library"
+        );
     }
 
     #[cfg(not(feature = "cuda"))]

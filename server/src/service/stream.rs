@@ -136,7 +136,7 @@ impl RequestStream {
         let timing_if_done = matches!(end, End::Finished(_)).then_some(&timing);
         metrics::finished(reason, timing_if_done, self.prompt_tokens, progress.tokens);
         if reason == FinishedReason::Abort {
-            metrics::aborted(if label == "deadline" {
+            metrics::aborted(if matches!(end, End::Deadline) {
                 "deadline"
             } else {
                 "cancelled"
