@@ -24,8 +24,9 @@ pub struct Args {
     #[arg(long, env = "EMBER_LISTEN", default_value = "127.0.0.1:50051")]
     pub listen: SocketAddr,
 
-    /// Where the model runs: auto (CUDA if a GPU is usable, else CPU), cpu, cuda
-    /// or cuda:N.
+    /// Where the model runs: cpu, cuda (= cuda:0), cuda:N, or auto: cuda:0 if
+    /// this binary has CUDA and a test kernel runs there, else the CPU with a
+    /// warning giving the reason (a CPU-only build: the CPU).
     #[arg(long, env = "EMBER_DEVICE", default_value = "auto")]
     pub device: String,
 
@@ -117,7 +118,8 @@ pub fn default_kernel_cache_dir() -> Option<PathBuf> {
 /// Where the engine runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeviceSpec {
-    /// CUDA if usable, else CPU.
+    /// CUDA device 0 if the binary has CUDA and it starts, else the CPU
+    /// (`device::choose_auto`).
     Auto,
     Cpu,
     Cuda(usize),
