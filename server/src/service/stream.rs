@@ -9,7 +9,8 @@
 //! - the grpc-timeout passes: the task sends `Cancel(DeadlineExceeded)` and
 //!   ends the stream with DEADLINE_EXCEEDED.
 //!
-//! Latency histograms are recorded here, off the scheduler thread.
+//! Metrics are recorded here, off the scheduler thread, and the request's
+//! outcome and timings are recorded on its tracing span.
 
 use std::time::{Duration, Instant};
 
@@ -20,7 +21,7 @@ use tonic::Status;
 
 use super::error::{deadline_exceeded, engine_failed};
 use crate::engine::SeqId;
-use crate::metrics;
+use crate::metrics::{self, FinishedReason};
 use crate::scheduler::{Admission, CancelReason, Event, FinishKind, SchedulerHandle};
 
 /// Messages buffered between this task and tonic. Small: tokens should reach
@@ -53,6 +54,9 @@ pub struct RequestStream {
     pub out: mpsc::Sender<OutMessage>,
     pub detokenizer: IncrementalDetokenizer,
     pub scheduler: SchedulerHandle,
+    /// The request's tracing span (made by the handler); its close event is
+    /// the request's log line.
+    pub span: tracing::Span,
 }
 
 /// What happened to a request so far, for the final timing.
@@ -61,42 +65,113 @@ struct Progress {
     admission: Option<Admission>,
     first_token: Option<Instant>,
     last_token: Option<Instant>,
+    /// Tokens received from the scheduler.
+    tokens: u32,
+    /// The timing sent in the `Finished` message, if one was sent.
+    timing: Option<pb::ServerTiming>,
+}
+
+impl Progress {
+    /// Token `at` arrived: per-token metrics and the first/last instants.
+    fn token(&mut self, at: Instant, times: &Received) {
+        match self.last_token {
+            None => {
+                self.first_token = Some(at);
+                let prefill = self.admission.map(|a| at - a.admitted_at);
+                metrics::first_token(at - times.received, prefill);
+            }
+            Some(prev) => metrics::next_token(at - prev),
+        }
+        self.last_token = Some(at);
+        self.tokens += 1;
+    }
 }
 
 fn ns(from: Instant, to: Instant) -> u64 {
     to.saturating_duration_since(from).as_nanos() as u64
 }
 
+/// How a stream ended.
+#[derive(Debug)]
+enum End {
+    /// The scheduler finished it (EOS, length, or cancelled on its side).
+    Finished(FinishKind),
+    /// The client left (the stream was dropped).
+    ClientGone,
+    /// Its grpc-timeout passed.
+    Deadline,
+    /// The engine failed its batch.
+    Failed,
+    /// The scheduler dropped it without a final event: it stopped.
+    SchedulerGone,
+}
+
+impl End {
+    /// `finish_reason` in the request's log line, and vLLM's label for it.
+    fn labels(&self) -> (&'static str, FinishedReason) {
+        match self {
+            End::Finished(FinishKind::Eos) => ("eos", FinishedReason::Stop),
+            End::Finished(FinishKind::Length) => ("length", FinishedReason::Length),
+            End::Finished(FinishKind::Cancelled) | End::ClientGone => {
+                ("cancelled", FinishedReason::Abort)
+            }
+            End::Deadline => ("deadline", FinishedReason::Abort),
+            End::Failed => ("error", FinishedReason::Error),
+            End::SchedulerGone => ("scheduler_stopped", FinishedReason::Abort),
+        }
+    }
+}
+
 impl RequestStream {
+    /// Streams the request to its end, then records its metrics and the
+    /// timings on its span (whose close event is the request's log line).
     pub async fn run(mut self) {
+        let mut progress = Progress::default();
+        let end = self.stream(&mut progress).await;
+        let timing = progress
+            .timing
+            .take()
+            .unwrap_or_else(|| self.timing(&progress, Instant::now()));
+        let (label, reason) = end.labels();
+        let timing_if_done = matches!(end, End::Finished(_)).then_some(&timing);
+        metrics::finished(reason, timing_if_done, self.prompt_tokens, progress.tokens);
+        if reason == FinishedReason::Abort {
+            metrics::aborted(if matches!(end, End::Deadline) {
+                "deadline"
+            } else {
+                "cancelled"
+            });
+        }
+        self.record_on_span(label, &progress, &timing);
+    }
+
+    async fn stream(&mut self, progress: &mut Progress) -> End {
         let started = pb::Started {
             request_id: self.request_id.clone(),
             prompt_tokens: self.prompt_tokens,
             server_time_ns: ns(self.times.received, self.times.enqueued),
         };
         if self.send(PbEvent::Started(started)).await.is_err() {
-            return;
+            return End::ClientGone;
         }
-        let mut progress = Progress::default();
         loop {
             let event = tokio::select! {
                 biased;
                 _ = self.out.closed() => {
                     self.scheduler.cancel(self.id, self.why_gone());
-                    return;
+                    return End::ClientGone;
                 }
                 _ = sleep_until_opt(self.times.deadline) => {
                     self.scheduler.cancel(self.id, CancelReason::DeadlineExceeded);
                     let stage = if progress.admission.is_some() { "running" } else { "queued" };
                     let _ = self.out.send(Err(deadline_exceeded(stage))).await;
-                    metrics::finished("deadline", self.prompt_tokens, 0);
-                    return;
+                    return End::Deadline;
                 }
                 event = self.events.recv() => event,
             };
             match event {
                 Some(Event::Admitted(a)) => {
-                    metrics::observe(metrics::QUEUE_TIME, a.admitted_at - self.times.enqueued);
+                    metrics::admitted(a.admitted_at - self.times.enqueued, self.prompt_tokens);
                     progress.admission = Some(a);
                 }
                 Some(Event::Token {
@@ -104,17 +179,7 @@ impl RequestStream {
                     token_id,
                     at,
                 }) => {
-                    match progress.last_token {
-                        None => {
-                            progress.first_token = Some(at);
-                            metrics::observe(metrics::TTFT, at - self.times.received);
-                            if let Some(a) = progress.admission {
-                                metrics::observe(metrics::PREFILL_TIME, at - a.admitted_at);
-                            }
-                        }
-                        Some(prev) => metrics::observe(metrics::INTER_TOKEN_LATENCY, at - prev),
-                    }
-                    progress.last_token = Some(at);
+                    progress.token(at, &self.times);
                     let token = pb::Token {
                         index,
                         token_id,
@@ -122,47 +187,58 @@ impl RequestStream {
                         server_time_ns: ns(self.times.received, at),
                     };
                     if self.send(PbEvent::Token(token)).await.is_err() {
-                        return;
+                        return End::ClientGone;
                     }
                 }
                 Some(Event::Finished {
                     kind,
                     completion_tokens,
                 }) => {
-                    let finished_at = Instant::now();
-                    let (reason, label) = match kind {
-                        FinishKind::Eos => (pb::FinishReason::Eos, "eos"),
-                        FinishKind::Length => (pb::FinishReason::Length, "length"),
-                        FinishKind::Cancelled => (pb::FinishReason::Cancelled, "cancelled"),
-                    };
-                    metrics::finished(label, self.prompt_tokens, completion_tokens);
-                    metrics::observe(metrics::E2E_LATENCY, finished_at - self.times.received);
+                    let timing = self.timing(progress, Instant::now());
                     let finished = pb::Finished {
                         request_id: self.request_id.clone(),
-                        finish_reason: reason as i32,
+                        finish_reason: match kind {
+                            FinishKind::Eos => pb::FinishReason::Eos,
+                            FinishKind::Length => pb::FinishReason::Length,
+                            FinishKind::Cancelled => pb::FinishReason::Cancelled,
+                        } as i32,
                         prompt_tokens: self.prompt_tokens,
                         completion_tokens,
-                        timing: Some(self.timing(&progress, finished_at)),
+                        timing: Some(timing),
                     };
+                    progress.timing = Some(timing);
                     let _ = self.send(PbEvent::Finished(finished)).await;
-                    return;
+                    return End::Finished(kind);
                 }
                 Some(Event::Failed { message }) => {
-                    metrics::finished("error", self.prompt_tokens, 0);
                     let _ = self.out.send(Err(engine_failed(&message))).await;
-                    return;
+                    return End::Failed;
                 }
                 None => {
-                    // The scheduler dropped this request without a final event:
-                    // it stopped.
                     let _ = self
                         .out
                         .send(Err(Status::unavailable("the scheduler stopped")))
                         .await;
-                    return;
+                    return End::SchedulerGone;
                 }
             }
         }
+    }
+
+    /// The request's outcome on its span: the span's close event (one log
+    /// line per request) carries them. Stages that never happened stay unset.
+    fn record_on_span(&self, finish_reason: &str, p: &Progress, t: &pb::ServerTiming) {
+        let ms = |ns: u64| ns as f64 / 1e6;
+        let span = &self.span;
+        span.record("finish_reason", finish_reason);
+        span.record("completion_tokens", p.tokens);
+        if p.admission.is_some() {
+            span.record("queue_wait_ms", ms(t.queue_wait_ns));
+        }
+        if p.first_token.is_some() {
+            span.record("ttft_ms", ms(t.server_ttft_ns));
+        }
+        span.record("total_ms", ms(t.total_ns));
     }
 
     /// Sends one message; a closed stream means the client left.
