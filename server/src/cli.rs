@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use clap::Parser;
 
+use crate::logging::LogFormat;
 use crate::model::{ModelSource, Preset};
 
 /// Ember: a continuous-batching GPT-2 inference server (gRPC, streaming).
@@ -23,8 +24,9 @@ pub struct Args {
     #[arg(long, env = "EMBER_LISTEN", default_value = "127.0.0.1:50051")]
     pub listen: SocketAddr,
 
-    /// Where the model runs: auto (CUDA if a GPU is usable, else CPU), cpu, cuda
-    /// or cuda:N.
+    /// Where the model runs: cpu, cuda (= cuda:0), cuda:N, or auto: cuda:0 if
+    /// this binary has CUDA and a test kernel runs there, else the CPU with a
+    /// warning giving the reason (a CPU-only build: the CPU).
     #[arg(long, env = "EMBER_DEVICE", default_value = "auto")]
     pub device: String,
 
@@ -104,6 +106,11 @@ pub struct Args {
     /// $XDG_CACHE_HOME/ember/kernels (or ~/.cache/ember/kernels).
     #[arg(long, env = "EMBER_KERNEL_CACHE_DIR")]
     pub kernel_cache_dir: Option<PathBuf>,
+
+    /// Log line format on stderr: text (colours only on a terminal) or json
+    /// (one object per line). RUST_LOG sets the level (default info).
+    #[arg(long, env = "EMBER_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
 }
 
 /// `$XDG_CACHE_HOME/ember/kernels`, else `$HOME/.cache/ember/kernels`.
@@ -118,7 +125,8 @@ pub fn default_kernel_cache_dir() -> Option<PathBuf> {
 /// Where the engine runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeviceSpec {
-    /// CUDA if usable, else CPU.
+    /// CUDA device 0 if the binary has CUDA and it starts, else the CPU
+    /// (`device::choose_auto`).
     Auto,
     Cpu,
     Cuda(usize),
@@ -307,6 +315,21 @@ mod tests {
             let err = parse(args).unwrap_err().to_string();
             assert!(err.contains(flag), "{args:?}: {err}");
         }
+    }
+
+    #[test]
+    fn log_format_is_text_or_json_and_a_bad_one_names_the_flag() {
+        let format = |args: &[&str]| {
+            let mut full = vec!["ember-server"];
+            full.extend_from_slice(args);
+            Args::try_parse_from(full).map(|a| a.log_format)
+        };
+        assert_eq!(format(&[]).unwrap(), LogFormat::Text);
+        assert_eq!(format(&["--log-format", "json"]).unwrap(), LogFormat::Json);
+        assert_eq!(format(&["--log-format", "text"]).unwrap(), LogFormat::Text);
+        let err = format(&["--log-format", "xml"]).unwrap_err().to_string();
+        assert!(err.contains("--log-format"), "{err}");
+        assert!(err.contains("json"), "lists the choices: {err}");
     }
 
     #[test]

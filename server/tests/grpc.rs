@@ -187,6 +187,55 @@ async fn every_validation_case_returns_its_status() {
     server.stop().await;
 }
 
+/// `GenerateRequest` as the wire sees it, with `prompt` (tag 2) as raw bytes:
+/// lets a test send a prompt that is not UTF-8, which the real type cannot
+/// hold.
+#[derive(Clone, PartialEq, prost::Message)]
+struct RawGenerateRequest {
+    #[prost(bytes = "vec", tag = "2")]
+    prompt: Vec<u8>,
+    #[prost(uint32, tag = "4")]
+    max_new_tokens: u32,
+}
+
+/// Sends a [`RawGenerateRequest`] to `Generate` and reads the stream to its end.
+async fn generate_raw(server: &TestServer, prompt: &[u8]) -> Result<usize, tonic::Status> {
+    let mut grpc = tonic::client::Grpc::new(server.channel().await);
+    grpc.ready().await.unwrap();
+    let codec = tonic_prost::ProstCodec::<RawGenerateRequest, pb::GenerateResponse>::default();
+    let path = tonic::codegen::http::uri::PathAndQuery::from_static("/ember.v1.Inference/Generate");
+    let req = tonic::Request::new(RawGenerateRequest {
+        prompt: prompt.to_vec(),
+        max_new_tokens: 2,
+    });
+    let mut stream = grpc.server_streaming(req, path, codec).await?.into_inner();
+    let mut messages = 0;
+    while stream.message().await?.is_some() {
+        messages += 1;
+    }
+    Ok(messages)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_undecodable_request_is_invalid_argument_naming_the_field() {
+    let server = TestServer::start(&[]).await;
+    // The same path with valid UTF-8: Started, 2 tokens, Finished.
+    assert_eq!(generate_raw(&server, b"Hello").await.unwrap(), 4);
+    let err = generate_raw(&server, b"Hello \xff\xfe world")
+        .await
+        .expect_err("a prompt that is not UTF-8 cannot be decoded");
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+    assert!(
+        err.message().contains("GenerateRequest.prompt"),
+        "the message names the field: {:?}",
+        err.message()
+    );
+    // The server is unharmed.
+    assert_eq!(generate_raw(&server, b"Hello").await.unwrap(), 4);
+    server.assert_idle().await;
+    server.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queue_full_is_resource_exhausted_and_accepted_requests_complete() {
     // One running sequence at a time, two places in the queue.

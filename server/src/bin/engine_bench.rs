@@ -88,12 +88,7 @@ struct Args {
 }
 
 fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    ember_server::logging::init(ember_server::logging::LogFormat::Text, "warn");
     let args = Args::parse();
     let device = device::open(args.device, default_kernel_cache_dir().as_deref())?;
     let report = match &args.reference {

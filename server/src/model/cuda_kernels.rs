@@ -113,6 +113,7 @@ mod kernels {
             let slot = block as usize * block_size + t % block_size;
             let base = k_head + slot * k_cache.stride(1);
             let mut s = f32::new(0.0);
+            #[unroll]
             for i in 0..head_dim {
                 s += q[i] * f32::cast_from(k_cache[base + i * k_cache.stride(2)]);
             }
@@ -136,21 +137,33 @@ mod kernels {
         let total = plane_sum(sum);
         sync_cube();
 
-        // Each lane owns output dims `lane, lane + width, ...`.
+        // Each lane sums its own positions' weighted V rows over every dim
+        // (the row's loads are independent: all in flight at once), then a
+        // plane sum per dim; lane `i % 32` writes dim `i`.
         let v_head = h * v_cache.stride(0);
-        d = lane;
-        while d < head_dim {
-            let mut acc = f32::new(0.0);
-            for t in 0..len {
-                let block = u32::cast_from(tables[table_row + (t / block_size) * tables.stride(1)]);
-                let slot = block as usize * block_size + t % block_size;
-                acc += p[t]
-                    * f32::cast_from(
-                        v_cache[v_head + slot * v_cache.stride(1) + d * v_cache.stride(2)],
-                    );
+        let mut acc = Array::<f32>::new(head_dim);
+        #[unroll]
+        for i in 0..head_dim {
+            acc[i] = f32::new(0.0);
+        }
+        t = lane;
+        while t < len {
+            let block = u32::cast_from(tables[table_row + (t / block_size) * tables.stride(1)]);
+            let slot = block as usize * block_size + t % block_size;
+            let base = v_head + slot * v_cache.stride(1);
+            let weight = p[t];
+            #[unroll]
+            for i in 0..head_dim {
+                acc[i] += weight * f32::cast_from(v_cache[base + i * v_cache.stride(2)]);
             }
-            out[b * e + h * head_dim + d] = F::cast_from(acc / total);
-            d += width;
+            t += width;
+        }
+        #[unroll]
+        for i in 0..head_dim {
+            let sum = plane_sum(acc[i]);
+            if lane == i % 32 {
+                out[b * e + h * head_dim + i] = F::cast_from(sum / total);
+            }
         }
     }
 
@@ -184,12 +197,29 @@ mod kernels {
             for r in 0..rows {
                 acc[r] = f32::new(0.0);
             }
+            // `w` and `x` are contiguous. Four weight loads per trip, issued
+            // before the sums that need them.
             let mut k = lane;
-            while k < k_len {
-                let wk = f32::cast_from(w[w_row + k * w.stride(1)]);
+            while k + 96 < k_len {
+                let w0 = f32::cast_from(w[w_row + k]);
+                let w1 = f32::cast_from(w[w_row + k + 32]);
+                let w2 = f32::cast_from(w[w_row + k + 64]);
+                let w3 = f32::cast_from(w[w_row + k + 96]);
                 #[unroll]
                 for r in 0..rows {
-                    acc[r] += wk * f32::cast_from(x[(b0 + r) * x.stride(0) + k * x.stride(1)]);
+                    let xr = (b0 + r) * x.stride(0) + k;
+                    acc[r] += w0 * f32::cast_from(x[xr])
+                        + w1 * f32::cast_from(x[xr + 32])
+                        + w2 * f32::cast_from(x[xr + 64])
+                        + w3 * f32::cast_from(x[xr + 96]);
+                }
+                k += 128;
+            }
+            while k < k_len {
+                let wk = f32::cast_from(w[w_row + k]);
+                #[unroll]
+                for r in 0..rows {
+                    acc[r] += wk * f32::cast_from(x[(b0 + r) * x.stride(0) + k]);
                 }
                 k += 32;
             }
@@ -387,6 +417,7 @@ impl PagedKvOps for CubeBackend {
         has_residual: bool,
     ) -> FloatTensor<Self> {
         let x = into_contiguous(x);
+        let w = into_contiguous(w);
         let residual = into_contiguous(residual);
         let [b, _] = x.shape().dims::<2>();
         let [n, _] = w.shape().dims::<2>();

@@ -33,6 +33,9 @@ pub struct QueuedRequest {
     /// A place in the bounded pending queue; dropped at admission (or when the
     /// request leaves the queue any other way), which frees the place.
     pub pending_permit: OwnedSemaphorePermit,
+    /// The request's tracing span (made by the gRPC handler): the scheduler
+    /// enters it for its log lines about this request.
+    pub span: tracing::Span,
 }
 
 /// Why a request ended early at the client's or the server's initiative.

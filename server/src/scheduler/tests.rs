@@ -97,6 +97,7 @@ impl Harness {
                 enqueued_at: Instant::now(),
                 events: etx,
                 pending_permit: permit,
+                span: tracing::Span::none(),
             }))
             .unwrap();
         self.events.insert(id, erx);

@@ -40,6 +40,8 @@ struct Running {
     events: mpsc::UnboundedSender<Event>,
     /// Tokens sent so far (the next token's index).
     generated: u32,
+    /// The request's span, entered for this thread's lines about it.
+    span: tracing::Span,
 }
 
 pub(crate) struct Worker {
@@ -179,14 +181,23 @@ impl Worker {
                 stop_token_ids,
                 logprobs,
                 events,
+                span,
                 ..
             } = req;
+            span.in_scope(|| {
+                tracing::debug!(
+                    prefill_batch_size = n,
+                    iteration = self.iteration,
+                    "admitted"
+                )
+            });
             let _ = events.send(Event::Admitted(admission));
             self.running.insert(
                 id,
                 Running {
                     events,
                     generated: 0,
+                    span,
                 },
             );
             self.decode_order.push_back(id);
@@ -240,6 +251,8 @@ impl Worker {
                 tracing::error!(%err, batch = ids.len(), "engine step failed");
                 for id in ids {
                     if let Some(r) = self.running.remove(id) {
+                        r.span
+                            .in_scope(|| tracing::debug!(%err, "failed with its batch"));
                         self.engine.release(*id);
                         let _ = r.events.send(Event::Failed {
                             message: err.to_string(),
@@ -275,6 +288,8 @@ impl Worker {
                 };
                 // Counted before the client can see the end of its stream.
                 SchedulerStats::bump(&self.stats.finished);
+                r.span
+                    .in_scope(|| tracing::debug!(reason = ?kind, tokens = r.generated, "finished"));
                 let _ = r.events.send(Event::Finished {
                     kind,
                     completion_tokens: r.generated,
@@ -294,17 +309,18 @@ impl Worker {
 
     /// Removes a request wherever it is; frees its blocks if it was running.
     fn cancel(&mut self, id: SeqId, reason: CancelReason) {
-        let (events, generated) = if let Some(r) = self.running.remove(&id) {
+        let (events, generated, span) = if let Some(r) = self.running.remove(&id) {
             self.engine.release(id);
-            (r.events, r.generated)
+            (r.events, r.generated, r.span)
         } else if let Some(pos) = self.pending.iter().position(|r| r.id == id) {
             match self.pending.remove(pos) {
-                Some(r) => (r.events, 0),
+                Some(r) => (r.events, 0, r.span),
                 None => return,
             }
         } else {
             return; // already finished
         };
+        span.in_scope(|| tracing::debug!(?reason, generated, "cancelled"));
         match reason {
             CancelReason::DeadlineExceeded => SchedulerStats::bump(&self.stats.deadline_exceeded),
             CancelReason::ClientGone | CancelReason::Shutdown => {
@@ -355,13 +371,9 @@ impl Worker {
 fn guarded<T>(f: impl FnOnce() -> Result<T, EngineError>) -> Result<T, EngineError> {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(r) => r,
-        Err(panic) => {
-            let msg = panic
-                .downcast_ref::<String>()
-                .map(String::as_str)
-                .or_else(|| panic.downcast_ref::<&str>().copied())
-                .unwrap_or("unknown panic");
-            Err(EngineError::Device(format!("engine panicked: {msg}")))
-        }
+        Err(panic) => Err(EngineError::Device(format!(
+            "engine panicked: {}",
+            crate::logging::panic_message(panic.as_ref())
+        ))),
     }
 }

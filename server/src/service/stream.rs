@@ -1,8 +1,9 @@
 //! One request's response stream: scheduler events in, proto messages out.
 //!
 //! A task per request reads the events the scheduler sends, detokenizes and
-//! matches stop strings ([`super::output`]), stamps server times (offsets from `received`) and feeds a small bounded
-//! channel that tonic streams to the client. It is also where the request's
+//! matches stop strings ([`super::output`]), stamps server times (offsets from
+//! `received`) and feeds a small bounded channel that tonic streams to the
+//! client. It is also where the request's
 //! end is noticed:
 //! - the client leaves: tonic drops the response stream, `out.closed()` fires,
 //!   and the task sends `Cancel(ClientGone)` (the request may still be queued);
@@ -12,22 +13,25 @@
 //!   scheduler frees the sequence at once, sends the completing token (with
 //!   the text before the match) and `Finished(STOP)` without waiting.
 //!
-//! Latency histograms are recorded here, off the scheduler thread.
+//! Metrics are recorded here, off the scheduler thread, and the request's
+//! outcome and timings are recorded on its tracing span; how each end is
+//! labelled is in [`super::ending`].
 
 use std::ops::ControlFlow;
 use std::time::{Duration, Instant};
 
-use ember_common::pb::{self, generate_response::Event as PbEvent, stop_match::Matched};
+use ember_common::pb::{self, generate_response::Event as PbEvent};
 use ember_common::tokenizer::Gpt2Tokenizer;
 use tokio::sync::mpsc;
 use tonic::Status;
 
+use super::ending::{End, Ending};
 use super::error::{deadline_exceeded, engine_failed};
 use super::output::{top_logprobs, OutputText};
 use super::stop_strings::Released;
 use crate::engine::{SeqId, TokenLogprobs};
-use crate::metrics;
-use crate::scheduler::{Admission, CancelReason, Event, FinishKind, SchedulerHandle};
+use crate::metrics::{self, FinishedReason};
+use crate::scheduler::{Admission, CancelReason, Event, SchedulerHandle};
 
 /// Messages buffered between this task and tonic. Small: tokens should reach
 /// the socket as they come, and a slow client backs up into the (bounded by
@@ -62,6 +66,9 @@ pub struct RequestStream {
     /// For the text of logprob alternatives.
     pub tokenizer: Gpt2Tokenizer,
     pub scheduler: SchedulerHandle,
+    /// The request's tracing span (made by the handler); its close event is
+    /// the request's log line.
+    pub span: tracing::Span,
 }
 
 /// What happened to a request so far, for the final timing.
@@ -70,58 +77,25 @@ struct Progress {
     admission: Option<Admission>,
     first_token: Option<Instant>,
     last_token: Option<Instant>,
+    /// Tokens received from the scheduler.
+    tokens: u32,
+    /// The timing sent in the `Finished` message, if one was sent.
+    timing: Option<pb::ServerTiming>,
 }
 
 impl Progress {
-    /// A token sampled at `at`: its latency histograms.
-    fn record_token(&mut self, at: Instant, times: &Received) {
+    /// Token `at` arrived: per-token metrics and the first/last instants.
+    fn token(&mut self, at: Instant, times: &Received) {
         match self.last_token {
             None => {
                 self.first_token = Some(at);
-                metrics::observe(metrics::TTFT, at - times.received);
-                if let Some(a) = self.admission {
-                    metrics::observe(metrics::PREFILL_TIME, at - a.admitted_at);
-                }
+                let prefill = self.admission.map(|a| at - a.admitted_at);
+                metrics::first_token(at - times.received, prefill);
             }
-            Some(prev) => metrics::observe(metrics::INTER_TOKEN_LATENCY, at - prev),
+            Some(prev) => metrics::next_token(at - prev),
         }
         self.last_token = Some(at);
-    }
-}
-
-/// How a stream ends: the proto reason, the metrics label, the stop match.
-#[derive(Debug)]
-struct Ending {
-    reason: pb::FinishReason,
-    label: &'static str,
-    stop: Option<pb::StopMatch>,
-}
-
-impl Ending {
-    fn of(kind: FinishKind) -> Self {
-        let (reason, label, stop) = match kind {
-            FinishKind::Eos => (pb::FinishReason::Eos, "eos", None),
-            FinishKind::Length => (pb::FinishReason::Length, "length", None),
-            FinishKind::StopToken(id) => {
-                (pb::FinishReason::Stop, "stop", Some(Matched::TokenId(id)))
-            }
-            FinishKind::Cancelled => (pb::FinishReason::Cancelled, "cancelled", None),
-        };
-        Self {
-            reason,
-            label,
-            stop: stop.map(|m| pb::StopMatch { matched: Some(m) }),
-        }
-    }
-
-    fn stop_string(stop: String) -> Self {
-        Self {
-            reason: pb::FinishReason::Stop,
-            label: "stop",
-            stop: Some(pb::StopMatch {
-                matched: Some(Matched::Stop(stop)),
-            }),
-        }
+        self.tokens += 1;
     }
 }
 
@@ -130,35 +104,55 @@ fn ns(from: Instant, to: Instant) -> u64 {
 }
 
 impl RequestStream {
+    /// Streams the request to its end, then records its metrics and the
+    /// timings on its span (whose close event is the request's log line).
     pub async fn run(mut self) {
+        let mut progress = Progress::default();
+        let end = self.stream(&mut progress).await;
+        let timing = progress
+            .timing
+            .take()
+            .unwrap_or_else(|| self.timing(&progress, Instant::now()));
+        let (label, reason) = end.labels();
+        let timing_if_done = matches!(end, End::Finished(_)).then_some(&timing);
+        metrics::finished(reason, timing_if_done, self.prompt_tokens, progress.tokens);
+        if reason == FinishedReason::Abort {
+            metrics::aborted(if matches!(end, End::Deadline) {
+                "deadline"
+            } else {
+                "cancelled"
+            });
+        }
+        self.record_on_span(label, &progress, &timing);
+    }
+
+    async fn stream(&mut self, progress: &mut Progress) -> End {
         let started = pb::Started {
             request_id: self.request_id.clone(),
             prompt_tokens: self.prompt_tokens,
             server_time_ns: ns(self.times.received, self.times.enqueued),
         };
         if self.send(PbEvent::Started(started)).await.is_err() {
-            return;
+            return End::ClientGone;
         }
-        let mut progress = Progress::default();
         loop {
             let event = tokio::select! {
                 biased;
                 _ = self.out.closed() => {
                     self.scheduler.cancel(self.id, self.why_gone());
-                    return;
+                    return End::ClientGone;
                 }
                 _ = sleep_until_opt(self.times.deadline) => {
                     self.scheduler.cancel(self.id, CancelReason::DeadlineExceeded);
                     let stage = if progress.admission.is_some() { "running" } else { "queued" };
                     let _ = self.out.send(Err(deadline_exceeded(stage))).await;
-                    metrics::finished("deadline", self.prompt_tokens, 0);
-                    return;
+                    return End::Deadline;
                 }
                 event = self.events.recv() => event,
             };
             match event {
                 Some(Event::Admitted(a)) => {
-                    metrics::observe(metrics::QUEUE_TIME, a.admitted_at - self.times.enqueued);
+                    metrics::admitted(a.admitted_at - self.times.enqueued, self.prompt_tokens);
                     progress.admission = Some(a);
                 }
                 Some(Event::Token {
@@ -167,10 +161,10 @@ impl RequestStream {
                     at,
                     logprobs,
                 }) => {
-                    progress.record_token(at, &self.times);
-                    let sent = self.send_token(&progress, index, token_id, at, logprobs);
-                    if sent.await.is_break() {
-                        return;
+                    progress.token(at, &self.times);
+                    let sent = self.send_token(progress, index, token_id, at, logprobs);
+                    if let ControlFlow::Break(end) = sent.await {
+                        return end;
                     }
                 }
                 Some(Event::Finished {
@@ -187,23 +181,20 @@ impl RequestStream {
                             text
                         }
                     };
-                    self.finish(&progress, ending, completion_tokens, trailing_text)
+                    return self
+                        .finish(progress, ending, completion_tokens, trailing_text)
                         .await;
-                    return;
                 }
                 Some(Event::Failed { message }) => {
-                    metrics::finished("error", self.prompt_tokens, 0);
                     let _ = self.out.send(Err(engine_failed(&message))).await;
-                    return;
+                    return End::Failed;
                 }
                 None => {
-                    // The scheduler dropped this request without a final event:
-                    // it stopped.
                     let _ = self
                         .out
                         .send(Err(Status::unavailable("the scheduler stopped")))
                         .await;
-                    return;
+                    return End::SchedulerGone;
                 }
             }
         }
@@ -214,12 +205,12 @@ impl RequestStream {
     /// is the last token, and `Finished(STOP)` follows it).
     async fn send_token(
         &mut self,
-        progress: &Progress,
+        progress: &mut Progress,
         index: u32,
         token_id: u32,
         at: Instant,
         logprobs: Option<TokenLogprobs>,
-    ) -> ControlFlow<()> {
+    ) -> ControlFlow<End> {
         let (text, stop) = match self.output.push(token_id) {
             Released::Text(text) => (text, None),
             Released::Stopped { text, stop } => {
@@ -241,40 +232,56 @@ impl RequestStream {
                 .unwrap_or_default(),
         };
         if self.send(PbEvent::Token(token)).await.is_err() {
-            return ControlFlow::Break(());
+            return ControlFlow::Break(End::ClientGone);
         }
         match stop {
             Some(stop) => {
                 let ending = Ending::stop_string(stop);
-                self.finish(progress, ending, index + 1, String::new())
-                    .await;
-                ControlFlow::Break(())
+                let end = self.finish(progress, ending, index + 1, String::new());
+                ControlFlow::Break(end.await)
             }
             None => ControlFlow::Continue(()),
         }
     }
 
-    /// Sends the final message and records the request's end.
+    /// Sends the final message; its timing is kept for the request's
+    /// metrics and span.
     async fn finish(
         &mut self,
-        progress: &Progress,
+        progress: &mut Progress,
         ending: Ending,
         completion_tokens: u32,
         trailing_text: String,
-    ) {
-        let finished_at = Instant::now();
-        metrics::finished(ending.label, self.prompt_tokens, completion_tokens);
-        metrics::observe(metrics::E2E_LATENCY, finished_at - self.times.received);
+    ) -> End {
+        let timing = self.timing(progress, Instant::now());
         let finished = pb::Finished {
             request_id: self.request_id.clone(),
             finish_reason: ending.reason as i32,
             prompt_tokens: self.prompt_tokens,
             completion_tokens,
-            timing: Some(self.timing(progress, finished_at)),
+            timing: Some(timing),
             stop: ending.stop,
             trailing_text,
         };
+        progress.timing = Some(timing);
         let _ = self.send(PbEvent::Finished(finished)).await;
+        End::Finished(ending.labels)
+    }
+
+    /// The request's outcome on its span: the span's close event (one log
+    /// line per request) carries them. Stages that never happened stay unset.
+    fn record_on_span(&self, finish_reason: &str, p: &Progress, t: &pb::ServerTiming) {
+        let ms = |ns: u64| ns as f64 / 1e6;
+        let span = &self.span;
+        span.record("finish_reason", finish_reason);
+        span.record("completion_tokens", p.tokens);
+        if p.admission.is_some() {
+            span.record("queue_wait_ms", ms(t.queue_wait_ns));
+        }
+        if p.first_token.is_some() {
+            span.record("ttft_ms", ms(t.server_ttft_ns));
+        }
+        span.record("total_ms", ms(t.total_ns));
     }
 
     /// Sends one message; a closed stream means the client left.
