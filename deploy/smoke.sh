@@ -186,8 +186,9 @@ print(f"loadgen JSON ok: {want} requests ok, TTFT p50 {ttft.get('p50')} ms p99 {
 EOF
 metrics=$(pm exec "$server" curl -fsS --max-time 5 http://127.0.0.1:9090/metrics) \
     || die "/metrics did not answer"
-grep -q '^ember:' <<<"$metrics" || die "/metrics has no ember: series"
-log "/metrics: $(grep -c '^ember:' <<<"$metrics") ember: samples"
+grep -q '^vllm:time_to_first_token_seconds_count' <<<"$metrics" \
+    || die "/metrics has no vllm:time_to_first_token_seconds series"
+log "/metrics: $(grep -c '^vllm:' <<<"$metrics") vllm: samples, $(grep -c '^ember:' <<<"$metrics") ember: samples"
 phase_done "loadgen run + checks"
 
 # 5. Graceful stop -------------------------------------------------------------

@@ -60,6 +60,9 @@ fn every_message_round_trips() {
         max_new_tokens: 16,
         ignore_eos: true,
         sampling: Some(sampling),
+        stop: vec!["\n\n".into(), "END".into()],
+        stop_token_ids: vec![50256, 13],
+        logprobs: Some(0),
     });
     let started = pb::Started {
         request_id: "r-1".into(),
@@ -71,6 +74,12 @@ fn every_message_round_trips() {
         token_id: 995,
         text: " world".into(),
         server_time_ns: 99,
+        logprob: Some(-0.25),
+        top_logprobs: vec![pb::TopLogprob {
+            token_id: 995,
+            text: " world".into(),
+            logprob: -0.25,
+        }],
     };
     let finished = pb::Finished {
         request_id: "r-1".into(),
@@ -78,7 +87,14 @@ fn every_message_round_trips() {
         prompt_tokens: 2,
         completion_tokens: 16,
         timing: Some(timing()),
+        stop: Some(pb::StopMatch {
+            matched: Some(pb::stop_match::Matched::Stop("END".into())),
+        }),
+        trailing_text: "\n".into(),
     };
+    round_trip(pb::StopMatch {
+        matched: Some(pb::stop_match::Matched::TokenId(0)),
+    });
     round_trip(started.clone());
     round_trip(token.clone());
     round_trip(finished.clone());
@@ -137,6 +153,7 @@ fn finish_reasons_are_stable() {
     assert_eq!(pb::FinishReason::Eos as i32, 1);
     assert_eq!(pb::FinishReason::Length as i32, 2);
     assert_eq!(pb::FinishReason::Cancelled as i32, 3);
+    assert_eq!(pb::FinishReason::Stop as i32, 4);
 }
 
 #[test]

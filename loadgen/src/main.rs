@@ -3,6 +3,8 @@
 //! [FLAGS]` measures loadgen against its built-in mock server instead;
 //! `loadgen mock [FLAGS]` serves that mock on its own.
 
+use std::io::IsTerminal;
+
 use anyhow::bail;
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
@@ -22,9 +24,13 @@ async fn main() -> anyhow::Result<()> {
     let filter = EnvFilter::try_from_env("LOADGEN_LOG")
         .or_else(|_| EnvFilter::try_from_default_env())
         .unwrap_or_else(|_| EnvFilter::new("info"));
+    // Colours only on a terminal (never in a file or pipe), unless NO_COLOR.
+    let colour = std::io::stderr().is_terminal()
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(filter)
+        .with_ansi(colour)
         .init();
 
     match mode.as_deref() {

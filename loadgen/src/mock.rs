@@ -144,6 +144,7 @@ impl Inference for Mock {
                     token_id: 100 + i,
                     text: "x".into(),
                     server_time_ns: ns(t),
+                    ..Default::default()
                 };
                 if !send(Event::Token(token)).await {
                     return;
@@ -176,6 +177,7 @@ impl Inference for Mock {
                 prompt_tokens,
                 completion_tokens: req.max_new_tokens,
                 timing: Some(timing),
+                ..Default::default()
             }))
             .await;
         });

@@ -179,6 +179,7 @@ pub fn finish_reason_name(value: i32) -> Option<&'static str> {
         FinishReason::Eos => Some("EOS"),
         FinishReason::Length => Some("LENGTH"),
         FinishReason::Cancelled => Some("CANCELLED"),
+        FinishReason::Stop => Some("STOP"),
         FinishReason::Unspecified => None,
     }
 }

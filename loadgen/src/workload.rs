@@ -151,6 +151,7 @@ impl Workload {
                 max_new_tokens,
                 ignore_eos: self.ignore_eos,
                 sampling,
+                ..Default::default()
             },
             prompt_tokens,
         })

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use clap::Parser;
 
+use crate::logging::LogFormat;
 use crate::model::{ModelSource, Preset};
 
 /// Ember: a continuous-batching GPT-2 inference server (gRPC, streaming).
@@ -23,8 +24,9 @@ pub struct Args {
     #[arg(long, env = "EMBER_LISTEN", default_value = "127.0.0.1:50051")]
     pub listen: SocketAddr,
 
-    /// Where the model runs: auto (CUDA if a GPU is usable, else CPU), cpu, cuda
-    /// or cuda:N.
+    /// Where the model runs: cpu, cuda (= cuda:0), cuda:N, or auto: cuda:0 if
+    /// this binary has CUDA and a test kernel runs there, else the CPU with a
+    /// warning giving the reason (a CPU-only build: the CPU).
     #[arg(long, env = "EMBER_DEVICE", default_value = "auto")]
     pub device: String,
 
@@ -98,14 +100,26 @@ pub struct Args {
     pub no_prefix_cache: bool,
 
     /// Skip the startup warmup (health turns SERVING right after loading).
+    /// Decode steps are captured as CUDA graphs at the end of the warmup, so
+    /// this also runs every decode step eager.
     #[arg(long, env = "EMBER_NO_WARMUP")]
     pub no_warmup: bool,
+
+    /// CUDA only: run every decode step eager instead of replaying each decode
+    /// bucket's captured CUDA graph (for comparison and debugging).
+    #[arg(long, env = "EMBER_NO_CUDA_GRAPHS")]
+    pub no_cuda_graphs: bool,
 
     /// CUDA only: where CubeCL keeps autotune results and compiled kernels, so a
     /// restart does not tune and compile again. Default:
     /// $XDG_CACHE_HOME/ember/kernels (or ~/.cache/ember/kernels).
     #[arg(long, env = "EMBER_KERNEL_CACHE_DIR")]
     pub kernel_cache_dir: Option<PathBuf>,
+
+    /// Log line format on stderr: text (colours only on a terminal) or json
+    /// (one object per line). RUST_LOG sets the level (default info).
+    #[arg(long, env = "EMBER_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
 }
 
 /// `$XDG_CACHE_HOME/ember/kernels`, else `$HOME/.cache/ember/kernels`.
@@ -120,7 +134,8 @@ pub fn default_kernel_cache_dir() -> Option<PathBuf> {
 /// Where the engine runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeviceSpec {
-    /// CUDA if usable, else CPU.
+    /// CUDA device 0 if the binary has CUDA and it starts, else the CPU
+    /// (`device::choose_auto`).
     Auto,
     Cpu,
     Cuda(usize),
@@ -179,6 +194,8 @@ pub struct ServerConfig {
     pub shutdown_timeout: Duration,
     pub metrics_addr: Option<SocketAddr>,
     pub warmup: bool,
+    /// Replay decode steps as CUDA graphs (CUDA).
+    pub cuda_graphs: bool,
     /// CubeCL's autotune and kernel cache (CUDA).
     pub kernel_cache_dir: Option<PathBuf>,
 }
@@ -256,6 +273,7 @@ impl Args {
             shutdown_timeout: Duration::from_secs_f64(self.shutdown_timeout),
             metrics_addr,
             warmup: !self.no_warmup,
+            cuda_graphs: !self.no_cuda_graphs,
             kernel_cache_dir: match self.kernel_cache_dir {
                 Some(dir) if dir.as_os_str().is_empty() => {
                     return Err(FlagError("--kernel-cache-dir must not be empty".into()))
@@ -311,6 +329,21 @@ mod tests {
             let err = parse(args).unwrap_err().to_string();
             assert!(err.contains(flag), "{args:?}: {err}");
         }
+    }
+
+    #[test]
+    fn log_format_is_text_or_json_and_a_bad_one_names_the_flag() {
+        let format = |args: &[&str]| {
+            let mut full = vec!["ember-server"];
+            full.extend_from_slice(args);
+            Args::try_parse_from(full).map(|a| a.log_format)
+        };
+        assert_eq!(format(&[]).unwrap(), LogFormat::Text);
+        assert_eq!(format(&["--log-format", "json"]).unwrap(), LogFormat::Json);
+        assert_eq!(format(&["--log-format", "text"]).unwrap(), LogFormat::Text);
+        let err = format(&["--log-format", "xml"]).unwrap_err().to_string();
+        assert!(err.contains("--log-format"), "{err}");
+        assert!(err.contains("json"), "lists the choices: {err}");
     }
 
     #[test]

@@ -14,11 +14,14 @@
 //!   prefill, batched decode, per-sequence sampling.
 //! - [`model`]: GPT-2 as Burn modules, its config, and weight loading (HF
 //!   safetensors or seeded random init).
-//! - [`metrics`]: Prometheus names (vLLM-compatible) and recording helpers.
+//! - [`metrics`]: Prometheus names (vLLM's) and recording helpers.
+//! - [`logging`]: the stderr subscriber (`--log-format text|json`, colours only
+//!   on a terminal, per-request span close lines, panics through tracing).
 
 pub mod cli;
 pub mod device;
 pub mod engine;
+pub mod logging;
 pub mod metrics;
 pub mod model;
 pub mod scheduler;

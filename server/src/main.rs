@@ -1,15 +1,18 @@
 //! `ember-server`: parse flags, set up logging, bind, print the address, run.
 //!
 //! All logic lives in the library (`ember_server::server::run`); this file only
-//! deals with the process edges: flags, logs, signals, exit codes.
+//! deals with the process edges: flags, logs, signals, exit codes. Logging is
+//! set up right after the flags parse, so every later failure (a bad flag
+//! value, a port in use, a device that cannot start) is logged in the chosen
+//! `--log-format` and exits with status 1.
 
 use std::io::Write;
 
 use anyhow::Context;
 use clap::Parser;
 use ember_server::cli::Args;
+use ember_server::logging;
 use tokio::net::TcpListener;
-use tracing_subscriber::EnvFilter;
 
 /// mimalloc keeps freed pages for reuse: the engine allocates multi-MB
 /// intermediates every step, which glibc would hand back to the OS each time.
@@ -17,14 +20,17 @@ use tracing_subscriber::EnvFilter;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    let config = Args::parse().validate()?;
+async fn main() {
+    let args = Args::parse();
+    logging::init(args.log_format, "info");
+    if let Err(e) = run(args).await {
+        tracing::error!("ember-server failed: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    let config = args.validate()?;
     let listener = TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("--listen {}: cannot bind", config.listen))?;

@@ -40,7 +40,8 @@ pub async fn run(
     let (health, health_service) = tonic_health::server::health_reporter();
     set_health(&health, ServingStatus::NotServing).await;
     if let Some(addr) = config.metrics_addr {
-        crate::metrics::install(addr).context("starting the metrics listener")?;
+        crate::metrics::install(addr, &served_model_name(&config.model))
+            .context("starting the metrics listener")?;
     }
 
     let sched_config = SchedulerConfig {
@@ -50,6 +51,7 @@ pub async fn run(
         kv_memory_bytes: config.kv_memory_bytes,
         eos_token_id: tokenizer.eos_token_id(),
         warmup: config.warmup,
+        cuda_graphs: config.cuda_graphs,
     };
     let (handle, ready, join) = spawn_on_device(&config, sched_config)?;
     let state = Arc::new(ServiceState {
@@ -165,6 +167,19 @@ async fn set_health(health: &HealthReporter, status: ServingStatus) {
     health
         .set_service_status(ember_common::SERVICE_NAME, status)
         .await;
+}
+
+/// The `model_name` label of every metric: the model directory's name (e.g.
+/// `gpt2` for `--model-dir /models/gpt2`), else the preset's.
+fn served_model_name(model: &ModelSource) -> String {
+    match model {
+        ModelSource::Dir(dir) => dir
+            .file_name()
+            .unwrap_or(dir.as_os_str())
+            .to_string_lossy()
+            .into_owned(),
+        ModelSource::Preset { preset, .. } => preset.to_string(),
+    }
 }
 
 fn load_tokenizer(model: &ModelSource) -> anyhow::Result<Gpt2Tokenizer> {

@@ -1,140 +1,14 @@
 //! In-process gRPC tests: the real server (`server::run`) on 127.0.0.1:0 with
-//! the tiny model on the CPU, driven by a tonic client.
+//! the tiny model on the CPU, driven by a tonic client (helpers in `support`).
 
-use std::net::SocketAddr;
+mod support;
+
 use std::time::Duration;
 
-use clap::Parser;
-use ember_common::pb::{self, generate_response::Event, inference_client::InferenceClient};
-use ember_loadgen::health;
-use ember_server::cli::Args;
-use tokio::net::TcpListener;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
-use tonic::transport::Channel;
+use ember_common::pb::{self, generate_response::Event};
+use support::{collect, request, TestServer};
 use tonic::Code;
 use tonic_health::pb::health_check_response::ServingStatus;
-
-struct TestServer {
-    addr: SocketAddr,
-    stop: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<anyhow::Result<()>>>,
-}
-
-impl TestServer {
-    /// Starts the server without waiting for it to be ready.
-    async fn spawn(extra: &[&str]) -> Self {
-        let mut args = vec![
-            "ember-server",
-            "--preset",
-            "tiny",
-            "--device",
-            "cpu",
-            "--listen",
-            "127.0.0.1:0",
-        ];
-        args.extend_from_slice(extra);
-        let config = Args::try_parse_from(args).unwrap().validate().unwrap();
-        let listener = TcpListener::bind(config.listen).await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (stop, stop_rx) = oneshot::channel::<()>();
-        let task = tokio::spawn(ember_server::server::run(config, listener, async {
-            let _ = stop_rx.await;
-        }));
-        Self {
-            addr,
-            stop: Some(stop),
-            task: Some(task),
-        }
-    }
-
-    /// Starts the server and waits until it is SERVING.
-    async fn start(extra: &[&str]) -> Self {
-        let server = Self::spawn(extra).await;
-        server.wait_serving().await;
-        server
-    }
-
-    async fn channel(&self) -> Channel {
-        Channel::from_shared(format!("http://{}", self.addr))
-            .unwrap()
-            .connect()
-            .await
-            .unwrap()
-    }
-
-    async fn client(&self) -> InferenceClient<Channel> {
-        InferenceClient::new(self.channel().await)
-    }
-
-    async fn health(&self) -> ServingStatus {
-        let endpoint = health::endpoint(&format!("http://{}", self.addr)).unwrap();
-        health::check(&endpoint, ember_common::SERVICE_NAME)
-            .await
-            .unwrap()
-    }
-
-    async fn wait_serving(&self) {
-        let target = format!("http://{}", self.addr);
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        if let Err(e) = health::wait_serving(&target, &[""], deadline, || None).await {
-            panic!("server never became SERVING: {e}");
-        }
-    }
-
-    async fn info(&self) -> pb::ServerInfo {
-        self.client()
-            .await
-            .get_server_info(pb::GetServerInfoRequest {})
-            .await
-            .unwrap()
-            .into_inner()
-    }
-
-    /// KV blocks and active sequences drop to 0 (release is asynchronous to the
-    /// client seeing the stream end).
-    async fn assert_idle(&self) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(4);
-        let every = Duration::from_millis(20);
-        if let Err(last) =
-            health::wait_info(self.channel().await, every, deadline, health::is_idle).await
-        {
-            panic!("server not idle: {last}");
-        }
-    }
-
-    async fn stop(mut self) {
-        let _ = self.stop.take().unwrap().send(());
-        self.task.take().unwrap().await.unwrap().unwrap();
-    }
-}
-
-fn request(prompt: &str, n: u32) -> pb::GenerateRequest {
-    pb::GenerateRequest {
-        prompt: prompt.into(),
-        max_new_tokens: n,
-        ignore_eos: true,
-        ..Default::default()
-    }
-}
-
-/// Collects a whole stream: (started, tokens, finished).
-async fn collect(
-    client: &mut InferenceClient<Channel>,
-    req: pb::GenerateRequest,
-) -> Result<(pb::Started, Vec<pb::Token>, pb::Finished), tonic::Status> {
-    let mut stream = client.generate(req).await?.into_inner();
-    let mut started = None;
-    let mut tokens = Vec::new();
-    while let Some(msg) = stream.message().await? {
-        match msg.event.unwrap() {
-            Event::Started(s) => started = Some(s),
-            Event::Token(t) => tokens.push(t),
-            Event::Finished(f) => return Ok((started.unwrap(), tokens, f)),
-        }
-    }
-    panic!("stream ended without Finished");
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streams_tokens_with_an_ordered_timeline_that_adds_up() {
@@ -309,6 +183,55 @@ async fn every_validation_case_returns_its_status() {
     assert_eq!(ids(&a), ids(&b));
     let counters = server.info().await.counters.unwrap();
     assert_eq!(counters.rejected, 11);
+    server.assert_idle().await;
+    server.stop().await;
+}
+
+/// `GenerateRequest` as the wire sees it, with `prompt` (tag 2) as raw bytes:
+/// lets a test send a prompt that is not UTF-8, which the real type cannot
+/// hold.
+#[derive(Clone, PartialEq, prost::Message)]
+struct RawGenerateRequest {
+    #[prost(bytes = "vec", tag = "2")]
+    prompt: Vec<u8>,
+    #[prost(uint32, tag = "4")]
+    max_new_tokens: u32,
+}
+
+/// Sends a [`RawGenerateRequest`] to `Generate` and reads the stream to its end.
+async fn generate_raw(server: &TestServer, prompt: &[u8]) -> Result<usize, tonic::Status> {
+    let mut grpc = tonic::client::Grpc::new(server.channel().await);
+    grpc.ready().await.unwrap();
+    let codec = tonic_prost::ProstCodec::<RawGenerateRequest, pb::GenerateResponse>::default();
+    let path = tonic::codegen::http::uri::PathAndQuery::from_static("/ember.v1.Inference/Generate");
+    let req = tonic::Request::new(RawGenerateRequest {
+        prompt: prompt.to_vec(),
+        max_new_tokens: 2,
+    });
+    let mut stream = grpc.server_streaming(req, path, codec).await?.into_inner();
+    let mut messages = 0;
+    while stream.message().await?.is_some() {
+        messages += 1;
+    }
+    Ok(messages)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_undecodable_request_is_invalid_argument_naming_the_field() {
+    let server = TestServer::start(&[]).await;
+    // The same path with valid UTF-8: Started, 2 tokens, Finished.
+    assert_eq!(generate_raw(&server, b"Hello").await.unwrap(), 4);
+    let err = generate_raw(&server, b"Hello \xff\xfe world")
+        .await
+        .expect_err("a prompt that is not UTF-8 cannot be decoded");
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+    assert!(
+        err.message().contains("GenerateRequest.prompt"),
+        "the message names the field: {:?}",
+        err.message()
+    );
+    // The server is unharmed.
+    assert_eq!(generate_raw(&server, b"Hello").await.unwrap(), 4);
     server.assert_idle().await;
     server.stop().await;
 }

@@ -5,7 +5,8 @@
 //! network namespace with `ip netns exec`), reads its `listening on ADDR` line
 //! with a timeout, keeps draining stdout, and on drop sends SIGTERM, waits a
 //! little, then SIGKILL; when the test is panicking, the drop prints the
-//! stderr tail. Here: the tests' defaults (stderr to a file, plain logs).
+//! stderr tail. Here: the tests' defaults (stderr to a file, `RUST_LOG=info`
+//! unless set).
 
 use std::path::Path;
 use std::time::Duration;
@@ -23,10 +24,9 @@ pub fn spawn(
     stderr_path: &Path,
     timeout: Duration,
 ) -> anyhow::Result<Announced> {
-    let mut env = vec![
-        // Plain logs in the stderr file (tracing-subscriber honours NO_COLOR).
-        ("NO_COLOR".to_string(), "1".to_string()),
-    ];
+    // No NO_COLOR: the server turns colours off by itself when stderr is not a
+    // terminal (tests/tests/observability.rs checks its stderr file).
+    let mut env = Vec::new();
     if std::env::var_os("RUST_LOG").is_none() {
         env.push(("RUST_LOG".to_string(), "info".to_string()));
     }

@@ -24,6 +24,9 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 
+#[path = "engine_bench/kernel_check.rs"]
+mod kernel_check;
+
 /// mimalloc keeps freed pages for reuse: the engine allocates multi-MB
 /// intermediates every step, which glibc would hand back to the OS each time.
 #[global_allocator]
@@ -70,22 +73,27 @@ struct Args {
     /// reference.json) instead of benchmarking.
     #[arg(long)]
     reference: Option<PathBuf>,
+    /// Also time each batch size with its decode step replayed as a CUDA graph
+    /// (after the eager timing, same sequences), and in `--reference` mode
+    /// check that graph replays produce the eager steps' tokens.
+    #[arg(long)]
+    graphs: bool,
+    /// CUDA: check the CubeCL paged-attention and KV-write kernels against the
+    /// tensor-op reference on random data, then exit.
+    #[arg(long)]
+    check_kernels: bool,
     /// Where to write the JSON report.
     #[arg(long, default_value = "engine_bench.json")]
     json: PathBuf,
 }
 
 fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    ember_server::logging::init(ember_server::logging::LogFormat::Text, "warn");
     let args = Args::parse();
     let device = device::open(args.device, default_kernel_cache_dir().as_deref())?;
     let report = match &args.reference {
-        Some(dir) => check_reference(dir, device)?,
+        _ if args.check_kernels => kernel_check::run(&device)?,
+        Some(dir) => check_reference(dir, device, args.graphs)?,
         None => run(&args, device)?,
     };
     std::fs::write(&args.json, serde_json::to_string_pretty(&report)?)
@@ -117,7 +125,8 @@ fn run(args: &Args, device: EngineDevice) -> anyhow::Result<serde_json::Value> {
     {
         bail!("--prefill takes N,L (two positive numbers)");
     }
-    let max_new = args.warmup + args.steps + 1;
+    let timed_passes = if args.graphs { 2 } else { 1 };
+    let max_new = args.warmup + timed_passes * args.steps + 1;
     if args.context + max_new > config.n_positions {
         bail!(
             "context {} + {} steps exceeds n_positions {}",
@@ -146,6 +155,7 @@ fn run(args: &Args, device: EngineDevice) -> anyhow::Result<serde_json::Value> {
         bucketed: device.bucketed,
         // Timed prefills repeat prompts: measure compute, not cache hits.
         prefix_caching: false,
+        decode_graphs: false,
     };
     let mut engine = Engine::new(
         model,
@@ -176,7 +186,7 @@ fn run(args: &Args, device: EngineDevice) -> anyhow::Result<serde_json::Value> {
         config.n_layer, config.n_embd, args.context, args.steps
     );
     println!(
-        "{:>6} {:>10} {:>10} {:>10} {:>12}",
+        "{:>12} {:>10} {:>10} {:>10} {:>12}",
         "batch", "p50 ms", "p10 ms", "p90 ms", "tokens/s"
     );
     let mut decode_rows = Vec::new();
@@ -194,6 +204,8 @@ fn run(args: &Args, device: EngineDevice) -> anyhow::Result<serde_json::Value> {
                     max_new_tokens: max_new,
                     ignore_eos: true,
                     sampling: SamplingParams::greedy(),
+                    stop_token_ids: Vec::new(),
+                    logprobs: None,
                 })
                 .collect();
             engine.prefill(reqs)?;
@@ -211,26 +223,25 @@ fn run(args: &Args, device: EngineDevice) -> anyhow::Result<serde_json::Value> {
             args.warmup,
             t.elapsed().as_secs_f64() * 1e3
         );
-        let mut ms = Vec::with_capacity(args.steps);
-        for _ in 0..args.steps {
+        let eager = time_steps(&mut engine, &ids, args.steps)?;
+        let mut row = json!({"batch": b, "eager": eager.json(b)});
+        print_row(&format!("{b}"), &eager, b);
+        if args.graphs {
             let t = Instant::now();
-            engine.decode(&ids)?;
-            ms.push(t.elapsed().as_secs_f64() * 1e3);
+            let hardware = engine.capture_decode_graphs(&[b]);
+            eprintln!(
+                "batch {b}: captured ({hardware} hardware graph) in {:.0} ms",
+                t.elapsed().as_secs_f64() * 1e3
+            );
+            let graph = time_steps(&mut engine, &ids, args.steps)?;
+            print_row(&format!("{b} graph"), &graph, b);
+            row["graph"] = graph.json(b);
+            row["hardware_graph"] = json!(hardware > 0);
         }
         ids.iter().for_each(|&id| {
             engine.release(id);
         });
-        ms.sort_by(f64::total_cmp);
-        let (p50, p10, p90) = (
-            percentile(&ms, 50.0),
-            percentile(&ms, 10.0),
-            percentile(&ms, 90.0),
-        );
-        let tps = b as f64 / (p50 / 1e3);
-        println!("{b:>6} {p50:>10.2} {p10:>10.2} {p90:>10.2} {tps:>12.0}");
-        decode_rows.push(
-            json!({"batch": b, "p50_ms": p50, "p10_ms": p10, "p90_ms": p90, "tokens_per_s": tps}),
-        );
+        decode_rows.push(row);
     }
 
     let mut prefill_row = serde_json::Value::Null;
@@ -245,6 +256,8 @@ fn run(args: &Args, device: EngineDevice) -> anyhow::Result<serde_json::Value> {
                     max_new_tokens: 1, // finishes (and frees its blocks) in the prefill
                     ignore_eos: true,
                     sampling: SamplingParams::greedy(),
+                    stop_token_ids: Vec::new(),
+                    logprobs: None,
                 })
                 .collect();
             let t = Instant::now();
@@ -275,10 +288,50 @@ fn run(args: &Args, device: EngineDevice) -> anyhow::Result<serde_json::Value> {
     }))
 }
 
+/// Percentiles of timed decode steps.
+struct StepTimes {
+    p50: f64,
+    p10: f64,
+    p90: f64,
+}
+
+impl StepTimes {
+    fn json(&self, batch: usize) -> serde_json::Value {
+        json!({"p50_ms": self.p50, "p10_ms": self.p10, "p90_ms": self.p90,
+               "tokens_per_s": batch as f64 / (self.p50 / 1e3)})
+    }
+}
+
+/// Times `steps` decode steps of `ids` (each ends with the engine's one
+/// device->host read of the sampled ids, so wall time covers the device work).
+fn time_steps(engine: &mut Engine, ids: &[SeqId], steps: usize) -> anyhow::Result<StepTimes> {
+    let mut ms = Vec::with_capacity(steps);
+    for _ in 0..steps {
+        let t = Instant::now();
+        engine.decode(ids)?;
+        ms.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    ms.sort_by(f64::total_cmp);
+    Ok(StepTimes {
+        p50: percentile(&ms, 50.0),
+        p10: percentile(&ms, 10.0),
+        p90: percentile(&ms, 90.0),
+    })
+}
+
+fn print_row(label: &str, t: &StepTimes, batch: usize) {
+    let tps = batch as f64 / (t.p50 / 1e3);
+    println!(
+        "{label:>12} {:>10.3} {:>10.3} {:>10.3} {tps:>12.0}",
+        t.p50, t.p10, t.p90
+    );
+}
+
 /// Runs a reference fixture's prompts through the engine on `device`.
 fn check_reference(
     dir: &std::path::Path,
     device: EngineDevice,
+    graphs: bool,
 ) -> anyhow::Result<serde_json::Value> {
     let device_name = device.name.clone();
     let text = std::fs::read_to_string(dir.join("reference.json"))
@@ -310,6 +363,7 @@ fn check_reference(
         max_batch: 8,
         bucketed: device.bucketed,
         prefix_caching: false,
+        decode_graphs: false,
     };
     let mut engine = Engine::new(
         model,
@@ -341,38 +395,25 @@ fn check_reference(
         }
     }
 
-    // Greedy continuations, all sequences batched.
+    // Greedy continuations, all sequences batched; then again with every
+    // decode step replayed from captured graphs, which must give the same tokens.
     let n = reference["new_tokens"].as_u64().unwrap_or(16) as usize;
-    let reqs = prompts
-        .iter()
-        .enumerate()
-        .map(|(i, p)| SequenceRequest {
-            id: i as SeqId,
-            prompt: p.clone(),
-            max_new_tokens: n,
-            ignore_eos: true,
-            sampling: SamplingParams::greedy(),
-        })
-        .collect();
-    let mut got: Vec<Vec<u32>> = vec![Vec::new(); prompts.len()];
     let t = Instant::now();
-    let mut out = engine.prefill(reqs)?;
-    loop {
-        for t in &out.tokens {
-            got[t.id as usize].push(t.token);
-        }
-        let active: Vec<SeqId> = (0..prompts.len() as SeqId)
-            .filter(|&id| got[id as usize].len() < n)
-            .collect();
-        if active.is_empty() {
-            break;
-        }
-        out = engine.decode(&active)?;
-    }
+    let got = greedy_tokens(&mut engine, &prompts, n)?;
     eprintln!(
         "reference generation: {:.0} ms",
         t.elapsed().as_secs_f64() * 1e3
     );
+    let mut graph_check = serde_json::Value::Null;
+    if graphs {
+        let hardware = engine.capture_decode_graphs(&[1, 2, 4, 8]);
+        let replayed = greedy_tokens(&mut engine, &prompts, n)?;
+        let same = replayed == got;
+        println!(
+            "  graph replays ({hardware} hardware graphs): tokens identical to eager steps: {same}"
+        );
+        graph_check = json!({"hardware_graphs": hardware, "tokens_identical": same});
+    }
     let matching: Vec<usize> = cases
         .iter()
         .zip(&got)
@@ -397,5 +438,41 @@ fn check_reference(
         "max_abs_logit": max_ref,
         "greedy_tokens": n,
         "greedy_matching_prefix": matching,
+        "graph_check": graph_check,
     }))
+}
+
+/// `n` greedy tokens for each prompt, all decoded in one batch.
+fn greedy_tokens(
+    engine: &mut Engine,
+    prompts: &[Vec<u32>],
+    n: usize,
+) -> anyhow::Result<Vec<Vec<u32>>> {
+    let reqs = prompts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| SequenceRequest {
+            id: i as SeqId,
+            prompt: p.clone(),
+            max_new_tokens: n,
+            ignore_eos: true,
+            sampling: SamplingParams::greedy(),
+            stop_token_ids: Vec::new(),
+            logprobs: None,
+        })
+        .collect();
+    let mut got: Vec<Vec<u32>> = vec![Vec::new(); prompts.len()];
+    let mut out = engine.prefill(reqs)?;
+    loop {
+        for t in &out.tokens {
+            got[t.id as usize].push(t.token);
+        }
+        let active: Vec<SeqId> = (0..prompts.len() as SeqId)
+            .filter(|&id| got[id as usize].len() < n)
+            .collect();
+        if active.is_empty() {
+            return Ok(got);
+        }
+        out = engine.decode(&active)?;
+    }
 }

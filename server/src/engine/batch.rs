@@ -11,18 +11,18 @@
 //!   has one, attention runs over the fresh K/V alone. The causal+padding mask
 //!   hides future and padding keys; logits are taken only at each row's last
 //!   token.
-//! - Decode feeds one token per row. Each row's context is read from the cache
-//!   through its block table: the slot list `table[t / bs] * bs + t % bs` for
-//!   `t < T` is computed on the device from the block-table buffer (`T` =
-//!   `ctx_blocks * bs`, the batch's context bucket), and a mask built from the
-//!   context-length buffer hides positions `>= len`. Nothing is read
-//!   back or uploaded here: the step's inputs were written into the buffers once.
+//! - Decode feeds one token per row. Attention reads each row's context from
+//!   the cache through its block table and context length, straight from the
+//!   buffers ([`PagedContext`]): no slot list, no mask, and no shape that
+//!   depends on the context, so one decode graph serves every length. Nothing
+//!   is read back or uploaded here: the step's inputs were written into the
+//!   buffers once.
 
 use burn::prelude::*;
 
 use super::blocks::slot_of;
 use super::buffers::DecodeBuffers;
-use crate::model::AttentionMeta;
+use crate::model::{AttentionMeta, PagedContext};
 
 /// Everything [`Gpt2::forward`](crate::model::Gpt2::forward) needs for one step.
 #[derive(Debug, Clone)]
@@ -153,47 +153,31 @@ pub fn prefill_inputs_over(
             write_slots: ints(write_slots, [b * q], device),
             context_slots: context.map(|_| ints(context_slots, [b * t], device)),
             context_len: t,
-            context_lens: None,
-            mask: masked,
+            mask: Some(masked),
+            paged: None,
         },
     }
 }
 
-/// The decode step's inputs from `buffers` (already written for this step),
-/// attending over the first `ctx_blocks` blocks of each row's table.
-pub fn decode_inputs(buffers: &DecodeBuffers, ctx_blocks: usize, block_size: usize) -> StepInputs {
+/// The decode step's inputs from `buffers` (already written for this step);
+/// contexts of at most `max_context` positions in blocks of `block_size`.
+pub fn decode_inputs(buffers: &DecodeBuffers, block_size: usize, max_context: usize) -> StepInputs {
     let b = buffers.rows();
-    let t = ctx_blocks * block_size;
-    let device = buffers.device();
-    let tables = buffers.tables.tensor().slice([0..b, 0..ctx_blocks]); // [B, nb]
-    let offsets =
-        Tensor::<1, Int>::arange(0..block_size as i64, device).reshape([1, 1, block_size]);
-    let context_slots = (tables
-        .mul_scalar(block_size as i64)
-        .reshape([b, ctx_blocks, 1])
-        + offsets)
-        .reshape([b * t]); // [B*T]
-
-    let shape = [b, 1, 1, t];
-    let j = Tensor::<1, Int>::arange(0..t as i64, device)
-        .reshape([1, 1, 1, t])
-        .expand(shape);
-    let len = buffers
-        .context_lens
-        .tensor()
-        .reshape([b, 1, 1, 1])
-        .expand(shape);
-
     StepInputs {
         tokens: buffers.tokens.tensor().reshape([b, 1]),
         positions: buffers.positions.tensor().reshape([b, 1]),
         last_rows: buffers.last_rows.clone(),
         meta: AttentionMeta {
             write_slots: buffers.write_slots.tensor(),
-            context_slots: Some(context_slots),
-            context_len: t,
-            context_lens: Some(buffers.context_lens.tensor()),
-            mask: j.greater_equal(len),
+            context_slots: None,
+            context_len: 1,
+            mask: None,
+            paged: Some(PagedContext {
+                tables: buffers.tables.tensor(),
+                lens: buffers.context_lens.tensor(),
+                block_size,
+                max_context,
+            }),
         },
     }
 }
@@ -229,7 +213,7 @@ mod tests {
         ];
         let shape = PrefillShape { rows: 3, len: 3 };
         let inputs = prefill_inputs(&seqs, shape, 4, 99, &dev);
-        let m = bools(inputs.meta.mask);
+        let m = bools(inputs.meta.mask.expect("prefill mask"));
         #[rustfmt::skip]
         let expected = [
             false, true, true,   false, false, true,   false, false, false, // seq 0: causal
@@ -273,7 +257,7 @@ mod tests {
         assert_eq!(ints_of(inputs.meta.write_slots), [5, 6, 8, 9]);
         assert_eq!(ints_of(inputs.positions), [5, 6, 0, 1]);
         assert_eq!(ints_of(inputs.last_rows), [1, 3]);
-        let m = bools(inputs.meta.mask);
+        let m = bools(inputs.meta.mask.expect("prefill mask"));
         let f = false;
         #[rustfmt::skip]
         assert_eq!(m, [
@@ -283,7 +267,7 @@ mod tests {
     }
 
     #[test]
-    fn decode_gathers_context_through_block_tables() {
+    fn decode_reads_tables_and_lengths_from_the_buffers() {
         let dev = Device::flex();
         let mut buffers = DecodeBuffers::new(4, 3, 10, &dev);
         let rows = [
@@ -299,22 +283,15 @@ mod tests {
             },
         ];
         buffers.write(&rows, 2, 7);
-        let inputs = decode_inputs(&buffers, 2, 2);
-        let ctx = ints_of(inputs.meta.context_slots.unwrap());
-        // Row 0: blocks 3 then 0; row 1: block 1 then the padding block 7 (masked);
-        // rows 2-3 pad the bucket and read only the padding block.
+        let inputs = decode_inputs(&buffers, 2, 6);
+        let paged = inputs.meta.paged.expect("decode is paged");
+        // Tables padded with the padding block 7; padding rows read only it.
         #[rustfmt::skip]
-        assert_eq!(ctx, [6, 7, 0, 1,   2, 3, 14, 15,   14, 15, 14, 15,   14, 15, 14, 15]);
+        assert_eq!(ints_of(paged.tables), [3, 0, 7,   1, 7, 7,   7, 7, 7,   7, 7, 7]);
+        assert_eq!(ints_of(paged.lens), [3, 1, 1, 1]);
         assert_eq!(ints_of(inputs.meta.write_slots), [0, 2, 14, 14]);
         assert_eq!(ints_of(inputs.tokens), [5, 6, 0, 0]);
         assert_eq!(ints_of(inputs.positions), [2, 0, 0, 0]);
-        let m = bools(inputs.meta.mask);
-        #[rustfmt::skip]
-        assert_eq!(m, [
-            false, false, false, true,
-            false, true, true, true,
-            false, true, true, true,
-            false, true, true, true,
-        ]);
+        assert!(inputs.meta.mask.is_none() && inputs.meta.context_slots.is_none());
     }
 }

@@ -16,6 +16,9 @@
 //!   derived on the device from the buffers).
 //! - [`sampler`]: per-row sampling on device (greedy fast path; temperature,
 //!   top-k, top-p with per-sequence seeded RNGs); one device->host read.
+//! - [`logprobs`]: log-probabilities of the sampled tokens and their top-n
+//!   alternatives, on the device from the logits sampling read; run after
+//!   sampling, only for steps where some row asked.
 //! - [`runner`]: [`Engine`], which owns the model, the cache and the sequences
 //!   and implements decode / release.
 //! - [`prefill`]: admission (prefix-cache lookup, block reservation) and the
@@ -25,8 +28,10 @@
 pub mod batch;
 pub mod blocks;
 pub mod buffers;
+mod graphs;
 mod inplace;
 pub mod limits;
+pub mod logprobs;
 mod prefill;
 pub mod prefix_cache;
 pub mod runner;
@@ -36,6 +41,8 @@ pub mod types;
 pub mod warmup;
 
 #[cfg(test)]
+mod control_tests;
+#[cfg(test)]
 mod prefill_tests;
 #[cfg(test)]
 mod tests;
@@ -43,6 +50,6 @@ mod tests;
 pub use runner::Engine;
 pub use types::{
     AdmissionCost, EngineConfig, EngineError, FinishReason, FinishedSeq, PrefillChunk,
-    SampledToken, SamplingParams, SeqId, SequenceRequest, StepOutput,
+    SampledToken, SamplingParams, SeqId, SequenceRequest, StepOutput, TokenLogprobs,
 };
 pub use warmup::WarmupReport;

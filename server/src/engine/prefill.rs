@@ -29,6 +29,7 @@ use std::collections::HashSet;
 use burn::prelude::*;
 
 use super::batch::{prefill_inputs_over, PrefillSeq, StepInputs};
+use super::logprobs::{any_asked, logprobs};
 use super::prefix_cache::BlockHash;
 use super::runner::{forward, Engine};
 use super::sampler::{sample, RowChoice, SamplingParamsRows};
@@ -111,6 +112,10 @@ impl Engine {
             .iter()
             .filter_map(|(id, ..)| self.prefilling.get_mut(id).map(Sequence::choice))
             .collect();
+        let top_n: Vec<Option<usize>> = rows[..sampled]
+            .iter()
+            .map(|(id, ..)| self.prefilling.get(id).and_then(Sequence::logprobs))
+            .collect();
 
         let views: Vec<PrefillSeq<'_>> = rows
             .iter()
@@ -125,12 +130,15 @@ impl Engine {
             .collect();
         let (inputs, padded) = self.prefill_batch(&views);
         let logits = forward(&self.model, &mut self.cache, inputs);
-        let tokens = if sampled > 0 {
+        let (tokens, mut lps) = if sampled > 0 {
             let mut params = SamplingParamsRows::new(padded, self.config.vocab_size, &self.device);
             params.write(&choices);
-            sample(logits, &params, sampled)?
+            let kept = any_asked(&top_n).then(|| logits.clone());
+            let tokens = sample(logits, &params, sampled)?;
+            let lps = kept.map(|l| logprobs(l, &tokens, &top_n)).transpose()?;
+            (tokens, lps.unwrap_or_default())
         } else {
-            Vec::new()
+            (Vec::new(), Vec::new())
         };
 
         let mut out = StepOutput::default();
@@ -143,8 +151,9 @@ impl Engine {
             match (completes, tokens.get(i)) {
                 (true, Some(&token)) => {
                     let verdict = seq.judge(token, self.eos_token_id);
+                    let lp = lps.get_mut(i).and_then(Option::take);
                     self.seqs.insert(id, seq);
-                    self.record(id, token, verdict, &mut out);
+                    self.record(id, token, lp, verdict, &mut out);
                 }
                 _ => {
                     self.prefilling.insert(id, seq);
@@ -201,6 +210,8 @@ impl Engine {
                 max_new_tokens: 1,
                 ignore_eos: true,
                 sampling: SamplingParams::greedy(),
+                stop_token_ids: Vec::new(),
+                logprobs: None,
             })?;
         }
         let counts: Vec<usize> = prompts

@@ -25,6 +25,7 @@ fn tiny(prefix_caching: bool, num_blocks: usize) -> Engine {
         max_batch: 8,
         bucketed: false,
         prefix_caching,
+        decode_graphs: false,
     };
     Engine::new(model, config, cfg, EOS, dev).unwrap()
 }
@@ -68,6 +69,7 @@ fn chunked_prefill_matches_transformers() {
             max_batch: 8,
             bucketed: false,
             prefix_caching: false,
+            decode_graphs: false,
         });
         for (i, c) in reference.cases.iter().enumerate() {
             let r = req(i as SeqId, &c.prompt, n, SamplingParams::greedy());

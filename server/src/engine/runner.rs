@@ -1,7 +1,8 @@
 //! [`Engine`]: the model, the paged KV cache and the active sequences.
 //!
 //! Each step (prefill or decode) is one batched forward pass, one sampling
-//! pass and one device->host read of the chosen ids. A finished sequence's
+//! pass and one device->host read of the chosen ids (plus, only when some row
+//! asked for logprobs, [`logprobs`] and its one read). A finished sequence's
 //! blocks are freed inside the step (stop rules: [`super::sequence`]).
 //! Admission and the prefill steps (prefix cache, chunks) are in
 //! [`super::prefill`]; this file holds the engine's state and the decode step.
@@ -15,8 +16,10 @@
 //! Step shapes: with `bucketed` on (CUDA), decode batches are padded to
 //! power-of-two buckets up to `max_batch` and prefill batches to power-of-two
 //! rows and lengths, so the set of shapes is small and known in advance
-//! (autotune runs once per shape, a CUDA graph can be kept per bucket). A
-//! decode step's inputs go through the bucket's persistent [`DecodeBuffers`].
+//! (autotune runs once per shape). A decode step's inputs go through the
+//! bucket's persistent [`DecodeBuffers`], and with `decode_graphs` on, each
+//! bucket's step is captured once and replayed as a CUDA graph
+//! ([`super::graphs`]).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -24,8 +27,10 @@ use burn::prelude::*;
 
 use super::batch::{decode_inputs, PrefillShape, StepInputs};
 use super::blocks::BlockPool;
-use super::buffers::{context_bucket, DecodeBuffers, DecodeRow};
-use super::limits::{LimitField, RequestLimits};
+use super::buffers::{DecodeBuffers, DecodeRow};
+use super::graphs::DecodeGraph;
+use super::limits::RequestLimits;
+use super::logprobs::{any_asked, logprobs};
 use super::sampler::{sample, RowChoice};
 use super::sequence::Sequence;
 use super::types::*;
@@ -36,6 +41,11 @@ const MIN_PREFILL_BUCKET: usize = 16;
 
 /// Runs many GPT-2 sequences at once over a paged KV cache.
 pub struct Engine {
+    /// Captured decode steps per bucket (declared first: dropped before the
+    /// buffers and the cache they replay against).
+    pub(super) graphs: BTreeMap<usize, DecodeGraph>,
+    /// Capture decode graphs after warmup (see [`EngineConfig::decode_graphs`]).
+    pub(super) decode_graphs: bool,
     pub(super) model: Gpt2,
     pub(super) config: Gpt2Config,
     /// K/V storage of all layers, `(num_blocks + 1) * block_size` slots each
@@ -77,6 +87,7 @@ impl Engine {
             max_batch,
             bucketed,
             prefix_caching,
+            decode_graphs,
         } = engine_config;
         if block_size == 0 || num_blocks == 0 || max_batch == 0 {
             return Err(EngineError::InvalidConfig(format!(
@@ -102,6 +113,8 @@ impl Engine {
             "allocated the paged KV cache"
         );
         Ok(Self {
+            graphs: BTreeMap::new(),
+            decode_graphs,
             model,
             config,
             cache,
@@ -184,13 +197,12 @@ impl Engine {
 
     /// Checks a request against the model's limits (not against free blocks).
     pub fn validate(&self, req: &SequenceRequest) -> Result<(), EngineError> {
-        self.limits()
+        let limits = self.limits();
+        limits
             .check(&req.prompt, req.max_new_tokens)
+            .and_then(|()| limits.check_controls(&req.stop_token_ids, req.logprobs))
             .map_err(|v| {
-                let field = match v.field {
-                    LimitField::Prompt => "prompt",
-                    LimitField::MaxNewTokens => "max_new_tokens",
-                };
+                let field = v.field.name("prompt");
                 EngineError::InvalidRequest(format!("sequence {}: {field} {}", req.id, v.message))
             })
     }
@@ -203,17 +215,27 @@ impl Engine {
             return Ok(StepOutput::default());
         }
         let (logits, bucket) = self.decode_forward(ids)?;
+        let top_n: Vec<Option<usize>> = ids
+            .iter()
+            .map(|id| self.seqs.get(id).and_then(Sequence::logprobs))
+            .collect();
+        let kept = any_asked(&top_n).then(|| logits.clone());
         let params = &self.decode_buffers[&bucket].sampling;
         let tokens = sample(logits, params, ids.len())?;
+        let lps = kept.map(|l| logprobs(l, &tokens, &top_n)).transpose()?;
+        let lps = lps
+            .unwrap_or_default()
+            .into_iter()
+            .chain(std::iter::repeat(None));
 
         let mut out = StepOutput::default();
-        for (&id, token) in ids.iter().zip(tokens) {
+        for ((&id, token), lp) in ids.iter().zip(tokens).zip(lps) {
             let Some(seq) = self.seqs.get_mut(&id) else {
                 continue;
             };
             seq.cached += 1;
             let verdict = seq.judge(token, self.eos_token_id);
-            self.record(id, token, verdict, &mut out);
+            self.record(id, token, lp, verdict, &mut out);
         }
         Ok(out)
     }
@@ -259,16 +281,15 @@ impl Engine {
                 table: &s.table,
             })
             .collect();
-        let logits = run_decode(
-            &self.model,
-            &mut self.cache,
-            &mut self.decode_buffers,
-            &geometry,
-            bucket,
-            &rows,
-            &choices,
-            None,
-        );
+        let inputs = prepare_decode(&mut self.decode_buffers, &geometry, bucket, &rows, &choices);
+        let replayed = self
+            .graphs
+            .get_mut(&bucket)
+            .and_then(|graph| graph.replay(&mut self.cache, inputs.clone()));
+        let logits = match replayed {
+            Some(logits) => logits,
+            None => forward(&self.model, &mut self.cache, inputs),
+        };
         Ok((logits, bucket))
     }
 
@@ -318,16 +339,22 @@ impl Engine {
         }
     }
 
-    /// Records a judged token in the step's output; frees a finished sequence.
+    /// Records a judged token (and its logprobs, if asked) in the step's
+    /// output; frees a finished sequence.
     pub(super) fn record(
         &mut self,
         id: SeqId,
         token: u32,
+        logprobs: Option<TokenLogprobs>,
         verdict: super::sequence::Verdict,
         out: &mut StepOutput,
     ) {
         if verdict.emit {
-            out.tokens.push(SampledToken { id, token });
+            out.tokens.push(SampledToken {
+                id,
+                token,
+                logprobs,
+            });
         }
         if let Some(reason) = verdict.finish {
             out.finished.push(FinishedSeq { id, reason });
@@ -344,8 +371,8 @@ pub(super) struct DecodeGeometry {
     pub table_width: usize,
     pub padding_block: u32,
     pub vocab: usize,
-    /// Round the context up to a power-of-two bucket of blocks (CUDA).
-    pub bucketed: bool,
+    /// Longest context (the model's `n_positions`).
+    pub max_context: usize,
     pub device: Device,
 }
 
@@ -357,27 +384,22 @@ impl DecodeGeometry {
             table_width: engine.config.n_positions.div_ceil(engine.block_size),
             padding_block: engine.blocks.padding_block(),
             vocab: engine.config.vocab_size,
-            bucketed: engine.bucketed,
+            max_context: engine.config.n_positions,
             device: engine.device.clone(),
         }
     }
 }
 
-/// One decode forward pass of `bucket` rows (the real `rows` first, padding
-/// after) through the bucket's persistent buffers. `ctx_blocks` overrides the
-/// context bucket (warmup uses it to reach every shape). Returns logits
-/// `[bucket, vocab]`.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn run_decode(
-    model: &Gpt2,
-    cache: &mut KvCache,
+/// Writes a decode step of `bucket` rows (the real `rows` first, padding
+/// after) into the bucket's persistent buffers, made on first use, and
+/// returns the step's inputs (views of those buffers).
+pub(super) fn prepare_decode(
     buffers: &mut BTreeMap<usize, DecodeBuffers>,
     geometry: &DecodeGeometry,
     bucket: usize,
     rows: &[DecodeRow<'_>],
     choices: &[RowChoice],
-    ctx_blocks: Option<usize>,
-) -> Tensor<2> {
+) -> StepInputs {
     let buffers = buffers.entry(bucket).or_insert_with(|| {
         DecodeBuffers::new(
             bucket,
@@ -386,16 +408,9 @@ pub(super) fn run_decode(
             &geometry.device,
         )
     });
-    let needed = buffers.write(rows, geometry.block_size, geometry.padding_block);
+    buffers.write(rows, geometry.block_size, geometry.padding_block);
     buffers.write_sampling(choices);
-    let needed = if geometry.bucketed {
-        context_bucket(needed, geometry.table_width)
-    } else {
-        needed
-    };
-    let ctx_blocks = ctx_blocks.unwrap_or(needed).max(needed);
-    let inputs = decode_inputs(buffers, ctx_blocks, geometry.block_size);
-    forward(model, cache, inputs)
+    decode_inputs(buffers, geometry.block_size, geometry.max_context)
 }
 
 /// The model's forward pass over a step's inputs.

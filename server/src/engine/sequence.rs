@@ -7,7 +7,10 @@
 //! it has seen, so the full blocks it computed can be keyed in the prefix
 //! cache when it ends (see `super::prefill`). The stop rules:
 //! a sampled EOS (unless `ignore_eos`) finishes the sequence without emitting
-//! it; the token that reaches `max_new_tokens` is emitted and finishes it.
+//! it; so does a sampled stop token id (whatever `ignore_eos` says; EOS is
+//! checked first); the token that reaches `max_new_tokens` is emitted and
+//! finishes it. Stop *strings* are matched where the text is produced, in the
+//! service's stream task, which cancels the sequence when one matches.
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -38,6 +41,10 @@ pub(crate) struct Sequence {
     pub generated: usize,
     max_new_tokens: usize,
     ignore_eos: bool,
+    /// Tokens that end the sequence like EOS (a handful: a linear scan).
+    stop_token_ids: Vec<u32>,
+    /// Top-n of the logprobs to report; `None` = none asked.
+    logprobs: Option<usize>,
     sampling: SamplingParams,
     /// The sequence's own RNG, seeded from `sampling.seed`, one draw per step.
     rng: StdRng,
@@ -74,6 +81,8 @@ impl Sequence {
             generated: 0,
             max_new_tokens: req.max_new_tokens,
             ignore_eos: req.ignore_eos,
+            stop_token_ids: req.stop_token_ids.clone(),
+            logprobs: req.logprobs,
             sampling: req.sampling,
             rng: StdRng::seed_from_u64(req.sampling.seed),
         }
@@ -99,12 +108,24 @@ impl Sequence {
         }
     }
 
+    /// Top-n of the logprobs this sequence asked for (`None`: not asked).
+    pub fn logprobs(&self) -> Option<usize> {
+        self.logprobs
+    }
+
     /// Applies the stop rules to `token` and records it as the next input.
     pub fn judge(&mut self, token: u32, eos_token_id: u32) -> Verdict {
-        if token == eos_token_id && !self.ignore_eos {
+        let finish = if token == eos_token_id && !self.ignore_eos {
+            Some(FinishReason::Eos)
+        } else if self.stop_token_ids.contains(&token) {
+            Some(FinishReason::StopToken(token))
+        } else {
+            None
+        };
+        if finish.is_some() {
             return Verdict {
                 emit: false,
-                finish: Some(FinishReason::Eos),
+                finish,
             };
         }
         self.last_token = token;
@@ -122,16 +143,40 @@ mod tests {
     use super::*;
 
     fn seq(max_new_tokens: usize, ignore_eos: bool) -> Sequence {
+        seq_stopping_at(max_new_tokens, ignore_eos, &[])
+    }
+
+    fn seq_stopping_at(max_new_tokens: usize, ignore_eos: bool, stops: &[u32]) -> Sequence {
         let req = SequenceRequest {
             id: 1,
             prompt: vec![1, 2, 3],
             max_new_tokens,
             ignore_eos,
             sampling: SamplingParams::greedy(),
+            stop_token_ids: stops.to_vec(),
+            logprobs: None,
         };
         let mut s = Sequence::new(&req, vec![0], 0, 0, Vec::new());
         s.cached = 3;
         s
+    }
+
+    #[test]
+    fn a_stop_token_finishes_without_emitting_even_with_ignore_eos() {
+        let mut s = seq_stopping_at(8, true, &[7, 11]);
+        assert_eq!(s.judge(5, 9).finish, None);
+        let v = s.judge(11, 9);
+        assert_eq!(
+            (v.emit, v.finish),
+            (false, Some(FinishReason::StopToken(11)))
+        );
+        assert_eq!((s.last_token, s.generated), (5, 1));
+        // EOS is judged first when it is also a stop token.
+        let mut s = seq_stopping_at(8, false, &[9]);
+        assert_eq!(s.judge(9, 9).finish, Some(FinishReason::Eos));
+        // A stop token on the last budgeted step still wins over LENGTH.
+        let mut s = seq_stopping_at(1, true, &[4]);
+        assert_eq!(s.judge(4, 9).finish, Some(FinishReason::StopToken(4)));
     }
 
     #[test]

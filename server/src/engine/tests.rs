@@ -26,6 +26,7 @@ pub(super) fn engine_with(block_size: usize, num_blocks: usize, bucketed: bool) 
         max_batch: 8,
         bucketed,
         prefix_caching: true,
+        decode_graphs: false,
     })
 }
 
@@ -47,10 +48,12 @@ pub(super) fn req(
         max_new_tokens,
         ignore_eos: true,
         sampling,
+        stop_token_ids: Vec::new(),
+        logprobs: None,
     }
 }
 
-fn rows(t: Tensor<2>) -> Vec<Vec<f32>> {
+pub(super) fn rows(t: Tensor<2>) -> Vec<Vec<f32>> {
     let [_, v] = t.dims();
     let flat: Vec<f32> = t.into_data().iter::<f32>().collect();
     flat.chunks(v).map(<[f32]>::to_vec).collect()
@@ -229,7 +232,8 @@ fn stop_rules_eos_and_length() {
         out.tokens,
         [SampledToken {
             id: 1,
-            token: case.greedy[0]
+            token: case.greedy[0],
+            logprobs: None,
         }]
     );
     assert!(out.finished.is_empty());
@@ -242,7 +246,8 @@ fn stop_rules_eos_and_length() {
         out.tokens,
         [SampledToken {
             id: 2,
-            token: case.greedy[0]
+            token: case.greedy[0],
+            logprobs: None,
         }]
     );
     assert_eq!(
@@ -422,8 +427,8 @@ fn warmup_leaves_no_state_behind() {
 fn bucketed_warmup_covers_every_shape_and_leaves_no_state_behind() {
     let mut engine = engine_with(16, 16, true);
     let report = engine.warmup(4, 256).unwrap();
-    // Buckets 1, 2, 4, 8 x context buckets 1..8 (n_positions 128 / 16), greedy and sampling.
-    assert_eq!(report.decode_shapes, 4 * 4 * 2);
+    // Buckets 1, 2, 4, 8 (decode shapes do not depend on the context), greedy and sampling.
+    assert_eq!(report.decode_shapes, 4 * 2);
     assert!(report.prefill_shapes >= 3, "{report:?}");
     assert_eq!((engine.num_active(), engine.kv_blocks_used()), (0, 0));
     let reference = reference();
@@ -447,4 +452,34 @@ fn rejects_unusable_configs() {
         Engine::new(model, config, bad, EOS, dev),
         Err(EngineError::InvalidConfig(_))
     ));
+}
+
+/// The captured decode step (on the CPU the "graph" re-runs the captured
+/// closure) against eager steps, over many steps whose tokens, positions,
+/// block tables and batch sizes change: same ids, and the cache the replays
+/// write is the one later steps read.
+#[test]
+fn captured_decode_steps_match_eager_steps() {
+    let reference = reference();
+    let run = |graphs: bool| {
+        let mut engine = engine_with(4, 64, true);
+        engine.decode_graphs = graphs;
+        let report = engine.warmup(2, 64).unwrap();
+        assert_eq!(report.graphs, 0, "no hardware graphs on the CPU");
+        assert_eq!(engine.graphs.len(), if graphs { 4 } else { 0 });
+        let reqs = reference
+            .cases
+            .iter()
+            .enumerate()
+            .map(|(i, c)| req(i as SeqId, &c.prompt, 10 + 3 * i, SamplingParams::greedy()))
+            .collect();
+        generate(&mut engine, reqs)
+    };
+    let eager = run(false);
+    let captured = run(true);
+    assert_eq!(captured, eager);
+    let n = reference.new_tokens.min(10);
+    for (i, c) in reference.cases.iter().enumerate() {
+        assert_eq!(eager[&(i as SeqId)][..n], c.greedy[..n], "case {i}");
+    }
 }

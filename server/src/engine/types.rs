@@ -18,6 +18,10 @@ pub struct EngineConfig {
     /// Keep full blocks content-addressed and reuse them for requests that
     /// share a prefix (see `blocks` and `prefix_cache`).
     pub prefix_caching: bool,
+    /// Capture each decode bucket's step after warmup and replay it as a CUDA
+    /// graph. On the CPU the "graph" re-runs the step (no speed-up; tests use
+    /// it to check the capture plumbing).
+    pub decode_graphs: bool,
 }
 
 impl Default for EngineConfig {
@@ -28,6 +32,7 @@ impl Default for EngineConfig {
             max_batch: 32,
             bucketed: false,
             prefix_caching: true,
+            decode_graphs: false,
         }
     }
 }
@@ -79,6 +84,12 @@ pub struct SequenceRequest {
     /// Keep going past a sampled EOS (which is then emitted like any token).
     pub ignore_eos: bool,
     pub sampling: SamplingParams,
+    /// Tokens that end the sequence like EOS (not emitted), even with
+    /// `ignore_eos`. Each < vocab.
+    pub stop_token_ids: Vec<u32>,
+    /// `Some(n)`: report each emitted token's logprob and its `n` most likely
+    /// alternatives ([`TokenLogprobs`]). `None`: nothing is computed.
+    pub logprobs: Option<usize>,
 }
 
 /// Why a sequence stopped.
@@ -88,13 +99,27 @@ pub enum FinishReason {
     Eos,
     /// It emitted `max_new_tokens` tokens.
     Length,
+    /// It sampled this one of its stop token ids (not emitted).
+    StopToken(u32),
+}
+
+/// Log-probabilities at one sampled position, under the model's unmodified
+/// distribution (log_softmax of the logits, temperature 1, before top-k/top-p).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenLogprobs {
+    /// Logprob of the sampled token.
+    pub logprob: f32,
+    /// The most likely tokens and their logprobs, most likely first.
+    pub top: Vec<(u32, f32)>,
 }
 
 /// One token emitted by one sequence in a step.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct SampledToken {
     pub id: SeqId,
     pub token: u32,
+    /// Set when the sequence asked for logprobs.
+    pub logprobs: Option<TokenLogprobs>,
 }
 
 /// A sequence that finished during a step (its blocks are already free).

@@ -5,9 +5,11 @@
 //! (NVRTC) and autotunes its matmuls, which takes from milliseconds to seconds;
 //! doing it here keeps that out of the first requests' latency, and with the
 //! caches persisted on disk a restart finds them ready. The shapes are every
-//! decode bucket at every context bucket, greedy and sampling, and every
-//! prefill bucket (rows x length) the prefill knobs allow. Warmup steps run
-//! padding rows only: they take no blocks and leave no sequence behind.
+//! decode bucket (decode shapes do not depend on the context: attention walks
+//! the block tables), greedy and sampling, and every prefill bucket
+//! (rows x length) the prefill knobs allow. Warmup steps run padding rows
+//! only: they take no blocks and leave no sequence behind. With decode graphs
+//! on, each decode bucket's step is then captured ([`super::graphs`]).
 //!
 //! On the CPU (unbucketed) there is nothing to compile or tune; one small
 //! prefill and one decode step touch the weights and start the thread pool.
@@ -15,17 +17,20 @@
 use std::time::Instant;
 
 use super::batch::{prefill_inputs, PrefillShape};
-use super::runner::{run_decode, DecodeGeometry, Engine};
+use super::graphs::DecodeGraph;
+use super::runner::{prepare_decode, DecodeGeometry, Engine};
 use super::sampler::{sample, RowChoice, SamplingParamsRows};
 use super::EngineError;
 
 /// What a warmup did.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct WarmupReport {
-    /// Distinct decode shapes run (bucket x context bucket x sampling path).
+    /// Distinct decode shapes run (bucket x sampling path).
     pub decode_shapes: usize,
     /// Distinct prefill shapes run.
     pub prefill_shapes: usize,
+    /// Decode buckets captured as hardware CUDA graphs.
+    pub graphs: usize,
     pub seconds: f64,
 }
 
@@ -54,7 +59,7 @@ impl Engine {
             )
         } else {
             (
-                vec![(1, 1)],
+                vec![1],
                 vec![PrefillShape {
                     rows: 1,
                     len: 16.min(self.config.n_positions),
@@ -64,35 +69,72 @@ impl Engine {
         for &shape in &prefill {
             self.warm_prefill(shape)?;
         }
-        for &(bucket, ctx_blocks) in &decode {
-            self.warm_decode(bucket, ctx_blocks, &[])?;
+        for &bucket in &decode {
+            self.warm_decode(bucket, &[])?;
             if self.bucketed {
-                self.warm_decode(bucket, ctx_blocks, &[FILTERING_ROW])?;
+                self.warm_decode(bucket, &[FILTERING_ROW])?;
             }
         }
+        let graphs = if self.decode_graphs {
+            self.capture_decode_graphs(&decode)
+        } else {
+            0
+        };
         let report = WarmupReport {
             decode_shapes: decode.len() * if self.bucketed { 2 } else { 1 },
             prefill_shapes: prefill.len(),
+            graphs,
             seconds: started.elapsed().as_secs_f64(),
         };
         tracing::info!(
             decode_shapes = report.decode_shapes,
             prefill_shapes = report.prefill_shapes,
+            graphs = report.graphs,
             seconds = report.seconds,
             "engine warmed up"
         );
         Ok(report)
     }
 
-    /// Every (decode bucket, context bucket) pair.
-    fn decode_shapes(&self) -> Vec<(usize, usize)> {
-        let width = self.config.n_positions.div_ceil(self.block_size);
-        let buckets = powers_of_two_up_to(self.max_batch);
-        let contexts = powers_of_two_up_to(width);
-        buckets
-            .iter()
-            .flat_map(|&b| contexts.iter().map(move |&c| (b, c)))
-            .collect()
+    /// Every decode bucket.
+    fn decode_shapes(&self) -> Vec<usize> {
+        powers_of_two_up_to(self.max_batch)
+    }
+
+    /// Captures the decode step of the bucket of each of `batch_sizes` (see
+    /// [`super::graphs`]).
+    /// On CUDA a capture that yields no hardware graph is logged and dropped
+    /// (those steps run eager); on the CPU the fallback graph, which re-runs
+    /// the step, is kept. Returns the hardware graphs captured.
+    pub fn capture_decode_graphs(&mut self, batch_sizes: &[usize]) -> usize {
+        let geometry = DecodeGeometry::of(self);
+        let mut buckets: Vec<usize> = batch_sizes.iter().map(|&n| self.decode_bucket(n)).collect();
+        buckets.sort_unstable();
+        buckets.dedup();
+        let mut hardware = 0;
+        for bucket in buckets {
+            let started = Instant::now();
+            let inputs = prepare_decode(&mut self.decode_buffers, &geometry, bucket, &[], &[]);
+            let graph = DecodeGraph::capture(&self.model, &mut self.cache, inputs, &self.device);
+            let is_hardware = graph.is_hardware();
+            tracing::debug!(
+                bucket,
+                is_hardware,
+                seconds = started.elapsed().as_secs_f64(),
+                "captured a decode step"
+            );
+            if is_hardware {
+                hardware += 1;
+            } else if cfg!(feature = "cuda") && self.bucketed {
+                tracing::warn!(
+                    bucket,
+                    "CUDA graph capture of a decode step failed; that bucket runs eager"
+                );
+                continue;
+            }
+            self.graphs.insert(bucket, graph);
+        }
+        hardware
     }
 
     /// Every prefill bucket reachable under the prefill knobs: rows up to the
@@ -129,23 +171,10 @@ impl Engine {
         sample(logits, &params, 1).map(drop)
     }
 
-    fn warm_decode(
-        &mut self,
-        bucket: usize,
-        ctx_blocks: usize,
-        choices: &[RowChoice],
-    ) -> Result<(), EngineError> {
+    fn warm_decode(&mut self, bucket: usize, choices: &[RowChoice]) -> Result<(), EngineError> {
         let geometry = DecodeGeometry::of(self);
-        let logits = run_decode(
-            &self.model,
-            &mut self.cache,
-            &mut self.decode_buffers,
-            &geometry,
-            bucket,
-            &[],
-            choices,
-            Some(ctx_blocks),
-        );
+        let inputs = prepare_decode(&mut self.decode_buffers, &geometry, bucket, &[], choices);
+        let logits = super::runner::forward(&self.model, &mut self.cache, inputs);
         sample(logits, &self.decode_buffers[&bucket].sampling, 1).map(drop)
     }
 }

@@ -24,9 +24,10 @@ impl Block {
         cache: LayerKv,
         meta: &AttentionMeta,
     ) -> (Tensor<3>, LayerKv) {
-        let (a, cache) = self.attn.forward(self.ln_1.forward(x.clone()), cache, meta);
-        let x = x + a;
-        let x = x.clone() + self.mlp.forward(self.ln_2.forward(x));
+        let (x, cache) = self
+            .attn
+            .forward(self.ln_1.forward(x.clone()), x, cache, meta);
+        let x = self.mlp.forward(self.ln_2.forward(x.clone()), x);
         (x, cache)
     }
 }

@@ -54,7 +54,19 @@ impl Gpt2 {
         let last = x.reshape([b * q, e]).select(0, last_rows); // [B, E]
         let last = self.ln_f.forward(last);
         // LM head tied to `wte` ([vocab, E]), used in its stored layout: a
-        // transposed view, which Flex's gemm and CubeCL's matmul read as is.
-        last.matmul(self.wte.weight.val().transpose()) // [B, vocab]
+        // transposed view, which Flex's gemm and CubeCL's matmul read as is,
+        // or on CUDA for decode-sized batches the GEMV kernel, which reads
+        // `[vocab, E]` rows directly.
+        let wte = self.wte.weight.val();
+        #[cfg(feature = "cuda")]
+        if b <= super::cuda_kernels::gemv_max_rows() && super::cuda_kernels::on_cube(&last) {
+            return super::cuda_kernels::decode_linear(
+                last,
+                &wte,
+                None,
+                super::cuda_kernels::GemvEpilogue::default(),
+            );
+        }
+        last.matmul(wte.transpose()) // [B, vocab]
     }
 }

@@ -38,6 +38,26 @@ impl LayerKv {
         }
     }
 
+    /// Writes the K and V thirds of the fused projection `qkv` (`[N, 3E]`,
+    /// `E = H * D`) at `slots` (`[N]`), in place. On CUDA one kernel reads
+    /// `qkv` as it is and writes the storage whoever else holds it (a captured
+    /// decode graph does); on the CPU, `select_assign` on the uniquely owned
+    /// storage.
+    pub fn write_rows(self, slots: Tensor<1, Int>, qkv: Tensor<2>) -> Self {
+        #[cfg(feature = "cuda")]
+        if super::cuda_kernels::on_cube(&qkv) {
+            let (k, v) = super::cuda_kernels::kv_write(self.k, self.v, qkv, slots);
+            return Self { k, v };
+        }
+        let [h, _, d] = self.k.dims();
+        let [n, _] = qkv.dims();
+        let e = h * d;
+        let heads = |x: Tensor<2>| x.reshape([n, h, d]).swap_dims(0, 1); // [H, N, D]
+        let k = heads(qkv.clone().slice([0..n, e..2 * e]));
+        let v = heads(qkv.slice([0..n, 2 * e..3 * e]));
+        self.write(slots, k, v)
+    }
+
     /// The K and V of `slots` (`[N]`): `[H, N, D]` each.
     pub fn gather(&self, slots: Tensor<1, Int>) -> (Tensor<3>, Tensor<3>) {
         (
@@ -48,7 +68,7 @@ impl LayerKv {
 }
 
 /// The paged KV cache of a whole model.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct KvCache {
     /// One entry per transformer block. Taken out for the duration of a forward
     /// pass so each layer's tensors are uniquely owned while written.
@@ -100,10 +120,25 @@ pub struct AttentionMeta {
     pub context_slots: Option<Tensor<1, Int>>,
     /// Padded context length `T`.
     pub context_len: usize,
-    /// `[B]`: visible context positions per sequence, for decode steps (the
-    /// CPU reads the paged cache directly with them; see `paged_attention`).
-    pub context_lens: Option<Tensor<1, Int>>,
     /// `[B, 1, Q, T]`: true where a key is hidden from a query (future or
     /// padding). A row with every key hidden (a padding row) attends to nothing.
-    pub mask: Tensor<4, Bool>,
+    /// `None` for paged decode steps, which need no mask.
+    pub mask: Option<Tensor<4, Bool>>,
+    /// Set for decode steps that read the paged cache in place (one query per
+    /// sequence; `context_slots` is then `None`).
+    pub paged: Option<PagedContext>,
+}
+
+/// Where each sequence's context lives in the paged cache, for decode steps
+/// whose attention walks the block tables itself ([`super::paged_attention`]
+/// on the CPU, `cuda_kernels` on CUDA).
+#[derive(Debug, Clone)]
+pub struct PagedContext {
+    /// `[B, W]` block ids of each sequence (padded with the padding block).
+    pub tables: Tensor<2, Int>,
+    /// `[B]` visible context positions per sequence (its cached tokens plus the new one).
+    pub lens: Tensor<1, Int>,
+    pub block_size: usize,
+    /// Longest context a sequence can have (the model's `n_positions`).
+    pub max_context: usize,
 }

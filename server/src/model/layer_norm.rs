@@ -2,8 +2,10 @@
 //!
 //! GPT-2's residual stream has a few dimensions with magnitudes in the
 //! thousands; in f16 the squared deviations overflow (65504 max) and the
-//! variance becomes inf. So the statistics are computed in f32 and only the
-//! result is cast back. On an f32 backend the casts are no-ops.
+//! variance becomes inf. So the statistics are computed in f32; the
+//! normalized values (order 1) are cast back and scaled and shifted in the
+//! model's dtype, so the f16 parameters are used as stored (no casts of
+//! `gamma`/`beta` in every step). On an f32 backend the casts are no-ops.
 
 use burn::module::Param;
 use burn::prelude::*;
@@ -21,17 +23,35 @@ pub struct LayerNorm {
 }
 
 impl LayerNorm {
-    /// `[..., d_model]` -> `[..., d_model]`, same dtype as the input.
+    /// `[..., d_model]` -> `[..., d_model]`, same dtype as the input. On CUDA
+    /// one kernel per call (`cuda_kernels::layer_norm_rows`).
     pub fn forward<const D: usize>(&self, x: Tensor<D>) -> Tensor<D> {
+        #[cfg(feature = "cuda")]
+        if super::cuda_kernels::on_cube(&x) {
+            let dims = x.dims();
+            let e = dims[D - 1];
+            let rows = dims.iter().product::<usize>() / e.max(1);
+            let y = super::cuda_kernels::layer_norm_rows(
+                x.reshape([rows, e]),
+                self.gamma.val(),
+                self.beta.val(),
+                self.epsilon as f32,
+            );
+            return y.reshape(dims);
+        }
+        self.forward_reference(x)
+    }
+
+    /// The tensor-op LayerNorm (any backend): the CPU path and the reference
+    /// the CUDA kernel is checked against.
+    pub fn forward_reference<const D: usize>(&self, x: Tensor<D>) -> Tensor<D> {
         let dtype = x.dtype();
         let x = x.cast(DType::F32);
         let mean = x.clone().mean_dim(D - 1);
         let centered = x - mean;
         let var = (centered.clone() * centered.clone()).mean_dim(D - 1);
-        let normed = centered / (var + self.epsilon).sqrt();
-        let gamma = self.gamma.val().cast(DType::F32).unsqueeze::<D>();
-        let beta = self.beta.val().cast(DType::F32).unsqueeze::<D>();
-        (normed * gamma + beta).cast(dtype)
+        let normed = (centered / (var + self.epsilon).sqrt()).cast(dtype);
+        normed * self.gamma.val().unsqueeze::<D>() + self.beta.val().unsqueeze::<D>()
     }
 }
 

@@ -4,8 +4,9 @@
 //! written out with `x * x * x` rather than Burn's `gelu_approximate`, whose
 //! `powf` makes it several times slower on the CPU.
 
-use burn::nn::Linear;
 use burn::prelude::*;
+
+use super::linear::{Epilogue, Linear};
 
 /// GPT-2 MLP.
 #[derive(Module, Debug)]
@@ -17,9 +18,19 @@ pub struct Mlp {
 }
 
 impl Mlp {
-    /// `[B, Q, E]` -> `[B, Q, E]`.
-    pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
-        self.c_proj.forward(gelu_tanh(self.c_fc.forward(x)))
+    /// `residual + mlp(x)`: `[B, Q, E]` -> `[B, Q, E]` (GELU and the
+    /// residual add ride in the projections' epilogues).
+    pub fn forward(&self, x: Tensor<3>, residual: Tensor<3>) -> Tensor<3> {
+        let gelu = Epilogue {
+            gelu: true,
+            residual: None,
+        };
+        let add = Epilogue {
+            gelu: false,
+            residual: Some(residual),
+        };
+        self.c_proj
+            .forward_with(self.c_fc.forward_with(x, gelu), add)
     }
 }
 

@@ -5,8 +5,11 @@
 //! - [`gpt2`], [`block`], [`attention`], [`mlp`]: the modules; pre-LN blocks,
 //!   causal attention with fused `c_attn`, tanh-GELU MLP, LM head tied to `wte`.
 //! - [`paged_attention`]: decode attention read in place from the paged cache
-//!   on the CPU; off the CPU it steps aside for Burn's ops, which stay the
-//!   reference its test compares against.
+//!   on the CPU; `cuda_kernels` (CUDA builds): the same as a CubeCL kernel,
+//!   and the in-place KV write. Burn's ops over the gathered context stay the
+//!   reference both are compared against.
+//! - [`linear`]: projections, `[in, out]` on the CPU and out-major on CUDA
+//!   (for the decode GEMV kernel).
 //! - [`layer_norm`]: LayerNorm with f32 statistics (f16-safe for GPT-2).
 //! - [`kv_cache`]: the paged K/V storage (a plain struct) and the per-step
 //!   [`AttentionMeta`] telling attention where to write and what to read.
@@ -17,6 +20,8 @@
 pub mod attention;
 pub mod block;
 pub mod config;
+#[cfg(feature = "cuda")]
+pub mod cuda_kernels;
 pub mod error;
 #[cfg(test)]
 pub(crate) mod fixtures;
@@ -24,6 +29,7 @@ mod flex_slices;
 pub mod gpt2;
 pub mod kv_cache;
 pub mod layer_norm;
+pub mod linear;
 pub mod load;
 pub mod mlp;
 pub mod paged_attention;
@@ -32,5 +38,5 @@ pub mod weights;
 pub use config::Gpt2Config;
 pub use error::ModelError;
 pub use gpt2::Gpt2;
-pub use kv_cache::{AttentionMeta, KvCache, LayerKv};
+pub use kv_cache::{AttentionMeta, KvCache, LayerKv, PagedContext};
 pub use load::{load_model, random_model, ModelSource, Preset};

@@ -5,33 +5,46 @@
 //! attention over it. On the CPU that gather is a fifth of a batch-16 step, so
 //! a decode step (one query per sequence) reads K and V in place instead: for
 //! each (sequence, head) pair, in parallel over the rayon pool, it walks the
-//! sequence's context slots, takes `q . k` (scaled by `1/sqrt(D)`), a softmax
+//! sequence's block table, takes `q . k` (scaled by `1/sqrt(D)`), a softmax
 //! over the `len` visible positions, and the weighted sum of the V rows. No
 //! mask is needed: positions `>= len` are simply not visited.
 //!
-//! [`decode_attention`] returns `None` when its inputs are not f32 Flex tensors
-//! (CUDA, where issue 11's paged kernel goes), and the caller takes the
-//! tensor-op path, which stays the reference; a test holds the two together.
+//! [`reference_decode_attention`] is the tensor-op path (gather through the
+//! tables, mask, Burn's attention): the reference a test holds the native
+//! kernel to (and the GPU check holds the CubeCL kernel to), and the fallback
+//! when the inputs are not f32 Flex tensors.
 
 use burn::prelude::*;
+use burn::tensor::module::attention;
+use burn::tensor::ops::AttentionModuleOptions;
 use burn::tensor::DType;
 use rayon::prelude::*;
 
 use super::flex_slices::{axpy, dense, dot, values};
-use super::kv_cache::LayerKv;
+use super::kv_cache::{LayerKv, PagedContext};
 
 /// Attention of one query per sequence over its paged context.
 ///
 /// - `q`: `[B, E]` queries (`E = H * D`)
 /// - `cache`: the layer's K/V, `[H, S, D]` each
-/// - `slots`: `[B * T]` cache slots of each sequence's context positions
-/// - `lens`: `[B]` visible positions per sequence (`<= T`)
-/// - returns `[B, E]`, or `None` off the CPU
+/// - `paged`: block tables `[B, W]` and visible lengths `[B]`
+/// - returns `[B, E]`: the native kernel on f32 Flex tensors with valid
+///   tables, [`reference_decode_attention`] otherwise
 pub fn decode_attention(
     q: &Tensor<2>,
     cache: &LayerKv,
-    slots: &Tensor<1, Int>,
-    lens: &Tensor<1, Int>,
+    paged: &PagedContext,
+    n_head: usize,
+) -> Tensor<2> {
+    native(q, cache, paged, n_head)
+        .unwrap_or_else(|| reference_decode_attention(q.clone(), cache, paged, n_head))
+}
+
+/// The native CPU kernel; `None` off Flex/f32 or with out-of-range indices.
+fn native(
+    q: &Tensor<2>,
+    cache: &LayerKv,
+    paged: &PagedContext,
     n_head: usize,
 ) -> Option<Tensor<2>> {
     let [b, e] = q.dims();
@@ -43,23 +56,23 @@ pub fn decode_attention(
     let q = dense(q)?;
     let k = dense(&cache.k)?;
     let v = dense(&cache.v)?;
-    let slots = dense(slots)?;
-    let lens = dense(lens)?;
-    if slots.dtype() != DType::I32 || lens.dtype() != DType::I32 {
+    let tables = dense(&paged.tables)?;
+    let lens = dense(&paged.lens)?;
+    if tables.dtype() != DType::I32 || lens.dtype() != DType::I32 {
         return None;
     }
-    let t = slots.layout().shape()[0] / b.max(1);
     let shape = Shape {
         heads: h,
         slots: s,
         head_dim: d,
-        context: t,
+        table_width: tables.layout().shape()[1],
+        block_size: paged.block_size,
     };
     let out = attend(
         values::<f32>(&q),
         values::<f32>(&k),
         values::<f32>(&v),
-        values::<i32>(&slots),
+        values::<i32>(&tables),
         values::<i32>(&lens),
         shape,
     )?;
@@ -72,8 +85,9 @@ struct Shape {
     heads: usize,
     slots: usize,
     head_dim: usize,
-    /// Context positions per sequence in `slots` (`T`).
-    context: usize,
+    /// Blocks per table row (`W`).
+    table_width: usize,
+    block_size: usize,
 }
 
 /// The kernel over raw slices; `None` if an index is out of range.
@@ -81,7 +95,7 @@ fn attend(
     q: &[f32],
     k: &[f32],
     v: &[f32],
-    slots: &[i32],
+    tables: &[i32],
     lens: &[i32],
     shape: Shape,
 ) -> Option<Vec<f32>> {
@@ -89,10 +103,15 @@ fn attend(
         heads: h,
         slots: s,
         head_dim: d,
-        context: t,
+        table_width: w,
+        block_size: bs,
     } = shape;
-    let valid = |slot: i32| (0..s as i64).contains(&i64::from(slot));
-    if !slots.iter().all(|&x| valid(x)) || lens.iter().any(|&l| l < 0 || l as usize > t) {
+    let blocks = s / bs.max(1);
+    let valid_block = |b: i32| (0..blocks as i64).contains(&i64::from(b));
+    if bs == 0
+        || !tables.iter().all(|&b| valid_block(b))
+        || lens.iter().any(|&l| l < 0 || l as usize > w * bs)
+    {
         return None;
     }
     let scale = 1.0 / (d as f32).sqrt();
@@ -101,12 +120,11 @@ fn attend(
         let (seq, head) = (row / h, row % h);
         let query = &q[row * d..(row + 1) * d];
         let len = lens[seq] as usize;
-        let context = &slots[seq * t..seq * t + len];
+        let table = &tables[seq * w..(seq + 1) * w];
         let head_base = head * s * d;
-        let at = |slot: i32| head_base + slot as usize * d;
-        let mut scores: Vec<f32> = context
-            .iter()
-            .map(|&slot| dot(query, &k[at(slot)..at(slot) + d]) * scale)
+        let at = |t: usize| head_base + (table[t / bs] as usize * bs + t % bs) * d;
+        let mut scores: Vec<f32> = (0..len)
+            .map(|t| dot(query, &k[at(t)..at(t) + d]) * scale)
             .collect();
         let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         let mut total = 0.0;
@@ -114,83 +132,120 @@ fn attend(
             *x = (*x - max).exp();
             total += *x;
         }
-        for (&slot, &p) in context.iter().zip(&scores) {
-            axpy(p / total, &v[at(slot)..at(slot) + d], out);
+        for (t, &p) in scores.iter().enumerate() {
+            axpy(p / total, &v[at(t)..at(t) + d], out);
         }
     });
     Some(out)
 }
 
+/// The tensor-op reference: gathers every sequence's context through its
+/// block table (`[H, B*T, D]`, `T = W * block_size`), masks positions past
+/// its length, and runs Burn's fused attention. Any backend, any dtype.
+pub fn reference_decode_attention(
+    q: Tensor<2>,
+    cache: &LayerKv,
+    paged: &PagedContext,
+    n_head: usize,
+) -> Tensor<2> {
+    let [b, e] = q.dims();
+    let (h, d) = (n_head, e / n_head);
+    let [_, w] = paged.tables.dims();
+    let bs = paged.block_size;
+    let t = w * bs;
+    let device = q.device();
+    let offsets = Tensor::<1, Int>::arange(0..bs as i64, &device).reshape([1, 1, bs]);
+    let slots = (paged.tables.clone().reshape([b, w, 1]) * bs as i64 + offsets).reshape([b * t]);
+    let (k, v) = cache.gather(slots);
+    let (k, v) = (k.reshape([h, b, t, d]), v.reshape([h, b, t, d]));
+    let j = Tensor::<1, Int>::arange(0..t as i64, &device).reshape([1, 1, 1, t]);
+    let mask = j
+        .expand([1, b, 1, t])
+        .greater_equal(
+            paged
+                .lens
+                .clone()
+                .reshape([1, b, 1, 1])
+                .expand([1, b, 1, t]),
+        )
+        .expand([h, b, 1, t]);
+    let qh = q.reshape([b, 1, h, d]).permute([2, 0, 1, 3]); // [H, B, 1, D]
+    attention(
+        qh,
+        k,
+        v,
+        Some(mask),
+        None,
+        AttentionModuleOptions::default(),
+    )
+    .permute([1, 2, 0, 3])
+    .reshape([b, e])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use burn::tensor::module::attention;
-    use burn::tensor::ops::AttentionModuleOptions;
     use burn::tensor::Distribution;
 
-    /// The native kernel against Burn's fused attention over the gathered
-    /// context (the tensor-op path), with ragged lengths and scattered slots.
+    fn ints<const D: usize>(v: Vec<i32>, shape: [usize; D], dev: &Device) -> Tensor<D, Int> {
+        Tensor::from_data(TensorData::new(v, shape), dev)
+    }
+
+    fn max_diff(a: Tensor<2>, b: Tensor<2>) -> f32 {
+        let (a, b): (Vec<f32>, Vec<f32>) = (
+            a.into_data().iter::<f32>().collect(),
+            b.into_data().iter::<f32>().collect(),
+        );
+        a.iter()
+            .zip(&b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0f32, f32::max)
+    }
+
+    /// The native kernel against the tensor-op reference, with ragged
+    /// lengths and scattered, shared and padding blocks.
     #[test]
-    fn matches_the_tensor_op_path() {
+    fn matches_the_tensor_op_reference() {
         let dev = Device::flex();
-        let (b, h, d, s, t) = (3, 4, 16, 40, 8);
+        let (b, h, d, bs, blocks, w) = (3, 4, 16, 4, 10, 3);
         let e = h * d;
         let cache = LayerKv {
-            k: Tensor::random([h, s, d], Distribution::Normal(0.0, 1.0), &dev),
-            v: Tensor::random([h, s, d], Distribution::Normal(0.0, 1.0), &dev),
+            k: Tensor::random([h, blocks * bs, d], Distribution::Normal(0.0, 1.0), &dev),
+            v: Tensor::random([h, blocks * bs, d], Distribution::Normal(0.0, 1.0), &dev),
         };
         let q = Tensor::<2>::random([b, e], Distribution::Normal(0.0, 1.0), &dev);
-        let slots: Vec<i32> = (0..b * t).map(|i| ((i * 7 + 3) % s) as i32).collect();
-        let lens = [8i32, 3, 1];
-        let slots_t = Tensor::<1, Int>::from_data(TensorData::new(slots.clone(), [b * t]), &dev);
-        let lens_t = Tensor::<1, Int>::from_data(TensorData::new(lens.to_vec(), [b]), &dev);
-
-        let got = decode_attention(&q, &cache, &slots_t, &lens_t, h).expect("flex path");
-
-        let k = cache
-            .k
-            .clone()
-            .select(1, slots_t.clone())
-            .reshape([h, b, t, d]);
-        let v = cache.v.clone().select(1, slots_t).reshape([h, b, t, d]);
-        let qh = q.reshape([b, 1, h, d]).permute([2, 0, 1, 3]); // [H, B, 1, D]
-        let j = Tensor::<1, Int>::arange(0..t as i64, &dev).reshape([1, 1, 1, t]);
-        let mask = j
-            .expand([1, b, 1, t])
-            .greater_equal(lens_t.reshape([1, b, 1, 1]).expand([1, b, 1, t]))
-            .expand([h, b, 1, t]);
-        let want = attention(
-            qh,
-            k,
-            v,
-            Some(mask),
-            None,
-            AttentionModuleOptions::default(),
-        )
-        .permute([1, 2, 0, 3])
-        .reshape([b, e]);
-        let (got, want): (Vec<f32>, Vec<f32>) = (
-            got.into_data().iter::<f32>().collect(),
-            want.into_data().iter::<f32>().collect(),
-        );
-        let worst = got
-            .iter()
-            .zip(&want)
-            .map(|(x, y)| (x - y).abs())
-            .fold(0.0f32, f32::max);
+        let paged = PagedContext {
+            tables: ints(vec![7, 2, 5, 1, 9, 9, 2, 9, 9], [b, w], &dev),
+            lens: ints(vec![12, 5, 1], [b], &dev),
+            block_size: bs,
+            max_context: w * bs,
+        };
+        let got = native(&q, &cache, &paged, h).expect("flex path");
+        let want = reference_decode_attention(q, &cache, &paged, h);
+        let worst = max_diff(got, want);
         assert!(worst < 1e-5, "max diff {worst}");
     }
 
     #[test]
-    fn out_of_range_slots_fall_back_instead_of_reading_past_the_cache() {
+    fn out_of_range_blocks_take_the_reference_path_instead_of_reading_past_the_cache() {
         let dev = Device::flex();
         let cache = LayerKv {
-            k: Tensor::zeros([2, 4, 8], &dev),
-            v: Tensor::zeros([2, 4, 8], &dev),
+            k: Tensor::zeros([2, 8, 8], &dev),
+            v: Tensor::zeros([2, 8, 8], &dev),
         };
         let q = Tensor::<2>::zeros([1, 16], &dev);
-        let slots = Tensor::<1, Int>::from_data(TensorData::new(vec![0i32, 9], [2]), &dev);
-        let lens = Tensor::<1, Int>::from_data(TensorData::new(vec![2i32], [1]), &dev);
-        assert!(decode_attention(&q, &cache, &slots, &lens, 2).is_none());
+        let bad = PagedContext {
+            tables: ints(vec![0, 9], [1, 2], &dev),
+            lens: ints(vec![8], [1], &dev),
+            block_size: 4,
+            max_context: 8,
+        };
+        assert!(native(&q, &cache, &bad, 2).is_none());
+        let too_long = PagedContext {
+            lens: ints(vec![9], [1], &dev),
+            tables: ints(vec![0, 1], [1, 2], &dev),
+            ..bad
+        };
+        assert!(native(&q, &cache, &too_long, 2).is_none());
     }
 }

@@ -5,10 +5,11 @@
 //! Hugging Face name without the `transformer.` prefix (`wte.weight`,
 //! `h.0.attn.c_attn.weight`, ...). The safetensors loader answers from the
 //! file; the preset loader answers with seeded random numbers. GPT-2's Conv1D
-//! stores weights `[in, out]`, the same as Burn's `Linear`, so no transpose.
+//! stores weights `[in, out]`; on CUDA they are transposed once here to the
+//! out-major layout the decode GEMV reads ([`super::linear`]).
 
 use burn::module::Param;
-use burn::nn::{Embedding, Linear};
+use burn::nn::Embedding;
 use burn::prelude::*;
 use burn::tensor::TensorData;
 
@@ -17,6 +18,7 @@ use super::block::Block;
 use super::config::Gpt2Config;
 use super::gpt2::Gpt2;
 use super::layer_norm::LayerNorm;
+use super::linear::Linear;
 use super::mlp::Mlp;
 use super::ModelError;
 
@@ -37,6 +39,8 @@ pub type Fetch<'a> = dyn FnMut(&str, TensorRole, &[usize]) -> Result<TensorData,
 struct Builder<'a, 'f> {
     fetch: &'a mut Fetch<'f>,
     device: &'a Device,
+    /// Store projection weights `[out, in]` (CUDA).
+    out_major: bool,
 }
 
 impl Builder<'_, '_> {
@@ -58,13 +62,22 @@ impl Builder<'_, '_> {
     }
 
     fn linear(&mut self, prefix: &str, d_in: usize, d_out: usize) -> Result<Linear, ModelError> {
+        let weight = self.tensor(
+            &format!("{prefix}.weight"),
+            TensorRole::Weight,
+            [d_in, d_out],
+        )?;
+        let weight = if self.out_major {
+            // A contiguous `[out, in]` copy (not a transposed view).
+            let t = weight.val().transpose();
+            Param::from_tensor(Tensor::from_data(t.into_data(), self.device))
+        } else {
+            weight
+        };
         Ok(Linear {
-            weight: self.tensor(
-                &format!("{prefix}.weight"),
-                TensorRole::Weight,
-                [d_in, d_out],
-            )?,
+            weight,
             bias: Some(self.tensor(&format!("{prefix}.bias"), TensorRole::Bias, [d_out])?),
+            out_major: self.out_major,
         })
     }
 
@@ -93,7 +106,15 @@ impl Gpt2 {
         config.validate()?;
         let e = config.n_embd;
         let eps = config.layer_norm_epsilon;
-        let mut b = Builder { fetch, device };
+        #[cfg(feature = "cuda")]
+        let out_major = super::cuda_kernels::is_cube_device(device);
+        #[cfg(not(feature = "cuda"))]
+        let out_major = false;
+        let mut b = Builder {
+            fetch,
+            device,
+            out_major,
+        };
         let wte = b.embedding("wte.weight", config.vocab_size, e)?;
         let wpe = b.embedding("wpe.weight", config.n_positions, e)?;
         let mut blocks = Vec::with_capacity(config.n_layer);

@@ -73,6 +73,8 @@ pub struct SchedulerConfig {
     pub kv_memory_bytes: usize,
     pub eos_token_id: u32,
     pub warmup: bool,
+    /// Replay decode steps as CUDA graphs (CUDA only; `--cuda-graphs`).
+    pub cuda_graphs: bool,
 }
 
 /// The queue is full: no pending-queue permit is left.
@@ -229,6 +231,8 @@ fn build_engine(device: &EngineDevice, config: &SchedulerConfig) -> Result<Engin
             max_batch: knobs.max_batch_size,
             bucketed: device.bucketed,
             prefix_caching: knobs.prefix_caching,
+            // Graphs pay off only where launches cost (CUDA, bucketed shapes).
+            decode_graphs: config.cuda_graphs && device.bucketed,
         },
         config.eos_token_id,
         device.device.clone(),

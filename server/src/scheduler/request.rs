@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use tokio::sync::{mpsc, OwnedSemaphorePermit};
 
-use crate::engine::{SamplingParams, SeqId};
+use crate::engine::{SamplingParams, SeqId, TokenLogprobs};
 
 /// A validated, tokenized request on its way into the pending queue.
 #[derive(Debug)]
@@ -21,6 +21,11 @@ pub struct QueuedRequest {
     pub max_new_tokens: usize,
     pub ignore_eos: bool,
     pub sampling: SamplingParams,
+    /// Judged by the engine with the other stop rules (stop *strings* stay
+    /// with the service, which matches them on the text it produces).
+    pub stop_token_ids: Vec<u32>,
+    /// Top-n of the logprobs to return with each token; `None` = none.
+    pub logprobs: Option<usize>,
     /// When the service handed the request to the scheduler.
     pub enqueued_at: Instant,
     /// Where this request's events go. A closed channel means the client left.
@@ -28,6 +33,9 @@ pub struct QueuedRequest {
     /// A place in the bounded pending queue; dropped at admission (or when the
     /// request leaves the queue any other way), which frees the place.
     pub pending_permit: OwnedSemaphorePermit,
+    /// The request's tracing span (made by the gRPC handler): the scheduler
+    /// enters it for its log lines about this request.
+    pub span: tracing::Span,
 }
 
 /// Why a request ended early at the client's or the server's initiative.
@@ -39,6 +47,10 @@ pub enum CancelReason {
     DeadlineExceeded,
     /// The server's shutdown timeout passed.
     Shutdown,
+    /// The stream task matched one of the request's stop strings: the request
+    /// is done (counted as finished, not cancelled); only its blocks and its
+    /// place in the batch are left to free.
+    StopString,
 }
 
 /// How a finished request ended.
@@ -46,6 +58,8 @@ pub enum CancelReason {
 pub enum FinishKind {
     Eos,
     Length,
+    /// The sequence sampled this stop token id (not emitted).
+    StopToken(u32),
     Cancelled,
 }
 
@@ -63,7 +77,7 @@ pub struct Admission {
 }
 
 /// Events of one request, in stream order.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Event {
     /// The request left the pending queue into a prefill batch.
     Admitted(Admission),
@@ -75,6 +89,8 @@ pub enum Event {
         index: u32,
         token_id: u32,
         at: Instant,
+        /// Set when the request asked for logprobs.
+        logprobs: Option<TokenLogprobs>,
     },
     /// The request is done (possibly without ever being admitted).
     Finished {

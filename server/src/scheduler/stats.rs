@@ -24,7 +24,8 @@ pub struct SchedulerStats {
     /// Generate calls that reached the handler.
     pub received: AtomicU64,
     pub admitted: AtomicU64,
-    /// Finished with EOS or LENGTH.
+    /// Finished with EOS, LENGTH or STOP (a stop token, or a stop string the
+    /// service matched).
     pub finished: AtomicU64,
     /// Cancelled by client disconnect or server shutdown.
     pub cancelled: AtomicU64,

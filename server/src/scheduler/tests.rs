@@ -45,6 +45,7 @@ fn engine(num_blocks: usize) -> Engine {
             max_batch: 64,
             bucketed: false,
             prefix_caching: true,
+            decode_graphs: false,
         },
         50256,
         device,
@@ -74,6 +75,17 @@ impl Harness {
     }
 
     fn submit(&mut self, id: SeqId, prompt_len: usize, max_new_tokens: usize) {
+        self.submit_with(id, prompt_len, max_new_tokens, None);
+    }
+
+    /// [`Harness::submit`] asking for `logprobs`.
+    fn submit_with(
+        &mut self,
+        id: SeqId,
+        prompt_len: usize,
+        max_new_tokens: usize,
+        logprobs: Option<usize>,
+    ) {
         let (etx, erx) = mpsc::unbounded_channel();
         let permit = Arc::clone(&self.permits).try_acquire_owned().unwrap();
         self.tx
@@ -83,9 +95,12 @@ impl Harness {
                 max_new_tokens,
                 ignore_eos: true,
                 sampling: SamplingParams::greedy(),
+                stop_token_ids: Vec::new(),
+                logprobs,
                 enqueued_at: Instant::now(),
                 events: etx,
                 pending_permit: permit,
+                span: tracing::Span::none(),
             }))
             .unwrap();
         self.events.insert(id, erx);
@@ -396,5 +411,46 @@ fn a_closed_client_is_dropped_before_admission() {
     assert_eq!(out.finish(1), (FinishKind::Length, 2));
     assert_eq!(SchedulerStats::get(&stats.cancelled), 1);
     assert_eq!(SchedulerStats::get(&stats.admitted), 1);
+    out.assert_all_free();
+}
+
+#[test]
+fn a_stop_string_cancel_frees_the_sequence_and_counts_as_finished() {
+    let mut h = Harness::new();
+    h.submit_with(1, 2, 40, Some(2));
+    h.submit(2, 2, 3);
+    let (tx, stats) = (h.tx.clone(), Arc::clone(&h.stats));
+    let stopper = std::thread::spawn(move || {
+        let start = Instant::now();
+        while SchedulerStats::get(&stats.iterations) < 3
+            && start.elapsed() < Duration::from_secs(30)
+        {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        tx.send(Command::Cancel {
+            id: 1,
+            reason: CancelReason::StopString,
+        })
+        .unwrap();
+    });
+    let out = h.run(engine(64), knobs(8, 8, 1000));
+    stopper.join().unwrap();
+    let (_, n) = out.finish(1);
+    assert!(n < 40, "ran to max_new_tokens");
+    assert_eq!(out.finish(2), (FinishKind::Length, 3));
+    assert_eq!(SchedulerStats::get(&out.stats.finished), 2);
+    assert_eq!(SchedulerStats::get(&out.stats.cancelled), 0);
+    // Logprobs travel with the tokens of the request that asked, only.
+    let logprobs = |id: SeqId| -> Vec<Option<usize>> {
+        out.per_request[&id]
+            .iter()
+            .filter_map(|e| match e {
+                Event::Token { logprobs, .. } => Some(logprobs.as_ref().map(|l| l.top.len())),
+                _ => None,
+            })
+            .collect()
+    };
+    assert!(logprobs(1).iter().all(|l| *l == Some(2)));
+    assert_eq!(logprobs(2), [None; 3]);
     out.assert_all_free();
 }

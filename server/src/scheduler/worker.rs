@@ -19,7 +19,10 @@
 //! A client that leaves is noticed two ways: its stream task sends
 //! `Command::Cancel` (the usual path, also for requests still queued), and a
 //! failed event send while emitting tokens. Either way the sequence leaves the
-//! batch at once and its blocks are freed.
+//! batch at once and its blocks are freed. A stop string matched by the
+//! stream task takes the same path (`CancelReason::StopString`): the sequence
+//! leaves the batch before the next step (or its next prefill chunk) and is
+//! counted as finished.
 
 use std::collections::{HashMap, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -47,6 +50,8 @@ struct Running {
     generated: u32,
     /// Prefill steps that computed part of its prompt so far.
     chunks: u32,
+    /// The request's span, entered for this thread's lines about it.
+    span: tracing::Span,
 }
 
 pub(crate) struct Worker {
@@ -257,6 +262,8 @@ impl Worker {
                 max_new_tokens: front.max_new_tokens,
                 ignore_eos: front.ignore_eos,
                 sampling: front.sampling,
+                stop_token_ids: front.stop_token_ids.clone(),
+                logprobs: front.logprobs,
             };
             let cached = match guarded(|| self.engine.admit(&seq)) {
                 Ok(cached) => cached,
@@ -264,7 +271,8 @@ impl Worker {
                 Err(EngineError::OutOfBlocks { .. }) => break,
                 Err(err) => {
                     if let Some(req) = self.pending.pop_front() {
-                        tracing::error!(%err, id = req.id, "admission failed");
+                        req.span
+                            .in_scope(|| tracing::error!(%err, id = req.id, "admission failed"));
                         SchedulerStats::bump(&self.stats.failed);
                         let _ = req.events.send(Event::Failed {
                             message: err.to_string(),
@@ -286,6 +294,7 @@ impl Worker {
                     events: req.events,
                     generated: 0,
                     chunks: 0,
+                    span: req.span,
                 },
             );
             self.prefilling.push_back(req.id);
@@ -300,6 +309,14 @@ impl Worker {
         let admitted_at = Instant::now();
         for (chunk, cached) in admitted {
             if let Some(r) = self.running.get(&chunk.id) {
+                r.span.in_scope(|| {
+                    tracing::debug!(
+                        prefill_batch_size = admitted.len(),
+                        iteration = self.iteration,
+                        cached_prompt_tokens = cached,
+                        "admitted"
+                    )
+                });
                 let _ = r.events.send(Event::Admitted(Admission {
                     admitted_at,
                     prefill_batch_size: admitted.len() as u32,
@@ -357,6 +374,8 @@ impl Worker {
                 tracing::error!(%err, batch = ids.len(), "engine step failed");
                 for id in ids {
                     if let Some(r) = self.running.remove(id) {
+                        r.span
+                            .in_scope(|| tracing::debug!(%err, "failed with its batch"));
                         self.engine.release(*id);
                         let _ = r.events.send(Event::Failed {
                             message: err.to_string(),
@@ -375,6 +394,7 @@ impl Worker {
                     index: r.generated,
                     token_id: t.token,
                     at: now,
+                    logprobs: t.logprobs,
                 });
                 r.generated += 1;
                 if sent.is_err() {
@@ -387,9 +407,12 @@ impl Worker {
                 let kind = match f.reason {
                     FinishReason::Eos => FinishKind::Eos,
                     FinishReason::Length => FinishKind::Length,
+                    FinishReason::StopToken(token) => FinishKind::StopToken(token),
                 };
                 // Counted before the client can see the end of its stream.
                 SchedulerStats::bump(&self.stats.finished);
+                r.span
+                    .in_scope(|| tracing::debug!(reason = ?kind, tokens = r.generated, "finished"));
                 let _ = r.events.send(Event::Finished {
                     kind,
                     completion_tokens: r.generated,
@@ -409,22 +432,24 @@ impl Worker {
 
     /// Removes a request wherever it is; frees its blocks if it was running.
     fn cancel(&mut self, id: SeqId, reason: CancelReason) {
-        let (events, generated) = if let Some(r) = self.running.remove(&id) {
+        let (events, generated, span) = if let Some(r) = self.running.remove(&id) {
             self.engine.release(id);
-            (r.events, r.generated)
+            (r.events, r.generated, r.span)
         } else if let Some(pos) = self.pending.iter().position(|r| r.id == id) {
             match self.pending.remove(pos) {
-                Some(r) => (r.events, 0),
+                Some(r) => (r.events, 0, r.span),
                 None => return,
             }
         } else {
             return; // already finished
         };
+        span.in_scope(|| tracing::debug!(?reason, generated, "cancelled"));
         match reason {
             CancelReason::DeadlineExceeded => SchedulerStats::bump(&self.stats.deadline_exceeded),
             CancelReason::ClientGone | CancelReason::Shutdown => {
                 SchedulerStats::bump(&self.stats.cancelled)
             }
+            CancelReason::StopString => SchedulerStats::bump(&self.stats.finished),
         }
         let _ = events.send(Event::Finished {
             kind: FinishKind::Cancelled,
@@ -469,13 +494,9 @@ impl Worker {
 fn guarded<T>(f: impl FnOnce() -> Result<T, EngineError>) -> Result<T, EngineError> {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(r) => r,
-        Err(panic) => {
-            let msg = panic
-                .downcast_ref::<String>()
-                .map(String::as_str)
-                .or_else(|| panic.downcast_ref::<&str>().copied())
-                .unwrap_or("unknown panic");
-            Err(EngineError::Device(format!("engine panicked: {msg}")))
-        }
+        Err(panic) => Err(EngineError::Device(format!(
+            "engine panicked: {}",
+            crate::logging::panic_message(panic.as_ref())
+        ))),
     }
 }

@@ -4,6 +4,8 @@
 //! queue full -> RESOURCE_EXHAUSTED, loading/draining -> UNAVAILABLE, grpc-timeout
 //! -> DEADLINE_EXCEEDED, engine failure -> INTERNAL.
 
+use std::borrow::Cow;
+
 use tonic::{Code, Status};
 
 use crate::scheduler::{QueueFull, SchedulerGone};
@@ -13,7 +15,8 @@ pub enum ServiceError {
     /// A request field has a value the server cannot take.
     #[error("{field}: {message}")]
     InvalidArgument {
-        field: &'static str,
+        /// The field as the client spells it, indexed for list entries (`stop[3]`).
+        field: Cow<'static, str>,
         message: String,
     },
     #[error(transparent)]
@@ -29,9 +32,9 @@ pub enum ServiceError {
 }
 
 impl ServiceError {
-    pub fn invalid(field: &'static str, message: impl Into<String>) -> Self {
+    pub fn invalid(field: impl Into<Cow<'static, str>>, message: impl Into<String>) -> Self {
         Self::InvalidArgument {
-            field,
+            field: field.into(),
             message: message.into(),
         }
     }

@@ -4,13 +4,19 @@
 //! validation ([`validate`]), tokenization on tokio's blocking pool (skipped for
 //! `prompt_token_ids`), prompt checks, a pending-queue permit (or
 //! RESOURCE_EXHAUSTED at once), then the submit to the scheduler. The response
-//! stream is fed by a [`stream::RequestStream`] task. Errors become statuses in
-//! one place ([`error`]).
+//! stream is fed by a [`stream::RequestStream`] task, which turns tokens into
+//! text ([`output`]: the detokenizer, then the stop strings of
+//! [`stop_strings`]) and logprobs. Errors become statuses in one place
+//! ([`error`]). Each call gets a tracing span ([`request_span`]) that follows
+//! the request into the scheduler and the stream task.
 //!
 //! Handlers never touch the engine: they hold a [`SchedulerHandle`] and read
 //! the [`ModelInfo`] published once the model is loaded.
 
+mod ending;
 pub mod error;
+pub mod output;
+pub mod stop_strings;
 pub mod stream;
 pub mod validate;
 
@@ -23,10 +29,12 @@ use ember_common::tokenizer::Gpt2Tokenizer;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
+use tracing::{Instrument, Span};
 
 use crate::cli::SchedulerKnobs;
 use crate::scheduler::{ModelInfo, QueuedRequest, SchedulerHandle, SchedulerStats};
 use error::ServiceError;
+use output::OutputText;
 use stream::{OutMessage, Received, RequestStream};
 use validate::PromptInput;
 
@@ -79,12 +87,14 @@ impl InferenceService {
         req: pb::GenerateRequest,
         received: Instant,
         deadline: Option<Instant>,
+        span: &Span,
     ) -> Result<ReceiverStream<OutMessage>, ServiceError> {
         if self.state.draining.load(Ordering::Acquire) {
             return Err(ServiceError::Draining);
         }
         let model = self.state.model.get().ok_or(ServiceError::NotReady)?;
         let checked = validate::check_request(req, &self.state.knobs)?;
+        validate::check_controls(&checked, model)?;
         let (prompt, field) = match checked.input {
             PromptInput::Ids(ids) => (ids, "prompt_token_ids"),
             PromptInput::Text(text) => {
@@ -112,6 +122,9 @@ impl InferenceService {
             checked.request_id
         };
         let prompt_tokens = prompt.len() as u32;
+        span.record("request_id", request_id.as_str());
+        span.record("seq", id);
+        span.record("prompt_tokens", prompt_tokens);
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         let enqueued = Instant::now();
         let in_flight = InFlight::enter(&self.scheduler);
@@ -121,9 +134,12 @@ impl InferenceService {
             max_new_tokens: checked.max_new_tokens,
             ignore_eos: checked.ignore_eos,
             sampling,
+            stop_token_ids: checked.stop_token_ids,
+            logprobs: checked.logprobs,
             enqueued_at: enqueued,
             events: events_tx,
             pending_permit: permit,
+            span: span.clone(),
         })?;
 
         let (out_tx, out_rx) = mpsc::channel(stream::OUT_BUFFER);
@@ -139,15 +155,44 @@ impl InferenceService {
             },
             events: events_rx,
             out: out_tx,
-            detokenizer: self.state.tokenizer.detokenizer(),
+            output: OutputText::new(&self.state.tokenizer, checked.stop),
+            tokenizer: self.state.tokenizer.clone(),
             scheduler: self.scheduler.clone(),
+            span: span.clone(),
         };
-        tokio::spawn(async move {
-            task.run().await;
-            drop(in_flight);
-        });
+        tokio::spawn(
+            async move {
+                task.run().await;
+                drop(in_flight);
+            }
+            .instrument(span.clone()),
+        );
         Ok(ReceiverStream::new(out_rx))
     }
+}
+
+/// One request's span, made when its `Generate` call arrives. Its fields are
+/// filled in as they become known: `request_id`, `seq` (the scheduler's id)
+/// and `prompt_tokens` once accepted; `rejected` and `error` if refused; and,
+/// by the stream task at the end, `finish_reason`, `completion_tokens`,
+/// `queue_wait_ms`, `ttft_ms` and `total_ms`. The scheduler enters it for its
+/// lines about the request, and its close event (logged by `main`'s
+/// subscriber) is the request's summary line.
+fn request_span() -> Span {
+    use tracing::field::Empty;
+    tracing::info_span!(
+        "request",
+        request_id = Empty,
+        seq = Empty,
+        prompt_tokens = Empty,
+        rejected = Empty,
+        error = Empty,
+        finish_reason = Empty,
+        completion_tokens = Empty,
+        queue_wait_ms = Empty,
+        ttft_ms = Empty,
+        total_ms = Empty,
+    )
 }
 
 #[tonic::async_trait]
@@ -159,6 +204,7 @@ impl Inference for InferenceService {
         request: Request<pb::GenerateRequest>,
     ) -> Result<Response<Self::GenerateStream>, Status> {
         let received = Instant::now();
+        let span = request_span();
         let stats = self.scheduler.stats();
         SchedulerStats::bump(&stats.received);
         let deadline = request
@@ -167,12 +213,22 @@ impl Inference for InferenceService {
             .and_then(|v| v.to_str().ok())
             .and_then(stream::parse_grpc_timeout)
             .map(|d| received + d);
-        match self.accept(request.into_inner(), received, deadline).await {
+        let req = request.into_inner();
+        if !req.request_id.is_empty() && req.request_id.len() <= validate::MAX_REQUEST_ID_LEN {
+            // Known now, so a rejected request's line carries it too.
+            span.record("request_id", req.request_id.as_str());
+        }
+        let accepted = self
+            .accept(req, received, deadline, &span)
+            .instrument(span.clone())
+            .await;
+        match accepted {
             Ok(stream) => Ok(Response::new(stream)),
             Err(err) => {
                 SchedulerStats::bump(&stats.rejected);
                 crate::metrics::rejected(err.reason());
-                tracing::debug!(%err, "request rejected");
+                span.record("rejected", err.reason());
+                span.record("error", tracing::field::display(&err));
                 Err(err.into())
             }
         }

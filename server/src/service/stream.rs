@@ -1,27 +1,37 @@
 //! One request's response stream: scheduler events in, proto messages out.
 //!
-//! A task per request reads the events the scheduler sends, detokenizes,
-//! stamps server times (offsets from `received`) and feeds a small bounded
-//! channel that tonic streams to the client. It is also where the request's
+//! A task per request reads the events the scheduler sends, detokenizes and
+//! matches stop strings ([`super::output`]), stamps server times (offsets from
+//! `received`) and feeds a small bounded channel that tonic streams to the
+//! client. It is also where the request's
 //! end is noticed:
 //! - the client leaves: tonic drops the response stream, `out.closed()` fires,
 //!   and the task sends `Cancel(ClientGone)` (the request may still be queued);
 //! - the grpc-timeout passes: the task sends `Cancel(DeadlineExceeded)` and
-//!   ends the stream with DEADLINE_EXCEEDED.
+//!   ends the stream with DEADLINE_EXCEEDED;
+//! - a stop string matches: the task sends `Cancel(StopString)` so the
+//!   scheduler frees the sequence at once, sends the completing token (with
+//!   the text before the match) and `Finished(STOP)` without waiting.
 //!
-//! Latency histograms are recorded here, off the scheduler thread.
+//! Metrics are recorded here, off the scheduler thread, and the request's
+//! outcome and timings are recorded on its tracing span; how each end is
+//! labelled is in [`super::ending`].
 
+use std::ops::ControlFlow;
 use std::time::{Duration, Instant};
 
 use ember_common::pb::{self, generate_response::Event as PbEvent};
-use ember_common::tokenizer::IncrementalDetokenizer;
+use ember_common::tokenizer::Gpt2Tokenizer;
 use tokio::sync::mpsc;
 use tonic::Status;
 
+use super::ending::{End, Ending};
 use super::error::{deadline_exceeded, engine_failed};
-use crate::engine::SeqId;
-use crate::metrics;
-use crate::scheduler::{Admission, CancelReason, Event, FinishKind, SchedulerHandle};
+use super::output::{top_logprobs, OutputText};
+use super::stop_strings::Released;
+use crate::engine::{SeqId, TokenLogprobs};
+use crate::metrics::{self, FinishedReason};
+use crate::scheduler::{Admission, CancelReason, Event, SchedulerHandle};
 
 /// Messages buffered between this task and tonic. Small: tokens should reach
 /// the socket as they come, and a slow client backs up into the (bounded by
@@ -51,8 +61,14 @@ pub struct RequestStream {
     pub times: Received,
     pub events: mpsc::UnboundedReceiver<Event>,
     pub out: mpsc::Sender<OutMessage>,
-    pub detokenizer: IncrementalDetokenizer,
+    /// Detokenizer and stop strings: the text of each token.
+    pub output: OutputText,
+    /// For the text of logprob alternatives.
+    pub tokenizer: Gpt2Tokenizer,
     pub scheduler: SchedulerHandle,
+    /// The request's tracing span (made by the handler); its close event is
+    /// the request's log line.
+    pub span: tracing::Span,
 }
 
 /// What happened to a request so far, for the final timing.
@@ -63,6 +79,26 @@ struct Progress {
     prefill_chunks: u32,
     first_token: Option<Instant>,
     last_token: Option<Instant>,
+    /// Tokens received from the scheduler.
+    tokens: u32,
+    /// The timing sent in the `Finished` message, if one was sent.
+    timing: Option<pb::ServerTiming>,
+}
+
+impl Progress {
+    /// Token `at` arrived: per-token metrics and the first/last instants.
+    fn token(&mut self, at: Instant, times: &Received) {
+        match self.last_token {
+            None => {
+                self.first_token = Some(at);
+                let prefill = self.admission.map(|a| at - a.admitted_at);
+                metrics::first_token(at - times.received, prefill);
+            }
+            Some(prev) => metrics::next_token(at - prev),
+        }
+        self.last_token = Some(at);
+        self.tokens += 1;
+    }
 }
 
 fn ns(from: Instant, to: Instant) -> u64 {
@@ -70,35 +106,55 @@ fn ns(from: Instant, to: Instant) -> u64 {
 }
 
 impl RequestStream {
+    /// Streams the request to its end, then records its metrics and the
+    /// timings on its span (whose close event is the request's log line).
     pub async fn run(mut self) {
+        let mut progress = Progress::default();
+        let end = self.stream(&mut progress).await;
+        let timing = progress
+            .timing
+            .take()
+            .unwrap_or_else(|| self.timing(&progress, Instant::now()));
+        let (label, reason) = end.labels();
+        let timing_if_done = matches!(end, End::Finished(_)).then_some(&timing);
+        metrics::finished(reason, timing_if_done, self.prompt_tokens, progress.tokens);
+        if reason == FinishedReason::Abort {
+            metrics::aborted(if matches!(end, End::Deadline) {
+                "deadline"
+            } else {
+                "cancelled"
+            });
+        }
+        self.record_on_span(label, &progress, &timing);
+    }
+
+    async fn stream(&mut self, progress: &mut Progress) -> End {
         let started = pb::Started {
             request_id: self.request_id.clone(),
             prompt_tokens: self.prompt_tokens,
             server_time_ns: ns(self.times.received, self.times.enqueued),
         };
         if self.send(PbEvent::Started(started)).await.is_err() {
-            return;
+            return End::ClientGone;
         }
-        let mut progress = Progress::default();
         loop {
             let event = tokio::select! {
                 biased;
                 _ = self.out.closed() => {
                     self.scheduler.cancel(self.id, self.why_gone());
-                    return;
+                    return End::ClientGone;
                 }
                 _ = sleep_until_opt(self.times.deadline) => {
                     self.scheduler.cancel(self.id, CancelReason::DeadlineExceeded);
                     let stage = if progress.admission.is_some() { "running" } else { "queued" };
                     let _ = self.out.send(Err(deadline_exceeded(stage))).await;
-                    metrics::finished("deadline", self.prompt_tokens, 0);
-                    return;
+                    return End::Deadline;
                 }
                 event = self.events.recv() => event,
             };
             match event {
                 Some(Event::Admitted(a)) => {
-                    metrics::observe(metrics::QUEUE_TIME, a.admitted_at - self.times.enqueued);
+                    metrics::admitted(a.admitted_at - self.times.enqueued, self.prompt_tokens);
                     progress.admission = Some(a);
                 }
                 Some(Event::Prefilled { chunks }) => progress.prefill_chunks = chunks,
@@ -106,66 +162,129 @@ impl RequestStream {
                     index,
                     token_id,
                     at,
+                    logprobs,
                 }) => {
-                    match progress.last_token {
-                        None => {
-                            progress.first_token = Some(at);
-                            metrics::observe(metrics::TTFT, at - self.times.received);
-                            if let Some(a) = progress.admission {
-                                metrics::observe(metrics::PREFILL_TIME, at - a.admitted_at);
-                            }
-                        }
-                        Some(prev) => metrics::observe(metrics::INTER_TOKEN_LATENCY, at - prev),
-                    }
-                    progress.last_token = Some(at);
-                    let token = pb::Token {
-                        index,
-                        token_id,
-                        text: self.detokenizer.push(token_id),
-                        server_time_ns: ns(self.times.received, at),
-                    };
-                    if self.send(PbEvent::Token(token)).await.is_err() {
-                        return;
+                    progress.token(at, &self.times);
+                    let sent = self.send_token(progress, index, token_id, at, logprobs);
+                    if let ControlFlow::Break(end) = sent.await {
+                        return end;
                     }
                 }
                 Some(Event::Finished {
                     kind,
                     completion_tokens,
                 }) => {
-                    let finished_at = Instant::now();
-                    let (reason, label) = match kind {
-                        FinishKind::Eos => (pb::FinishReason::Eos, "eos"),
-                        FinishKind::Length => (pb::FinishReason::Length, "length"),
-                        FinishKind::Cancelled => (pb::FinishReason::Cancelled, "cancelled"),
+                    let mut ending = Ending::of(kind);
+                    let trailing_text = match self.output.finish() {
+                        Released::Text(text) => text,
+                        // Only the detokenizer's last bytes can complete a
+                        // stop string this late.
+                        Released::Stopped { text, stop } => {
+                            ending = Ending::stop_string(stop);
+                            text
+                        }
                     };
-                    metrics::finished(label, self.prompt_tokens, completion_tokens);
-                    metrics::observe(metrics::E2E_LATENCY, finished_at - self.times.received);
-                    let finished = pb::Finished {
-                        request_id: self.request_id.clone(),
-                        finish_reason: reason as i32,
-                        prompt_tokens: self.prompt_tokens,
-                        completion_tokens,
-                        timing: Some(self.timing(&progress, finished_at)),
-                    };
-                    let _ = self.send(PbEvent::Finished(finished)).await;
-                    return;
+                    return self
+                        .finish(progress, ending, completion_tokens, trailing_text)
+                        .await;
                 }
                 Some(Event::Failed { message }) => {
-                    metrics::finished("error", self.prompt_tokens, 0);
                     let _ = self.out.send(Err(engine_failed(&message))).await;
-                    return;
+                    return End::Failed;
                 }
                 None => {
-                    // The scheduler dropped this request without a final event:
-                    // it stopped.
                     let _ = self
                         .out
                         .send(Err(Status::unavailable("the scheduler stopped")))
                         .await;
-                    return;
+                    return End::SchedulerGone;
                 }
             }
         }
+    }
+
+    /// Sends one token with its text and logprobs. Breaks when the stream
+    /// ended: the client left, or the token completed a stop string (then it
+    /// is the last token, and `Finished(STOP)` follows it).
+    async fn send_token(
+        &mut self,
+        progress: &mut Progress,
+        index: u32,
+        token_id: u32,
+        at: Instant,
+        logprobs: Option<TokenLogprobs>,
+    ) -> ControlFlow<End> {
+        let (text, stop) = match self.output.push(token_id) {
+            Released::Text(text) => (text, None),
+            Released::Stopped { text, stop } => {
+                // The sequence leaves the batch before its next step and its
+                // blocks are freed (counted as finished).
+                self.scheduler.cancel(self.id, CancelReason::StopString);
+                (text, Some(stop))
+            }
+        };
+        let token = pb::Token {
+            index,
+            token_id,
+            text,
+            server_time_ns: ns(self.times.received, at),
+            logprob: logprobs.as_ref().map(|lp| lp.logprob),
+            top_logprobs: logprobs
+                .as_ref()
+                .map(|lp| top_logprobs(&self.tokenizer, lp))
+                .unwrap_or_default(),
+        };
+        if self.send(PbEvent::Token(token)).await.is_err() {
+            return ControlFlow::Break(End::ClientGone);
+        }
+        match stop {
+            Some(stop) => {
+                let ending = Ending::stop_string(stop);
+                let end = self.finish(progress, ending, index + 1, String::new());
+                ControlFlow::Break(end.await)
+            }
+            None => ControlFlow::Continue(()),
+        }
+    }
+
+    /// Sends the final message; its timing is kept for the request's
+    /// metrics and span.
+    async fn finish(
+        &mut self,
+        progress: &mut Progress,
+        ending: Ending,
+        completion_tokens: u32,
+        trailing_text: String,
+    ) -> End {
+        let timing = self.timing(progress, Instant::now());
+        let finished = pb::Finished {
+            request_id: self.request_id.clone(),
+            finish_reason: ending.reason as i32,
+            prompt_tokens: self.prompt_tokens,
+            completion_tokens,
+            timing: Some(timing),
+            stop: ending.stop,
+            trailing_text,
+        };
+        progress.timing = Some(timing);
+        let _ = self.send(PbEvent::Finished(finished)).await;
+        End::Finished(ending.labels)
+    }
+
+    /// The request's outcome on its span: the span's close event (one log
+    /// line per request) carries them. Stages that never happened stay unset.
+    fn record_on_span(&self, finish_reason: &str, p: &Progress, t: &pb::ServerTiming) {
+        let ms = |ns: u64| ns as f64 / 1e6;
+        let span = &self.span;
+        span.record("finish_reason", finish_reason);
+        span.record("completion_tokens", p.tokens);
+        if p.admission.is_some() {
+            span.record("queue_wait_ms", ms(t.queue_wait_ns));
+        }
+        if p.first_token.is_some() {
+            span.record("ttft_ms", ms(t.server_ttft_ns));
+        }
+        span.record("total_ms", ms(t.total_ns));
     }
 
     /// Sends one message; a closed stream means the client left.

@@ -1,15 +1,18 @@
 //! Request validation: every check that can fail names the field it is about.
 //!
-//! Two stages: [`check_request`] before tokenization (shape of the input,
-//! limits, sampling), [`check_prompt`] after it (token ids, context length, KV
+//! Three checks: [`check_request`] before tokenization (shape of the input,
+//! limits, sampling, stop strings), [`check_controls`] once the model is known,
+//! still before tokenization (stop token ids against the vocabulary, the
+//! logprobs count), [`check_prompt`] after it (token ids, context length, KV
 //! capacity). A prompt longer than `--prefill-max-tokens` is fine: it is
-//! prefilled in chunks.
+//! prefilled in chunks. The limits themselves live in
+//! [`crate::engine::limits`], which the engine checks again.
 
 use ember_common::pb;
 
 use super::error::ServiceError;
 use crate::cli::SchedulerKnobs;
-use crate::engine::limits::LimitField;
+use crate::engine::limits::{self, LimitViolation};
 use crate::engine::SamplingParams;
 use crate::scheduler::ModelInfo;
 
@@ -33,6 +36,12 @@ pub struct CheckedRequest {
     /// Sampling with the seed still to be filled in when unset.
     pub sampling: SamplingParams,
     pub seed_given: bool,
+    /// Stop strings, matched by the stream task on the detokenized text.
+    pub stop: Vec<String>,
+    /// Stop token ids, judged by the engine.
+    pub stop_token_ids: Vec<u32>,
+    /// Top-n of the logprobs to return; `None` = no logprobs.
+    pub logprobs: Option<usize>,
 }
 
 pub fn check_request(
@@ -99,6 +108,7 @@ pub fn check_request(
             format!("must be in (0, 1], got {top_p}"),
         ));
     }
+    limits::check_stop_strings(&req.stop).map_err(|v| invalid_limit(v, "prompt"))?;
     Ok(CheckedRequest {
         request_id: req.request_id,
         input,
@@ -111,7 +121,24 @@ pub fn check_request(
             seed: s.seed.unwrap_or(0),
         },
         seed_given: s.seed.is_some(),
+        stop: req.stop,
+        stop_token_ids: req.stop_token_ids,
+        logprobs: req.logprobs.map(|n| n as usize),
     })
+}
+
+/// Checks the stop token ids and the logprobs count against the model.
+pub fn check_controls(req: &CheckedRequest, model: &ModelInfo) -> Result<(), ServiceError> {
+    model
+        .limits
+        .check_controls(&req.stop_token_ids, req.logprobs)
+        .map_err(|v| invalid_limit(v, "prompt"))
+}
+
+/// A broken limit as INVALID_ARGUMENT naming its field; `prompt_field` is the
+/// field the prompt came in.
+fn invalid_limit(v: LimitViolation, prompt_field: &str) -> ServiceError {
+    ServiceError::invalid(v.field.name(prompt_field), v.message)
 }
 
 /// Checks the prompt's token ids against the model and the server's capacity.
@@ -122,13 +149,10 @@ pub fn check_prompt(
     max_new_tokens: usize,
     model: &ModelInfo,
 ) -> Result<(), ServiceError> {
-    model.limits.check(ids, max_new_tokens).map_err(|v| {
-        let field = match v.field {
-            LimitField::Prompt => field,
-            LimitField::MaxNewTokens => "max_new_tokens",
-        };
-        ServiceError::invalid(field, v.message)
-    })
+    model
+        .limits
+        .check(ids, max_new_tokens)
+        .map_err(|v| invalid_limit(v, field))
 }
 
 #[cfg(test)]
@@ -173,9 +197,9 @@ mod tests {
         }
     }
 
-    fn field_of(err: ServiceError) -> &'static str {
+    fn field_of(err: ServiceError) -> String {
         match err {
-            ServiceError::InvalidArgument { field, .. } => field,
+            ServiceError::InvalidArgument { field, .. } => field.into_owned(),
             other => panic!("not a validation error: {other}"),
         }
     }
@@ -184,6 +208,10 @@ mod tests {
     fn each_bad_field_is_named() {
         let sampling = |s: pb::SamplingParams| pb::GenerateRequest {
             sampling: Some(s),
+            ..req()
+        };
+        let stop = |stop: &[&str]| pb::GenerateRequest {
+            stop: stop.iter().map(|s| s.to_string()).collect(),
             ..req()
         };
         let cases: Vec<(pb::GenerateRequest, &str)> = vec![
@@ -257,10 +285,54 @@ mod tests {
                 }),
                 "sampling.top_p",
             ),
+            (stop(&["ok", "also", "", "fine"]), "stop[2]"),
+            (stop(&[&"x".repeat(257)]), "stop[0]"),
+            (stop(&["s"; 17]), "stop"),
         ];
         for (r, field) in cases {
             let err = check_request(r.clone(), &knobs()).expect_err(field);
             assert_eq!(field_of(err), field, "{r:?}");
+        }
+    }
+
+    #[test]
+    fn controls_are_checked_against_the_model() {
+        let m = model();
+        let checked = |r: pb::GenerateRequest| check_request(r, &knobs()).unwrap();
+        let ok = checked(pb::GenerateRequest {
+            stop: vec!["\n".into()],
+            stop_token_ids: vec![0, 50256],
+            logprobs: Some(20),
+            ..req()
+        });
+        assert!(check_controls(&ok, &m).is_ok());
+        assert_eq!((ok.logprobs, ok.stop.len()), (Some(20), 1));
+        let cases = [
+            (
+                pb::GenerateRequest {
+                    stop_token_ids: vec![50257],
+                    ..req()
+                },
+                "stop_token_ids[0]",
+            ),
+            (
+                pb::GenerateRequest {
+                    stop_token_ids: vec![1; 65],
+                    ..req()
+                },
+                "stop_token_ids",
+            ),
+            (
+                pb::GenerateRequest {
+                    logprobs: Some(21),
+                    ..req()
+                },
+                "logprobs",
+            ),
+        ];
+        for (r, field) in cases {
+            let err = check_controls(&checked(r), &m).expect_err(field);
+            assert_eq!(field_of(err), field);
         }
     }
 

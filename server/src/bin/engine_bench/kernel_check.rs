@@ -1,0 +1,172 @@
+//! `--check-kernels`: the CubeCL paged decode attention and KV write against
+//! the tensor-op reference (gather through the block tables + mask + Burn's
+//! attention; `select_assign`), on random data on the device. Ragged context
+//! lengths (1 to the full table), blocks in scattered order, f16 on CUDA.
+
+use ember_server::device::EngineDevice;
+
+/// Runs the checks and returns their numbers.
+pub fn run(device: &EngineDevice) -> anyhow::Result<serde_json::Value> {
+    #[cfg(feature = "cuda")]
+    {
+        cuda::run(device)
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = device;
+        anyhow::bail!("--check-kernels needs a CUDA build (--features ember-server/cuda)")
+    }
+}
+
+#[cfg(feature = "cuda")]
+mod cuda {
+    use burn::prelude::*;
+    use burn::tensor::{DType, Distribution};
+    use ember_server::device::EngineDevice;
+    use ember_server::model::cuda_kernels::{
+        decode_linear, kv_write, layer_norm_rows, paged_decode_attention, GemvEpilogue,
+    };
+    use ember_server::model::paged_attention::reference_decode_attention;
+    use ember_server::model::{LayerKv, PagedContext};
+    use serde_json::json;
+
+    fn floats<const D: usize>(t: Tensor<D>) -> Vec<f32> {
+        t.cast(DType::F32).into_data().iter::<f32>().collect()
+    }
+
+    fn max_diff(a: Vec<f32>, b: Vec<f32>) -> f32 {
+        a.iter()
+            .zip(&b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0, f32::max)
+    }
+
+    fn ints<const D: usize>(v: Vec<i32>, shape: [usize; D], dev: &Device) -> Tensor<D, Int> {
+        Tensor::from_data(TensorData::new(v, shape), dev)
+    }
+
+    pub fn run(device: &EngineDevice) -> anyhow::Result<serde_json::Value> {
+        let dev = &device.device;
+        let (h, d, bs, blocks, w) = (12usize, 64usize, 16usize, 80usize, 16usize);
+        let e = h * d;
+        let lens = vec![256i32, 1, 17, 100, 255, 16, 33];
+        let b = lens.len();
+        let random =
+            |shape: [usize; 3]| Tensor::<3>::random(shape, Distribution::Normal(0.0, 1.0), dev);
+        let cache = LayerKv {
+            k: random([h, blocks * bs, d]),
+            v: random([h, blocks * bs, d]),
+        };
+        // Row i's table: blocks (7 * (i * w + j) + 3) mod blocks, scattered.
+        let tables: Vec<i32> = (0..b * w).map(|i| ((7 * i + 3) % blocks) as i32).collect();
+        let paged = PagedContext {
+            tables: ints(tables, [b, w], dev),
+            lens: ints(lens.clone(), [b], dev),
+            block_size: bs,
+            max_context: w * bs,
+        };
+        let qkv = Tensor::<2>::random([b, 3 * e], Distribution::Normal(0.0, 1.0), dev);
+
+        let got = paged_decode_attention(
+            qkv.clone(),
+            &cache.k,
+            &cache.v,
+            paged.tables.clone(),
+            paged.lens.clone(),
+            bs,
+            w * bs,
+        );
+        let want = reference_decode_attention(qkv.clone().slice([0..b, 0..e]), &cache, &paged, h);
+        let attention_diff = max_diff(floats(got), floats(want));
+
+        // KV write: the kernel on the cache itself, select_assign on a copy.
+        let slots: Vec<i32> = (0..b).map(|i| (i * 37 + 5) as i32).collect();
+        let slots = ints(slots, [b], dev);
+        let copy = |t: &Tensor<3>| t.clone().mul_scalar(1.0);
+        let reference = LayerKv {
+            k: copy(&cache.k),
+            v: copy(&cache.v),
+        };
+        let heads = |x: Tensor<2>| x.reshape([b, h, d]).swap_dims(0, 1);
+        let reference = reference.write(
+            slots.clone(),
+            heads(qkv.clone().slice([0..b, e..2 * e])),
+            heads(qkv.clone().slice([0..b, 2 * e..3 * e])),
+        );
+        let (k, v) = kv_write(cache.k.clone(), cache.v.clone(), qkv, slots);
+        let write_diff = max_diff(floats(k), floats(reference.k.clone()))
+            .max(max_diff(floats(v), floats(reference.v)));
+        // The kernel wrote the caller's storage in place (no copy).
+        let in_place_diff = max_diff(floats(cache.k.clone()), floats(reference.k.clone()));
+
+        // Decode GEMV: out-major weights, with and without bias, ragged batches.
+        let mut gemv_diff = 0.0f32;
+        for (rows, k, n) in [
+            (1, 768, 2304),
+            (3, 768, 768),
+            (8, 3072, 768),
+            (64, 768, 3072),
+            (48, 768, 50257),
+        ] {
+            let x = Tensor::<2>::random([rows, k], Distribution::Normal(0.0, 1.0), dev);
+            let w = Tensor::<2>::random([n, k], Distribution::Normal(0.0, 0.05), dev);
+            let bias = Tensor::<1>::random([n], Distribution::Normal(0.0, 1.0), dev);
+            let want = x.clone().matmul(w.clone().transpose());
+            let got = decode_linear(x.clone(), &w, None, GemvEpilogue::default());
+            gemv_diff = gemv_diff.max(max_diff(floats(got), floats(want.clone())));
+            let got = decode_linear(x.clone(), &w, Some(&bias), GemvEpilogue::default());
+            let want = want + bias.clone().unsqueeze();
+            gemv_diff = gemv_diff.max(max_diff(floats(got), floats(want.clone())));
+            // GELU then a residual, as the MLP and attention outputs use them.
+            let residual = Tensor::<2>::random([rows, n], Distribution::Normal(0.0, 1.0), dev);
+            let fused = GemvEpilogue {
+                gelu: true,
+                residual: Some(residual.clone()),
+            };
+            let got = decode_linear(x, &w, Some(&bias), fused);
+            let want = residual + ember_server::model::mlp::gelu_tanh(want);
+            gemv_diff = gemv_diff.max(max_diff(floats(got), floats(want)));
+        }
+
+        // LayerNorm kernel against the tensor-op LayerNorm (GPT-2-like rows
+        // with a few large dimensions).
+        let x = Tensor::<2>::random([37, 768], Distribution::Normal(0.0, 3.0), dev);
+        let x = x.clone() + x.slice([0..37, 0..1]).mul_scalar(100.0);
+        let ln = ember_server::model::layer_norm::LayerNorm {
+            gamma: burn::module::Param::from_tensor(Tensor::random(
+                [768],
+                Distribution::Normal(1.0, 0.1),
+                dev,
+            )),
+            beta: burn::module::Param::from_tensor(Tensor::random(
+                [768],
+                Distribution::Normal(0.0, 0.1),
+                dev,
+            )),
+            epsilon: 1e-5,
+        };
+        let got = layer_norm_rows(x.clone(), ln.gamma.val(), ln.beta.val(), 1e-5);
+        let want = ln.forward_reference(x);
+        let ln_diff = max_diff(floats(got), floats(want));
+
+        println!(
+            "device {}: kernel check (H {h}, D {d}, block {bs}, lens {lens:?})",
+            device.name
+        );
+        println!("  paged decode attention: max |kernel - reference| = {attention_diff:e}");
+        println!("  decode GEMV (bias, GELU, residual): max |kernel - tensor ops| = {gemv_diff:e}");
+        println!("  layer norm: max |kernel - tensor ops| = {ln_diff:e}");
+        println!(
+            "  kv write: max |kernel - select_assign| = {write_diff:e}; in place: {}",
+            in_place_diff == 0.0
+        );
+        Ok(json!({
+            "device": device.name,
+            "attention_max_abs_diff": attention_diff,
+            "kv_write_max_abs_diff": write_diff,
+            "kv_write_in_place": in_place_diff == 0.0,
+            "gemv_max_abs_diff": gemv_diff,
+            "layer_norm_max_abs_diff": ln_diff,
+        }))
+    }
+}

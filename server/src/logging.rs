@@ -1,0 +1,108 @@
+//! Process logging: one `tracing` subscriber writing to stderr, set up once by
+//! the binaries.
+//!
+//! - `--log-format text` (default): tracing-subscriber's human format, with
+//!   ANSI colours only when stderr is a terminal (and `NO_COLOR` is unset), so
+//!   log files, pipes and container logs get plain text.
+//! - `--log-format json`: one JSON object per line (`timestamp`, `level`,
+//!   `fields`, `target`, `span` with the current span's fields), for log
+//!   shippers.
+//! - Span close events are logged: the per-request span (see
+//!   `service::request_span`) closes when the request is done, and that line
+//!   carries its id, outcome and timings.
+//! - Panics are logged through tracing too (with a backtrace when
+//!   `RUST_BACKTRACE` asks for one), so a JSON log stays JSON even then;
+//!   [`expecting_panics`] marks code whose panics the caller handles.
+//!
+//! `RUST_LOG` filters (default: the level the binary asks for).
+
+use std::any::Any;
+use std::io::IsTerminal;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use tracing_subscriber::fmt::format::FmtSpan;
+use tracing_subscriber::EnvFilter;
+
+/// `--log-format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines (colours only on a terminal).
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Installs the global subscriber and the panic hook. `default_level` applies
+/// when `RUST_LOG` is unset or invalid.
+pub fn init(format: LogFormat, default_level: &str) {
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_span_events(FmtSpan::CLOSE);
+    match format {
+        LogFormat::Text => builder.with_ansi(use_colour()).init(),
+        LogFormat::Json => builder
+            .json()
+            .with_ansi(false)
+            .with_current_span(true)
+            .with_span_list(false)
+            .init(),
+    }
+    std::panic::set_hook(Box::new(log_panic));
+}
+
+/// Colours only for a person at a terminal who has not opted out
+/// (<https://no-color.org>: any non-empty `NO_COLOR`).
+fn use_colour() -> bool {
+    let opted_out = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+    std::io::stderr().is_terminal() && !opted_out
+}
+
+/// How many [`expecting_panics`] calls are running. Process-wide, because a
+/// backend may fail on its own runner thread rather than the caller's.
+static PANICS_EXPECTED: AtomicUsize = AtomicUsize::new(0);
+
+/// Runs `f` (which catches its own panics and reports the failure) with any
+/// panic meanwhile logged as a warning rather than an error: at startup, a
+/// probe whose failure has a fallback (the CUDA probe) is not an error.
+pub fn expecting_panics<T>(f: impl FnOnce() -> T) -> T {
+    /// Ends the expectation however `f` ends.
+    struct Done;
+    impl Drop for Done {
+        fn drop(&mut self) {
+            PANICS_EXPECTED.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+    PANICS_EXPECTED.fetch_add(1, Ordering::SeqCst);
+    let _done = Done;
+    f()
+}
+
+/// The message of a caught panic's payload (`panic!` with a string or a
+/// format), or a placeholder.
+pub fn panic_message(payload: &(dyn Any + Send)) -> &str {
+    payload
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| payload.downcast_ref::<&str>().copied())
+        .unwrap_or("a panic without a message")
+}
+
+fn log_panic(info: &std::panic::PanicHookInfo<'_>) {
+    if PANICS_EXPECTED.load(Ordering::SeqCst) > 0 {
+        tracing::warn!("panic (handled by its caller): {info}");
+        return;
+    }
+    let thread = std::thread::current();
+    let thread = thread.name().unwrap_or("unnamed");
+    let backtrace = std::backtrace::Backtrace::capture();
+    match backtrace.status() {
+        std::backtrace::BacktraceStatus::Captured => {
+            tracing::error!(thread, %backtrace, "panic: {info}")
+        }
+        _ => tracing::error!(thread, "panic: {info}"),
+    }
+}
