@@ -576,7 +576,9 @@ pub fn layer_norm_rows(x: Tensor<2>, gamma: Tensor<1>, beta: Tensor<1>, eps: f32
 }
 
 /// Most rows a linear layer sends through [`decode_linear`] instead of the
-/// general matmul: `EMBER_GEMV_MAX_ROWS` (default 64; 0 turns the kernel off),
+/// general matmul: `EMBER_GEMV_MAX_ROWS` (default 0, off: on an H100 it was
+/// no faster than CubeCL's matmul at 1 row and slower at 8 and 64; see
+/// docs/performance.md),
 /// read once.
 pub fn gemv_max_rows() -> usize {
     static MAX: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
@@ -584,7 +586,7 @@ pub fn gemv_max_rows() -> usize {
         std::env::var("EMBER_GEMV_MAX_ROWS")
             .ok()
             .and_then(|v| v.parse().ok())
-            .unwrap_or(64)
+            .unwrap_or(0)
     })
 }
 
