@@ -11,12 +11,13 @@
 //!   CUDA graph keeps writing the memory the engine reads, and nothing ever
 //!   copies the cache (Burn's `select_assign` copies a storage that is shared,
 //!   as it is once a graph holds it).
-//! - [`paged_decode_attention`]: one cube (one 32-lane plane) per
-//!   (head, sequence). It walks the sequence's block table up to its context
-//!   length (both read from device buffers, so a graph replays any lengths),
-//!   keeps the query and the scores in shared memory, takes the max and the
-//!   sum with plane reductions, and writes `softmax(q.k / sqrt(D)) . V` for its
-//!   head. No gather of the context, no mask, no padding to a context bucket.
+//! - [`paged_decode_attention`]: one cube of four warps per (head,
+//!   sequence); its 128 threads split the sequence's positions. It walks the
+//!   block table up to the context length (both read from device buffers, so
+//!   a graph replays any lengths), keeps the query and the scores in shared
+//!   memory, takes the max and the sum with plane reductions combined across
+//!   the warps, and writes `softmax(q.k / sqrt(D)) . V` for its head. No
+//!   gather of the context, no mask, no padding to a context bucket.
 //!
 //! The CPU twin of the attention kernel is [`super::paged_attention`]; the
 //! tensor-op path in [`super::attention`] is the reference both are checked
@@ -35,8 +36,8 @@ use kernels::{
     decode_linear_kernel, kv_write_kernel, layer_norm_kernel, paged_decode_attention_kernel,
 };
 
-/// Lanes per attention cube: one plane, so reductions need no shared memory.
-const LANES: u32 = 32;
+/// Warps per attention cube: they split one sequence's positions for one head.
+const ATTENTION_WARPS: u32 = 4;
 
 /// The kernels themselves (CubeCL's prelude shadows Burn's `Tensor` and `Float`).
 mod kernels {
@@ -81,12 +82,15 @@ mod kernels {
         #[comptime] block_size: usize,
         #[comptime] head_dim: usize,
         #[comptime] max_context: usize,
+        #[comptime] warps: usize,
         #[define(F, I)] _dtypes: [ElemType; 2],
     ) {
         let h = CUBE_POS_X as usize;
         let b = CUBE_POS_Y as usize;
         let lane = UNIT_POS_X as usize;
-        let width = CUBE_DIM_X as usize;
+        let warp = UNIT_POS_Y as usize;
+        let tid = warp * 32 + lane;
+        let threads = warps * 32;
         let e = k_cache.shape(0) * head_dim;
         let mut len = u32::cast_from(lens[b * lens.stride(0)]) as usize;
         if len > max_context {
@@ -94,20 +98,23 @@ mod kernels {
         }
         let mut q = Shared::<[f32]>::new_slice(head_dim);
         let mut p = Shared::<[f32]>::new_slice(max_context);
+        // One value per warp (the max, then the sum), then per-warp V partials.
+        let mut per_warp = Shared::<[f32]>::new_slice(warps);
+        let mut partial = Shared::<[f32]>::new_slice(warps * head_dim);
 
         let q_row = b * qkv.stride(0) + h * head_dim * qkv.stride(1);
-        let mut d = lane;
+        let mut d = tid;
         while d < head_dim {
             q[d] = f32::cast_from(qkv[q_row + d * qkv.stride(1)]);
-            d += width;
+            d += threads;
         }
         sync_cube();
 
-        // Scores of this lane's positions, and their max.
+        // Scores of this thread's positions, and the max over the cube.
         let table_row = b * tables.stride(0);
         let k_head = h * k_cache.stride(0);
         let mut m = f32::new(-1.0e30);
-        let mut t = lane;
+        let mut t = tid;
         while t < len {
             let block = u32::cast_from(tables[table_row + (t / block_size) * tables.stride(1)]);
             let slot = block as usize * block_size + t % block_size;
@@ -122,31 +129,52 @@ mod kernels {
             if s > m {
                 m = s;
             }
-            t += width;
+            t += threads;
         }
-        let m = plane_max(m);
+        let warp_max = plane_max(m);
+        if lane == 0 {
+            per_warp[warp] = warp_max;
+        }
+        sync_cube();
+        let mut m = per_warp[0];
+        #[unroll]
+        for w in 1..warps {
+            let other = per_warp[w];
+            if other > m {
+                m = other;
+            }
+        }
+        sync_cube();
 
         let mut sum = f32::new(0.0);
-        t = lane;
+        t = tid;
         while t < len {
             let e_t = (p[t] - m).exp();
             p[t] = e_t;
             sum += e_t;
-            t += width;
+            t += threads;
         }
-        let total = plane_sum(sum);
+        let warp_sum = plane_sum(sum);
+        if lane == 0 {
+            per_warp[warp] = warp_sum;
+        }
         sync_cube();
+        let mut total = f32::new(0.0);
+        #[unroll]
+        for w in 0..warps {
+            total += per_warp[w];
+        }
 
-        // Each lane sums its own positions' weighted V rows over every dim
-        // (the row's loads are independent: all in flight at once), then a
-        // plane sum per dim; lane `i % 32` writes dim `i`.
+        // Each thread sums its own positions' weighted V rows over every dim
+        // (the row's loads are independent: all in flight at once); a plane
+        // sum per dim gives each warp's partial, and the cube adds those.
         let v_head = h * v_cache.stride(0);
         let mut acc = Array::<f32>::new(head_dim);
         #[unroll]
         for i in 0..head_dim {
             acc[i] = f32::new(0.0);
         }
-        t = lane;
+        t = tid;
         while t < len {
             let block = u32::cast_from(tables[table_row + (t / block_size) * tables.stride(1)]);
             let slot = block as usize * block_size + t % block_size;
@@ -156,14 +184,25 @@ mod kernels {
             for i in 0..head_dim {
                 acc[i] += weight * f32::cast_from(v_cache[base + i * v_cache.stride(2)]);
             }
-            t += width;
+            t += threads;
         }
         #[unroll]
         for i in 0..head_dim {
-            let sum = plane_sum(acc[i]);
+            let warp_part = plane_sum(acc[i]);
             if lane == i % 32 {
-                out[b * e + h * head_dim + i] = F::cast_from(sum / total);
+                partial[warp * head_dim + i] = warp_part;
             }
+        }
+        sync_cube();
+        d = tid;
+        while d < head_dim {
+            let mut v = f32::new(0.0);
+            #[unroll]
+            for w in 0..warps {
+                v += partial[w * head_dim + d];
+            }
+            out[b * e + h * head_dim + d] = F::cast_from(v / total);
+            d += threads;
         }
     }
 
@@ -391,7 +430,7 @@ impl PagedKvOps for CubeBackend {
         paged_decode_attention_kernel::launch(
             &qkv.client,
             CubeCount::Static(h as u32, b as u32, 1),
-            CubeDim::new_1d(LANES),
+            CubeDim::new_2d(32, ATTENTION_WARPS),
             qkv.clone().into_tensor_arg(),
             k_cache.into_tensor_arg(),
             v_cache.into_tensor_arg(),
@@ -402,6 +441,7 @@ impl PagedKvOps for CubeBackend {
             block_size,
             d,
             max_context,
+            ATTENTION_WARPS as usize,
             [dtype_to_storage_type(f), dtype_to_storage_type(i)],
         );
         out
