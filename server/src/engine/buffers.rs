@@ -139,14 +139,8 @@ impl DecodeBuffers {
     }
 
     /// Writes this step's rows (at most `rows()`; the rest become padding rows
-    /// on `padding_block`). Returns the context bucket: blocks each row's
-    /// context spans, rounded up to a power of two and capped at the table width.
-    pub fn write(
-        &mut self,
-        batch: &[DecodeRow<'_>],
-        block_size: usize,
-        padding_block: u32,
-    ) -> usize {
+    /// on `padding_block`).
+    pub fn write(&mut self, batch: &[DecodeRow<'_>], block_size: usize, padding_block: u32) {
         debug_assert!(batch.len() <= self.rows);
         let (n, w) = (self.rows, self.table_width);
         let pad_slot = padding_block as usize * block_size;
@@ -155,7 +149,6 @@ impl DecodeBuffers {
         let mut slots = vec![pad_slot as i32; n];
         let mut tables = vec![padding_block as i32; n * w];
         let mut lens = vec![1i32; n];
-        let mut longest = 1;
         for (i, row) in batch.iter().enumerate() {
             tokens[i] = row.token as i32;
             positions[i] = row.pos as i32;
@@ -164,37 +157,16 @@ impl DecodeBuffers {
                 tables[i * w + j] = blk as i32;
             }
             lens[i] = (row.pos + 1) as i32;
-            longest = longest.max(row.pos + 1);
         }
         self.tokens.write(tokens);
         self.positions.write(positions);
         self.write_slots.write(slots);
         self.tables.write(tables);
         self.context_lens.write(lens);
-        longest.div_ceil(block_size)
     }
 
     /// Writes the rows' sampling choices (padding rows are greedy).
     pub fn write_sampling(&mut self, choices: &[RowChoice]) {
         self.sampling.write(choices);
-    }
-}
-
-/// `blocks` rounded up to a power of two, at most `width`.
-pub fn context_bucket(blocks: usize, width: usize) -> usize {
-    blocks.max(1).next_power_of_two().min(width)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn context_buckets_are_powers_of_two_capped_at_the_width() {
-        let got: Vec<usize> = [0, 1, 2, 3, 5, 8, 9, 63, 64]
-            .map(|b| context_bucket(b, 64))
-            .to_vec();
-        assert_eq!(got, [1, 1, 2, 4, 8, 8, 16, 64, 64]);
-        assert_eq!(context_bucket(40, 48), 48);
     }
 }

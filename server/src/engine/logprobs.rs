@@ -86,12 +86,7 @@ pub fn logprobs(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn logits(rows: &[&[f32]]) -> Tensor<2> {
-        let v = rows[0].len();
-        let flat: Vec<f32> = rows.iter().flat_map(|r| r.iter().copied()).collect();
-        Tensor::from_data(TensorData::new(flat, [rows.len(), v]), &Device::flex())
-    }
+    use crate::engine::sampler::tests::logits;
 
     #[test]
     fn rows_that_asked_get_their_logprob_and_sorted_alternatives() {

@@ -193,10 +193,11 @@ fn sample_rows(logits: Tensor<2>, params: &SamplingParamsRows) -> Tensor<2, Int>
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn logits(rows: &[&[f32]]) -> Tensor<2> {
+    /// A Flex `[rows, V]` logits tensor (also used by the logprobs tests).
+    pub(in crate::engine) fn logits(rows: &[&[f32]]) -> Tensor<2> {
         let v = rows[0].len();
         let flat: Vec<f32> = rows.iter().flat_map(|r| r.iter().copied()).collect();
         Tensor::from_data(TensorData::new(flat, [rows.len(), v]), &Device::flex())
