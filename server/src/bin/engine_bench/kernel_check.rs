@@ -45,6 +45,23 @@ mod cuda {
         Tensor::from_data(TensorData::new(v, shape), dev)
     }
 
+    /// Max |kernel - reference| of paged decode attention for one batch.
+    fn attention_check(qkv: &Tensor<2>, cache: &LayerKv, paged: &PagedContext, h: usize) -> f32 {
+        let [b, e3] = qkv.dims();
+        let got = paged_decode_attention(
+            qkv.clone(),
+            &cache.k,
+            &cache.v,
+            paged.tables.clone(),
+            paged.lens.clone(),
+            paged.block_size,
+            paged.max_context,
+        );
+        let want =
+            reference_decode_attention(qkv.clone().slice([0..b, 0..e3 / 3]), cache, paged, h);
+        max_diff(floats(got), floats(want))
+    }
+
     pub fn run(device: &EngineDevice) -> anyhow::Result<serde_json::Value> {
         let dev = &device.device;
         let (h, d, bs, blocks, w) = (12usize, 64usize, 16usize, 80usize, 16usize);
@@ -67,17 +84,21 @@ mod cuda {
         };
         let qkv = Tensor::<2>::random([b, 3 * e], Distribution::Normal(0.0, 1.0), dev);
 
-        let got = paged_decode_attention(
-            qkv.clone(),
-            &cache.k,
-            &cache.v,
-            paged.tables.clone(),
-            paged.lens.clone(),
-            bs,
-            w * bs,
-        );
-        let want = reference_decode_attention(qkv.clone().slice([0..b, 0..e]), &cache, &paged, h);
-        let attention_diff = max_diff(floats(got), floats(want));
+        let mut attention_diff = attention_check(&qkv, &cache, &paged, h);
+        // A large batch (the kernel's other warp count): the same rows, ten times.
+        let big = 10 * b;
+        let big_lens: Vec<i32> = (0..big).map(|i| lens[i % b]).collect();
+        let big_tables: Vec<i32> = (0..big * w)
+            .map(|i| ((7 * i + 3) % blocks) as i32)
+            .collect();
+        let big_paged = PagedContext {
+            tables: ints(big_tables, [big, w], dev),
+            lens: ints(big_lens, [big], dev),
+            block_size: bs,
+            max_context: w * bs,
+        };
+        let big_qkv = Tensor::<2>::random([big, 3 * e], Distribution::Normal(0.0, 1.0), dev);
+        attention_diff = attention_diff.max(attention_check(&big_qkv, &cache, &big_paged, h));
 
         // KV write: the kernel on the cache itself, select_assign on a copy.
         let slots: Vec<i32> = (0..b).map(|i| (i * 37 + 5) as i32).collect();
@@ -103,7 +124,9 @@ mod cuda {
         let mut gemv_diff = 0.0f32;
         for (rows, k, n) in [
             (1, 768, 2304),
+            (1, 768, 50257),
             (3, 768, 768),
+            (16, 3072, 768),
             (8, 3072, 768),
             (64, 768, 3072),
             (48, 768, 50257),
@@ -150,7 +173,7 @@ mod cuda {
         let ln_diff = max_diff(floats(got), floats(want));
 
         println!(
-            "device {}: kernel check (H {h}, D {d}, block {bs}, lens {lens:?})",
+            "device {}: kernel check (H {h}, D {d}, block {bs}, lens {lens:?}, and x10)",
             device.name
         );
         println!("  paged decode attention: max |kernel - reference| = {attention_diff:e}");

@@ -1,0 +1,446 @@
+//! CubeCL kernels of the CUDA decode path, registered as a Burn backend
+//! extension ([`PagedKvOps`]) for CubeCL and fusion (CUDA builds only). This
+//! file holds the extension and its launches; each kernel has its own file:
+//!
+//! - [`kv_write`] (`cache_write.rs`): copies each new token's K and V row
+//!   from the fused `qkv` projection into its cache slot (`[H, S, D]`
+//!   storage). It writes the cache buffer in place whoever else holds it, and
+//!   hands the same buffers back: a captured CUDA graph keeps writing the
+//!   memory the engine reads, and nothing ever copies the cache (Burn's
+//!   `select_assign` copies a storage that is shared, as it is once a graph
+//!   holds it).
+//! - [`paged_decode_attention`] (`attention.rs`): one cube per (head,
+//!   sequence) walks the block table up to the context length (both read
+//!   from device buffers, so a graph replays any lengths) with 16-byte loads
+//!   of K and V rows. No gather of the context, no mask, no padding to a
+//!   context bucket.
+//! - [`decode_linear`] (`gemv.rs`): the decode GEMV with the bias, GELU and
+//!   residual add in its epilogue, over out-major weights.
+//! - [`layer_norm_rows`] (`layer_norm.rs`): one warp per row.
+//!
+//! `qkv` is read as it is, so no slice, permute or copy of Q, K or V is
+//! launched. The CPU twin of the attention kernel is
+//! [`super::paged_attention`]; the tensor-op path in [`super::attention`] is
+//! the reference both are checked against (`ember-engine-bench
+//! --check-kernels` on the GPU, unit tests on the CPU). Not yet done:
+//! splitting one long context across several cubes.
+
+mod attention;
+mod cache_write;
+mod gemv;
+mod layer_norm;
+
+use attention::paged_decode_attention_kernel;
+use burn::backend::cubecl::dtype_to_storage_type;
+use burn::backend::tensor::{FloatTensor, IntTensor};
+use burn::backend::{backend_extension, Backend, Dispatch, TensorMetadata};
+use burn::prelude::*;
+use burn_cubecl::kernel::into_contiguous;
+use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
+use burn_cubecl::CubeBackend;
+use cache_write::kv_write_kernel;
+use cubecl::prelude::{CubeCount, CubeDim};
+use gemv::decode_linear_kernel;
+use layer_norm::layer_norm_kernel;
+
+/// Warps per attention cube for a batch of `pairs` (head, sequence) pairs:
+/// with fewer cubes than an H100 has SMs (132), or than twice that, more
+/// warps split each context finer.
+fn attention_warps(pairs: usize) -> u32 {
+    match pairs {
+        0..132 => 16,
+        132..264 => 8,
+        _ => 4,
+    }
+}
+
+/// The paged-cache operations as a Burn backend extension (CubeCL, fused or not).
+#[backend_extension(Cube, Fusion)]
+pub trait PagedKvOps: Backend {
+    /// Writes rows of `qkv` (`[N, 3E]`: its K and V thirds) at `slots`
+    /// (`[N]`) of `k_cache`/`v_cache` (`[H, S, D]`) in place; returns the caches.
+    #[fusion(meta = |k_cache, v_cache, _qkv, _slots| (k_cache.clone(), v_cache.clone()))]
+    fn kv_write(
+        k_cache: FloatTensor<Self>,
+        v_cache: FloatTensor<Self>,
+        qkv: FloatTensor<Self>,
+        slots: IntTensor<Self>,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>);
+
+    /// One query per sequence (the Q third of `qkv`, `[B, 3E]`) over its paged
+    /// context: `tables` `[B, W]` blocks, `lens` `[B]` positions. Returns `[B, E]`.
+    #[fusion(dtype = qkv, shape = { let [b, e3] = qkv.dims::<2>(); Shape::new([b, e3 / 3]) })]
+    fn paged_decode_attention(
+        qkv: FloatTensor<Self>,
+        k_cache: FloatTensor<Self>,
+        v_cache: FloatTensor<Self>,
+        tables: IntTensor<Self>,
+        lens: IntTensor<Self>,
+        block_size: usize,
+        max_context: usize,
+    ) -> FloatTensor<Self>;
+
+    /// `x` `[B, K]` times the out-major weight `w` `[N, K]` transposed, plus
+    /// `bias` `[N]` when `has_bias`, through tanh-GELU when `gelu`, plus
+    /// `residual` `[B, N]` when `has_residual` (unread operands may be any
+    /// tensor). Returns `[B, N]`.
+    #[fusion(dtype = x, shape = { let [b, _] = x.dims::<2>(); let [n, _] = w.dims::<2>(); Shape::new([b, n]) })]
+    fn decode_linear(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        residual: FloatTensor<Self>,
+        has_bias: bool,
+        gelu: bool,
+        has_residual: bool,
+    ) -> FloatTensor<Self>;
+
+    /// LayerNorm over the rows of `x` `[R, E]` with `gamma`, `beta` `[E]`.
+    #[fusion(dtype = x, shape = x)]
+    fn layer_norm_rows(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        eps: f32,
+    ) -> FloatTensor<Self>;
+}
+
+impl PagedKvOps for CubeBackend {
+    fn kv_write(
+        k_cache: FloatTensor<Self>,
+        v_cache: FloatTensor<Self>,
+        qkv: FloatTensor<Self>,
+        slots: IntTensor<Self>,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        let qkv = into_contiguous(qkv);
+        let slots = into_contiguous(slots);
+        let [h, _, d] = k_cache.shape().dims::<3>();
+        let n = slots.shape().dims::<1>()[0] * h * d;
+        let threads = 256u32;
+        let (f, i) = (qkv.dtype, slots.dtype);
+        kv_write_kernel::launch(
+            &qkv.client,
+            CubeCount::Static((n as u32).div_ceil(threads), 1, 1),
+            CubeDim::new_1d(threads),
+            qkv.clone().into_tensor_arg(),
+            slots.into_tensor_arg(),
+            k_cache.clone().into_tensor_arg(),
+            v_cache.clone().into_tensor_arg(),
+            [dtype_to_storage_type(f), dtype_to_storage_type(i)],
+        );
+        (k_cache, v_cache)
+    }
+
+    fn paged_decode_attention(
+        qkv: FloatTensor<Self>,
+        k_cache: FloatTensor<Self>,
+        v_cache: FloatTensor<Self>,
+        tables: IntTensor<Self>,
+        lens: IntTensor<Self>,
+        block_size: usize,
+        max_context: usize,
+    ) -> FloatTensor<Self> {
+        let qkv = into_contiguous(qkv);
+        let tables = into_contiguous(tables);
+        let lens = into_contiguous(lens);
+        let [b, e3] = qkv.shape().dims::<2>();
+        let [h, _, d] = k_cache.shape().dims::<3>();
+        let out = empty_device_contiguous_dtype(
+            qkv.client.clone(),
+            qkv.device.clone(),
+            Shape::new([b, e3 / 3]),
+            qkv.dtype,
+        );
+        let (f, i) = (qkv.dtype, tables.dtype);
+        let warps = attention_warps(b * h);
+        let cache_strides = k_cache.meta.strides();
+        assert!(
+            cache_strides[2] == 1 && v_cache.meta.strides() == cache_strides,
+            "paged attention: the K/V caches must be row-major [H, S, D] storage"
+        );
+        let vs = vector_size(&qkv, &[d, e3, cache_strides[0], cache_strides[1]]);
+        let (lanes_per_pos, vectors_per_lane) = attention_lanes(d / vs);
+        paged_decode_attention_kernel::launch(
+            &qkv.client,
+            CubeCount::Static(h as u32, b as u32, 1),
+            CubeDim::new_2d(32, warps),
+            vs,
+            qkv.clone().into_tensor_arg(),
+            k_cache.into_tensor_arg(),
+            v_cache.into_tensor_arg(),
+            tables.into_tensor_arg(),
+            lens.into_tensor_arg(),
+            out.clone().into_tensor_arg(),
+            1.0 / (d as f32).sqrt(),
+            block_size,
+            d,
+            max_context,
+            warps as usize,
+            lanes_per_pos,
+            vectors_per_lane,
+            vs,
+            vectors_per_lane * vs,
+            [dtype_to_storage_type(f), dtype_to_storage_type(i)],
+        );
+        out
+    }
+
+    fn decode_linear(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        residual: FloatTensor<Self>,
+        has_bias: bool,
+        gelu: bool,
+        has_residual: bool,
+    ) -> FloatTensor<Self> {
+        let x = into_contiguous(x);
+        let w = into_contiguous(w);
+        let residual = into_contiguous(residual);
+        let [b, _] = x.shape().dims::<2>();
+        let [n, k] = w.shape().dims::<2>();
+        let rows = gemv_rows(b);
+        let out = empty_device_contiguous_dtype(
+            x.client.clone(),
+            x.device.clone(),
+            Shape::new([b, n]),
+            x.dtype,
+        );
+        let dtype = x.dtype;
+        let vs = vector_size(&x, &[k]);
+        let splits = gemv_splits(n, k / vs);
+        let per_cube = GEMV_WARPS / splits as u32;
+        decode_linear_kernel::launch(
+            &x.client,
+            CubeCount::Static((n as u32).div_ceil(per_cube), (b / rows) as u32, 1),
+            CubeDim::new_2d(32, GEMV_WARPS),
+            vs,
+            x.clone().into_tensor_arg(),
+            w.into_tensor_arg(),
+            bias.into_tensor_arg(),
+            residual.into_tensor_arg(),
+            out.clone().into_tensor_arg(),
+            vs,
+            k / vs,
+            rows,
+            splits,
+            has_bias,
+            gelu,
+            has_residual,
+            dtype_to_storage_type(dtype),
+        );
+        out
+    }
+
+    fn layer_norm_rows(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        eps: f32,
+    ) -> FloatTensor<Self> {
+        let x = into_contiguous(x);
+        let gamma = into_contiguous(gamma);
+        let beta = into_contiguous(beta);
+        let [r, e] = x.shape().dims::<2>();
+        let out = empty_device_contiguous_dtype(
+            x.client.clone(),
+            x.device.clone(),
+            Shape::new([r, e]),
+            x.dtype,
+        );
+        let dtype = x.dtype;
+        let vs = vector_size(&x, &[e]);
+        let row_vectors = e / vs;
+        layer_norm_kernel::launch(
+            &x.client,
+            CubeCount::Static((r as u32).div_ceil(GEMV_WARPS), 1, 1),
+            CubeDim::new_2d(32, GEMV_WARPS),
+            vs,
+            x.clone().into_tensor_arg(),
+            gamma.into_tensor_arg(),
+            beta.into_tensor_arg(),
+            out.clone().into_tensor_arg(),
+            eps,
+            vs,
+            row_vectors,
+            row_vectors.div_ceil(32),
+            dtype_to_storage_type(dtype),
+        );
+        out
+    }
+
+}
+
+/// The widest vector (at most 16 bytes) of `tensor`'s element type that the
+/// client can load and that divides every one of `extents` (row lengths and
+/// strides, in elements).
+fn vector_size(tensor: &burn_cubecl::tensor::CubeTensor, extents: &[usize]) -> usize {
+    let elem = tensor.dtype.size();
+    tensor
+        .client
+        .io_optimized_vector_sizes(elem)
+        .filter(|&v| v * elem <= 16 && extents.iter().all(|x| x % v == 0))
+        .max()
+        .unwrap_or(1)
+}
+
+/// How the attention kernel splits a row of `chunks` vectors: lanes per
+/// position (the largest power of two up to 32 dividing `chunks`) and
+/// vectors per lane.
+fn attention_lanes(chunks: usize) -> (usize, usize) {
+    let mut lanes = 32;
+    while chunks % lanes != 0 {
+        lanes /= 2;
+    }
+    (lanes, chunks / lanes)
+}
+
+/// Warps per cube of the decode GEMV and the LayerNorm kernel.
+const GEMV_WARPS: u32 = gemv::GEMV_WARPS_USIZE as u32;
+
+/// Warps per output feature of the decode GEMV: with fewer outputs than
+/// 2048 the `K` loop is split over up to 4 warps, as long as every lane
+/// still gets a vector to load; otherwise one warp.
+fn gemv_splits(n_out: usize, k_vectors: usize) -> usize {
+    if n_out >= 2048 {
+        return 1;
+    }
+    let mut splits = 4;
+    while splits > 1 && k_vectors < 32 * splits {
+        splits /= 2;
+    }
+    splits
+}
+
+/// Rows per cube of the decode GEMV: the largest power of two up to 16 that
+/// divides `batch` (so no cube runs past the batch).
+fn gemv_rows(batch: usize) -> usize {
+    let mut rows = 16;
+    while batch % rows != 0 {
+        rows /= 2;
+    }
+    rows
+}
+
+/// Writes the K/V thirds of `qkv` (`[N, 3E]`) at `slots` (`[N]`) of the
+/// layer's `[H, S, D]` storage, in place; returns the same storage.
+pub fn kv_write(
+    k_cache: Tensor<3>,
+    v_cache: Tensor<3>,
+    qkv: Tensor<2>,
+    slots: Tensor<1, Int>,
+) -> (Tensor<3>, Tensor<3>) {
+    let (k, v) = Dispatch::kv_write(
+        k_cache.into_dispatch(),
+        v_cache.into_dispatch(),
+        qkv.into_dispatch(),
+        slots.into_dispatch(),
+    );
+    (Tensor::from_dispatch(k), Tensor::from_dispatch(v))
+}
+
+/// Decode attention over the paged cache (see the module doc). `qkv` `[B, 3E]`,
+/// `tables` `[B, W]`, `lens` `[B]`; returns `[B, E]`.
+pub fn paged_decode_attention(
+    qkv: Tensor<2>,
+    k_cache: &Tensor<3>,
+    v_cache: &Tensor<3>,
+    tables: Tensor<2, Int>,
+    lens: Tensor<1, Int>,
+    block_size: usize,
+    max_context: usize,
+) -> Tensor<2> {
+    Tensor::from_dispatch(Dispatch::paged_decode_attention(
+        qkv.into_dispatch(),
+        k_cache.clone().into_dispatch(),
+        v_cache.clone().into_dispatch(),
+        tables.into_dispatch(),
+        lens.into_dispatch(),
+        block_size,
+        max_context,
+    ))
+}
+
+/// What the decode GEMV does to its result before writing it.
+#[derive(Debug, Clone, Default)]
+pub struct GemvEpilogue {
+    /// Apply tanh-GELU (after the bias).
+    pub gelu: bool,
+    /// `[B, N]` added last (a residual connection).
+    pub residual: Option<Tensor<2>>,
+}
+
+/// `x` `[B, K]` times `w` `[N, K]` (out-major) transposed, plus `bias`, then
+/// the epilogue: the decode GEMV kernel. Returns `[B, N]`.
+pub fn decode_linear(
+    x: Tensor<2>,
+    w: &Tensor<2>,
+    bias: Option<&Tensor<1>>,
+    epilogue: GemvEpilogue,
+) -> Tensor<2> {
+    let (bias, has_bias) = match bias {
+        Some(b) => (b.clone().into_dispatch(), true),
+        None => (w.clone().into_dispatch(), false),
+    };
+    let (residual, has_residual) = match epilogue.residual {
+        Some(r) => (r.into_dispatch(), true),
+        None => (w.clone().into_dispatch(), false),
+    };
+    Tensor::from_dispatch(Dispatch::decode_linear(
+        x.into_dispatch(),
+        w.clone().into_dispatch(),
+        bias,
+        residual,
+        has_bias,
+        epilogue.gelu,
+        has_residual,
+    ))
+}
+
+/// LayerNorm over the last dimension of `x` `[R, E]` (one kernel).
+pub fn layer_norm_rows(x: Tensor<2>, gamma: Tensor<1>, beta: Tensor<1>, eps: f32) -> Tensor<2> {
+    Tensor::from_dispatch(Dispatch::layer_norm_rows(
+        x.into_dispatch(),
+        gamma.into_dispatch(),
+        beta.into_dispatch(),
+        eps,
+    ))
+}
+
+/// Most rows a linear layer sends through [`decode_linear`] instead of the
+/// general matmul: `EMBER_GEMV_MAX_ROWS` (default 64: on an H100 the GEMV
+/// beat CubeCL's matmul at batch 1 and 8 and tied it at 64, and lost 2x at
+/// 256; see docs/performance.md), read once.
+pub fn gemv_max_rows() -> usize {
+    static MAX: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *MAX.get_or_init(|| env_rows("EMBER_GEMV_MAX_ROWS", 64))
+}
+
+/// The same for the LM head (`[vocab, E]`, 77 MB in f16), where the GEMV's
+/// per-row-tile cost is largest: `EMBER_LM_HEAD_GEMV_MAX_ROWS`, default 8,
+/// and never more than [`gemv_max_rows`].
+pub fn lm_head_gemv_max_rows() -> usize {
+    static MAX: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *MAX.get_or_init(|| env_rows("EMBER_LM_HEAD_GEMV_MAX_ROWS", 8).min(gemv_max_rows()))
+}
+
+/// A row count from the environment variable `name`, or `default`.
+fn env_rows(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Whether `device` is a CubeCL (CUDA) device.
+pub fn is_cube_device(device: &Device) -> bool {
+    matches!(device.as_dispatch(), burn::backend::DispatchDevice::Cube(_))
+}
+
+/// Whether `tensor` lives on a CubeCL (CUDA) device, where these kernels run.
+pub fn on_cube<const D: usize>(tensor: &Tensor<D>) -> bool {
+    tensor
+        .clone()
+        .try_into_primitive::<burn::backend::Cube>()
+        .is_ok()
+}
