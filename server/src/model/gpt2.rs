@@ -59,8 +59,7 @@ impl Gpt2 {
         // `[vocab, E]` rows directly.
         let wte = self.wte.weight.val();
         #[cfg(feature = "cuda")]
-        if b <= super::cuda_kernels::lm_head_gemv_max_rows()
-            && super::cuda_kernels::on_cube(&last)
+        if b <= super::cuda_kernels::lm_head_gemv_max_rows() && super::cuda_kernels::on_cube(&last)
         {
             return super::cuda_kernels::decode_linear(
                 last,

@@ -120,13 +120,17 @@ mod cuda {
         // The kernel wrote the caller's storage in place (no copy).
         let in_place_diff = max_diff(floats(cache.k.clone()), floats(reference.k.clone()));
 
-        // Decode GEMV: out-major weights, with and without bias, ragged batches.
+        // Decode GEMV / tensor-core projection (16+ rows, N % 16 == 0):
+        // out-major weights, with and without bias, ragged batches.
         let mut gemv_diff = 0.0f32;
         for (rows, k, n) in [
             (1, 768, 2304),
             (1, 768, 50257),
             (3, 768, 768),
             (16, 3072, 768),
+            (32, 768, 2304),
+            (48, 768, 768),
+            (256, 3072, 768),
             (8, 3072, 768),
             (64, 768, 3072),
             (48, 768, 50257),
@@ -177,7 +181,7 @@ mod cuda {
             device.name
         );
         println!("  paged decode attention: max |kernel - reference| = {attention_diff:e}");
-        println!("  decode GEMV (bias, GELU, residual): max |kernel - tensor ops| = {gemv_diff:e}");
+        println!("  decode GEMV and tensor-core projection (bias, GELU, residual): max |kernel - tensor ops| = {gemv_diff:e}");
         println!("  layer norm: max |kernel - tensor ops| = {ln_diff:e}");
         println!(
             "  kv write: max |kernel - select_assign| = {write_diff:e}; in place: {}",

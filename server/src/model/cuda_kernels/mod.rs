@@ -29,6 +29,7 @@ mod attention;
 mod cache_write;
 mod gemv;
 mod layer_norm;
+mod mma;
 
 use attention::paged_decode_attention_kernel;
 use burn::backend::cubecl::dtype_to_storage_type;
@@ -42,6 +43,7 @@ use cache_write::kv_write_kernel;
 use cubecl::prelude::{CubeCount, CubeDim};
 use gemv::decode_linear_kernel;
 use layer_norm::layer_norm_kernel;
+use mma::decode_mma_kernel;
 
 /// Warps per attention cube for a batch of `pairs` (head, sequence) pairs:
 /// with fewer cubes than an H100 has SMs (132), or than twice that, more
@@ -199,6 +201,32 @@ impl PagedKvOps for CubeBackend {
         let residual = into_contiguous(residual);
         let [b, _] = x.shape().dims::<2>();
         let [n, k] = w.shape().dims::<2>();
+        if let Some(m_tiles) = mma_row_tiles(b, n, k) {
+            let out = empty_device_contiguous_dtype(
+                x.client.clone(),
+                x.device.clone(),
+                Shape::new([b, n]),
+                x.dtype,
+            );
+            let dtype = x.dtype;
+            decode_mma_kernel::launch(
+                &x.client,
+                CubeCount::Static((n / 16) as u32, (b / (16 * m_tiles)) as u32, 1),
+                CubeDim::new_2d(32, mma::MMA_WARPS as u32),
+                x.clone().into_tensor_arg(),
+                w.into_tensor_arg(),
+                bias.into_tensor_arg(),
+                residual.into_tensor_arg(),
+                out.clone().into_tensor_arg(),
+                k,
+                m_tiles,
+                has_bias,
+                gelu,
+                has_residual,
+                dtype_to_storage_type(dtype),
+            );
+            return out;
+        }
         let rows = gemv_rows(b);
         let out = empty_device_contiguous_dtype(
             x.client.clone(),
@@ -268,7 +296,6 @@ impl PagedKvOps for CubeBackend {
         );
         out
     }
-
 }
 
 /// The widest vector (at most 16 bytes) of `tensor`'s element type that the
@@ -297,6 +324,20 @@ fn attention_lanes(chunks: usize) -> (usize, usize) {
 
 /// Warps per cube of the decode GEMV and the LayerNorm kernel.
 const GEMV_WARPS: u32 = gemv::GEMV_WARPS_USIZE as u32;
+
+/// The 16-row tiles per cube of the tensor-core kernel for `[rows, k] x
+/// [n, k]^T` (4, 2 or 1, the most that divide the rows' tiles), or `None`
+/// when the GEMV is used: fewer than `EMBER_MMA_MIN_ROWS` rows (default 16),
+/// rows or `n` not a multiple of 16 (the 50257-wide LM head), or `k` not a
+/// multiple of 128 (the kernel's 8 warps split it in 16-wide steps).
+fn mma_row_tiles(rows: usize, n: usize, k: usize) -> Option<usize> {
+    static MIN: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let min = *MIN.get_or_init(|| env_rows("EMBER_MMA_MIN_ROWS", 16));
+    if rows < min.max(16) || rows % 16 != 0 || n % 16 != 0 || k % (16 * mma::MMA_WARPS) != 0 {
+        return None;
+    }
+    [4, 2, 1].into_iter().find(|t| (rows / 16) % t == 0)
+}
 
 /// Warps per output feature of the decode GEMV: with fewer outputs than
 /// 2048 the `K` loop is split over up to 4 warps, as long as every lane
@@ -413,7 +454,7 @@ pub fn layer_norm_rows(x: Tensor<2>, gamma: Tensor<1>, beta: Tensor<1>, eps: f32
 /// 256; see docs/performance.md), read once.
 pub fn gemv_max_rows() -> usize {
     static MAX: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *MAX.get_or_init(|| env_rows("EMBER_GEMV_MAX_ROWS", 64))
+    *MAX.get_or_init(|| env_rows("EMBER_GEMV_MAX_ROWS", 256))
 }
 
 /// The same for the LM head (`[vocab, E]`, 77 MB in f16), where the GEMV's
