@@ -4,9 +4,10 @@
 //! path uses (Flex's gemm reads it as is). On CUDA the weight is stored
 //! out-major, `[out, in]` (PyTorch's `nn.Linear` layout), so that decode
 //! steps, whose few rows make a matmul a matrix-vector product, can go through
-//! the GEMV kernel in `cuda_kernels` (one warp streams one contiguous weight
-//! row); larger batches (prefill) use the general matmul on the transposed
-//! view, which CubeCL's matmul reads without a copy.
+//! `cuda_kernels::decode_linear`: the GEMV (warps stream contiguous weight
+//! rows) below 16 rows, the tensor-core kernel from 16 to
+//! `EMBER_GEMV_MAX_ROWS`; larger batches (prefill) use the general matmul on
+//! the transposed view, which CubeCL's matmul reads without a copy.
 
 use burn::module::Param;
 use burn::prelude::*;

@@ -316,7 +316,7 @@ fn vector_size(tensor: &burn_cubecl::tensor::CubeTensor, extents: &[usize]) -> u
 /// vectors per lane.
 fn attention_lanes(chunks: usize) -> (usize, usize) {
     let mut lanes = 32;
-    while chunks % lanes != 0 {
+    while !chunks.is_multiple_of(lanes) {
         lanes /= 2;
     }
     (lanes, chunks / lanes)
@@ -333,10 +333,16 @@ const GEMV_WARPS: u32 = gemv::GEMV_WARPS_USIZE as u32;
 fn mma_row_tiles(rows: usize, n: usize, k: usize) -> Option<usize> {
     static MIN: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     let min = *MIN.get_or_init(|| env_rows("EMBER_MMA_MIN_ROWS", 16));
-    if rows < min.max(16) || rows % 16 != 0 || n % 16 != 0 || k % (16 * mma::MMA_WARPS) != 0 {
+    if rows < min.max(16)
+        || !rows.is_multiple_of(16)
+        || !n.is_multiple_of(16)
+        || !k.is_multiple_of(16 * mma::MMA_WARPS)
+    {
         return None;
     }
-    [4, 2, 1].into_iter().find(|t| (rows / 16) % t == 0)
+    [4, 2, 1]
+        .into_iter()
+        .find(|&t| (rows / 16).is_multiple_of(t))
 }
 
 /// Warps per output feature of the decode GEMV: with fewer outputs than
@@ -357,7 +363,7 @@ fn gemv_splits(n_out: usize, k_vectors: usize) -> usize {
 /// divides `batch` (so no cube runs past the batch).
 fn gemv_rows(batch: usize) -> usize {
     let mut rows = 16;
-    while batch % rows != 0 {
+    while !batch.is_multiple_of(rows) {
         rows /= 2;
     }
     rows
