@@ -78,18 +78,37 @@ pub fn decode_linear_kernel<F: Float, V: Size>(
         for p in 0..splits {
             v += partial[(warp + p) * rows + r];
         }
-        if has_bias {
-            v += f32::cast_from(bias[n * bias.stride(0)]);
-        }
-        if gelu {
-            let inner = f32::new(0.797_884_6) * (v + f32::new(0.044715) * v * v * v);
-            v = f32::new(0.5) * v * (f32::new(1.0) + inner.tanh());
-        }
-        if has_residual {
-            v += f32::cast_from(residual[(b0 + r) * residual.stride(0) + n * residual.stride(1)]);
-        }
+        let v = epilogue(v, bias, residual, b0 + r, n, has_bias, gelu, has_residual);
         out[(b0 + r) * n_out + n] = F::cast_from(v);
     }
+}
+
+/// The projections' epilogue on output `[row, n]`'s f32 sum `v`: `+ bias[n]`,
+/// then tanh-GELU, then `+ residual[row, n]`, each when its flag is set.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub fn epilogue<F: Float>(
+    v: f32,
+    bias: &Tensor<F>,
+    residual: &Tensor<F>,
+    row: usize,
+    n: usize,
+    #[comptime] has_bias: bool,
+    #[comptime] gelu: bool,
+    #[comptime] has_residual: bool,
+) -> f32 {
+    let mut v = v;
+    if has_bias {
+        v += f32::cast_from(bias[n * bias.stride(0)]);
+    }
+    if gelu {
+        let inner = f32::new(0.797_884_6) * (v + f32::new(0.044715) * v * v * v);
+        v = f32::new(0.5) * v * (f32::new(1.0) + inner.tanh());
+    }
+    if has_residual {
+        v += f32::cast_from(residual[row * residual.stride(0) + n * residual.stride(1)]);
+    }
+    v
 }
 
 /// Warps per cube of [`decode_linear_kernel`].

@@ -18,6 +18,8 @@
 
 use cubecl::prelude::*;
 
+use super::gemv::epilogue;
+
 /// Warps per cube of [`decode_mma_kernel`]: the `K` slices.
 pub const MMA_WARPS: usize = 8;
 
@@ -138,16 +140,7 @@ pub fn decode_mma_kernel<F: Float>(
         }
         let row = m0 + idx / 16;
         let n = n0 + idx % 16;
-        if has_bias {
-            v += f32::cast_from(bias[n * bias.stride(0)]);
-        }
-        if gelu {
-            let inner = f32::new(0.797_884_6) * (v + f32::new(0.044715) * v * v * v);
-            v = f32::new(0.5) * v * (f32::new(1.0) + inner.tanh());
-        }
-        if has_residual {
-            v += f32::cast_from(residual[row * residual.stride(0) + n * residual.stride(1)]);
-        }
+        let v = epilogue(v, bias, residual, row, n, has_bias, gelu, has_residual);
         out[row * n_out + n] = F::cast_from(v);
         idx += comptime!(MMA_WARPS * 32);
     }
