@@ -4,7 +4,10 @@
 //! which is Burn's `[in, out]`); the new K/V rows are written to the cache, then
 //! attention runs over either the fresh K/V (prefill) or the gathered context
 //! (decode) through Burn's fused attention op (Flex: a native kernel; CUDA: the
-//! flash kernel, which a boolean mask and the default scale keep it on).
+//! flash kernel, which a boolean mask and the default scale keep it on). On
+//! CUDA, decode reads the paged cache in its own kernel and a prefill without
+//! a cached prefix runs the causal tensor-core kernel over `qkv` as it is
+//! (`cuda_kernels`).
 
 use burn::prelude::*;
 
@@ -49,6 +52,16 @@ impl Attention {
         // Decode: attention straight from the paged cache.
         if let (1, Some(paged)) = (q_len, &meta.paged) {
             let out = paged_decode(qkv, &cache, paged, h).reshape([b, 1, e]);
+            return (self.c_proj.forward_with(out, add(residual)), cache);
+        }
+
+        // Prefill without a cached prefix on CUDA: the tensor-core causal
+        // kernel reads Q, K and V from `qkv` as they are.
+        #[cfg(feature = "cuda")]
+        if meta.context_slots.is_none()
+            && super::cuda_kernels::prefill_attention_fits(&qkv, q_len, d)
+        {
+            let out = super::cuda_kernels::prefill_attention(qkv, q_len).reshape([b, q_len, e]);
             return (self.c_proj.forward_with(out, add(residual)), cache);
         }
 

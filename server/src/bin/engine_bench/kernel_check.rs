@@ -1,4 +1,5 @@
-//! `--check-kernels`: the CubeCL paged decode attention and KV write against
+//! `--check-kernels`: the CubeCL paged decode attention and KV write (and the
+//! projections, LayerNorm and causal prefill attention) against
 //! the tensor-op reference (gather through the block tables + mask + Burn's
 //! attention; `select_assign`), on random data on the device. Ragged context
 //! lengths (1 to the full table), blocks in scattered order, f16 on CUDA.
@@ -24,7 +25,8 @@ mod cuda {
     use burn::tensor::{DType, Distribution};
     use ember_server::device::EngineDevice;
     use ember_server::model::cuda_kernels::{
-        decode_linear, kv_write, layer_norm_rows, paged_decode_attention, GemvEpilogue,
+        decode_linear, kv_write, layer_norm_rows, paged_decode_attention, prefill_attention,
+        GemvEpilogue,
     };
     use ember_server::model::paged_attention::reference_decode_attention;
     use ember_server::model::{LayerKv, PagedContext};
@@ -59,6 +61,34 @@ mod cuda {
         );
         let want =
             reference_decode_attention(qkv.clone().slice([0..b, 0..e3 / 3]), cache, paged, h);
+        max_diff(floats(got), floats(want))
+    }
+
+    /// Max |kernel - reference| of causal prefill attention over `b`
+    /// sequences of `q` rows (`h` heads of 64): the reference is softmax
+    /// with a causal mask in f32 tensor ops.
+    fn prefill_check(b: usize, q: usize, h: usize, dev: &Device) -> f32 {
+        let e = h * 64;
+        let qkv = Tensor::<2>::random([b * q, 3 * e], Distribution::Normal(0.0, 1.0), dev);
+        let got = prefill_attention(qkv.clone(), q);
+        let x = qkv.cast(DType::F32);
+        let heads = |t: Tensor<2>| t.reshape([b, q, h, 64]).swap_dims(1, 2); // [B, H, Q, D]
+        let n = b * q;
+        let (qh, kh) = (
+            heads(x.clone().slice([0..n, 0..e])),
+            heads(x.clone().slice([0..n, e..2 * e])),
+        );
+        let vh = heads(x.slice([0..n, 2 * e..3 * e]));
+        let scores = qh.matmul(kh.transpose()).mul_scalar(0.125); // [B, H, Q, Q]
+        let i = Tensor::<1, Int>::arange(0..q as i64, dev)
+            .reshape([q, 1])
+            .expand([q, q]);
+        let j = Tensor::<1, Int>::arange(0..q as i64, dev)
+            .reshape([1, q])
+            .expand([q, q]);
+        let future = j.greater(i).reshape([1, 1, q, q]).expand([b, h, q, q]);
+        let p = burn::tensor::activation::softmax(scores.mask_fill(future, -1.0e30), 3);
+        let want = p.matmul(vh).swap_dims(1, 2).reshape([n, e]);
         max_diff(floats(got), floats(want))
     }
 
@@ -176,6 +206,13 @@ mod cuda {
         let want = ln.forward_reference(x);
         let ln_diff = max_diff(floats(got), floats(want));
 
+        // Causal prefill attention: a partial cube (48 rows), several cubes
+        // per sequence, one tile.
+        let prefill_diff = [(3, 48), (2, 256), (1, 16)]
+            .into_iter()
+            .map(|(b, q)| prefill_check(b, q, h, dev))
+            .fold(0.0f32, f32::max);
+
         println!(
             "device {}: kernel check (H {h}, D {d}, block {bs}, lens {lens:?}, and x10)",
             device.name
@@ -183,6 +220,7 @@ mod cuda {
         println!("  paged decode attention: max |kernel - reference| = {attention_diff:e}");
         println!("  decode GEMV and tensor-core projection (bias, GELU, residual): max |kernel - tensor ops| = {gemv_diff:e}");
         println!("  layer norm: max |kernel - tensor ops| = {ln_diff:e}");
+        println!("  causal prefill attention (3x48, 2x256, 1x16): max |kernel - f32 reference| = {prefill_diff:e}");
         println!(
             "  kv write: max |kernel - select_assign| = {write_diff:e}; in place: {}",
             in_place_diff == 0.0
@@ -194,6 +232,7 @@ mod cuda {
             "kv_write_in_place": in_place_diff == 0.0,
             "gemv_max_abs_diff": gemv_diff,
             "layer_norm_max_abs_diff": ln_diff,
+            "prefill_attention_max_abs_diff": prefill_diff,
         }))
     }
 }

@@ -30,6 +30,7 @@ mod cache_write;
 mod gemv;
 mod layer_norm;
 mod mma;
+mod prefill_attention;
 
 use attention::paged_decode_attention_kernel;
 use burn::backend::cubecl::dtype_to_storage_type;
@@ -96,6 +97,12 @@ pub trait PagedKvOps: Backend {
         gelu: bool,
         has_residual: bool,
     ) -> FloatTensor<Self>;
+
+    /// Causal attention of a right-padded prefill batch straight from `qkv`
+    /// (`[B*Q, 3E]`, `seq_len` = Q rows per sequence, head_dim 64). Returns
+    /// `[B*Q, E]`.
+    #[fusion(dtype = qkv, shape = { let [n, e3] = qkv.dims::<2>(); Shape::new([n, e3 / 3]) })]
+    fn prefill_attention(qkv: FloatTensor<Self>, seq_len: usize) -> FloatTensor<Self>;
 
     /// LayerNorm over the rows of `x` `[R, E]` with `gamma`, `beta` `[E]`.
     #[fusion(dtype = x, shape = x)]
@@ -258,6 +265,10 @@ impl PagedKvOps for CubeBackend {
             dtype_to_storage_type(dtype),
         );
         out
+    }
+
+    fn prefill_attention(qkv: FloatTensor<Self>, seq_len: usize) -> FloatTensor<Self> {
+        prefill_attention::launch(into_contiguous(qkv), seq_len)
     }
 
     fn layer_norm_rows(
@@ -442,6 +453,22 @@ pub fn decode_linear(
         epilogue.gelu,
         has_residual,
     ))
+}
+
+/// Causal attention of a right-padded prefill batch, `qkv` `[B*Q, 3E]` with
+/// `seq_len` = Q; returns `[B*Q, E]`. Only for shapes [`prefill_attention_fits`].
+pub fn prefill_attention(qkv: Tensor<2>, seq_len: usize) -> Tensor<2> {
+    Tensor::from_dispatch(Dispatch::prefill_attention(qkv.into_dispatch(), seq_len))
+}
+
+/// Whether the prefill attention kernel takes this batch: on CUDA, head_dim
+/// 64, whole 16-row tiles per sequence, and not turned off with
+/// `EMBER_PREFILL_ATTENTION=0`.
+pub fn prefill_attention_fits(qkv: &Tensor<2>, seq_len: usize, head_dim: usize) -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let on =
+        *ON.get_or_init(|| std::env::var("EMBER_PREFILL_ATTENTION").map_or(true, |v| v != "0"));
+    on && head_dim == 64 && seq_len.is_multiple_of(16) && on_cube(qkv)
 }
 
 /// LayerNorm over the last dimension of `x` `[R, E]` (one kernel).
