@@ -148,7 +148,7 @@ pub fn decode_mma_kernel<F: Float>(
 
 /// A 16x16 f32 accumulator fragment filled with zeros.
 #[cube]
-fn zeroed_accumulator() -> cmma::Matrix<f32> {
+pub(super) fn zeroed_accumulator() -> cmma::Matrix<f32> {
     cmma::Matrix::<f32>::from_value(
         cmma::MatrixIdent::Accumulator,
         16usize,

@@ -29,6 +29,8 @@
 
 use cubecl::prelude::*;
 
+use super::mma::zeroed_accumulator;
+
 /// Warps per cube, 16 queries each.
 pub const PREFILL_WARPS: usize = 4;
 /// Queries per cube, and keys per staged chunk.
@@ -135,10 +137,10 @@ pub fn prefill_attention_kernel<F: Float, N: Size>(
         sync_plane();
 
         // P V for this chunk into the score tile, then into `O`.
-        let pv0 = zeroed();
-        let pv1 = zeroed();
-        let pv2 = zeroed();
-        let pv3 = zeroed();
+        let pv0 = zeroed_accumulator();
+        let pv1 = zeroed_accumulator();
+        let pv2 = zeroed_accumulator();
+        let pv3 = zeroed_accumulator();
         #[unroll]
         for kc in 0..4 {
             let pa = load_a(&p_s, p_tile + kc * 16);
@@ -248,7 +250,7 @@ fn scores<F: Float>(
     };
     #[unroll]
     for t in 0..4 {
-        let s = zeroed();
+        let s = zeroed_accumulator();
         let at = t * 16 * LD;
         cmma::load(&mut kb, k_s.slice(at, at + span), ld);
         cmma::execute(qa0, &kb, &s, &s);
@@ -304,19 +306,6 @@ fn store_s(s_s: &mut Shared<[f32]>, at: usize, frag: &cmma::Matrix<f32>) {
         comptime!(SLD as u32),
         cmma::MatrixLayout::RowMajor,
     );
-}
-
-/// A 16x16 f32 accumulator fragment filled with zeros.
-#[cube]
-fn zeroed() -> cmma::Matrix<f32> {
-    cmma::Matrix::<f32>::from_value(
-        cmma::MatrixIdent::Accumulator,
-        16usize,
-        16usize,
-        16usize,
-        cmma::MatrixLayout::Undefined,
-        f32::new(0.0),
-    )
 }
 
 /// Launches [`prefill_attention_kernel`] over contiguous `qkv` `[B*Q, 3E]`
