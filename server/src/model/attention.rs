@@ -114,15 +114,7 @@ fn add(residual: Tensor<3>) -> Epilogue<3> {
 fn paged_decode(qkv: Tensor<2>, cache: &LayerKv, paged: &PagedContext, n_head: usize) -> Tensor<2> {
     #[cfg(feature = "cuda")]
     if super::cuda_kernels::on_cube(&qkv) {
-        return super::cuda_kernels::paged_decode_attention(
-            qkv,
-            &cache.k,
-            &cache.v,
-            paged.tables.clone(),
-            paged.lens.clone(),
-            paged.block_size,
-            paged.max_context,
-        );
+        return super::cuda_kernels::paged_decode_attention(qkv, cache, paged);
     }
     let [b, e3] = qkv.dims();
     decode_attention(&qkv.slice([0..b, 0..e3 / 3]), cache, paged, n_head)

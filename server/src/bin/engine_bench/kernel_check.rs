@@ -50,15 +50,7 @@ mod cuda {
     /// Max |kernel - reference| of paged decode attention for one batch.
     fn attention_check(qkv: &Tensor<2>, cache: &LayerKv, paged: &PagedContext, h: usize) -> f32 {
         let [b, e3] = qkv.dims();
-        let got = paged_decode_attention(
-            qkv.clone(),
-            &cache.k,
-            &cache.v,
-            paged.tables.clone(),
-            paged.lens.clone(),
-            paged.block_size,
-            paged.max_context,
-        );
+        let got = paged_decode_attention(qkv.clone(), cache, paged);
         let want =
             reference_decode_attention(qkv.clone().slice([0..b, 0..e3 / 3]), cache, paged, h);
         max_diff(floats(got), floats(want))

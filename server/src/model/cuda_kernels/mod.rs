@@ -37,8 +37,11 @@ use burn::backend::cubecl::dtype_to_storage_type;
 use burn::backend::tensor::{FloatTensor, IntTensor};
 use burn::backend::{backend_extension, Backend, Dispatch, TensorMetadata};
 use burn::prelude::*;
+
+use super::kv_cache::{LayerKv, PagedContext};
 use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
+use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::CubeBackend;
 use cache_write::kv_write_kernel;
 use cubecl::prelude::{CubeCount, CubeDim};
@@ -154,12 +157,7 @@ impl PagedKvOps for CubeBackend {
         let lens = into_contiguous(lens);
         let [b, e3] = qkv.shape().dims::<2>();
         let [h, _, d] = k_cache.shape().dims::<3>();
-        let out = empty_device_contiguous_dtype(
-            qkv.client.clone(),
-            qkv.device.clone(),
-            Shape::new([b, e3 / 3]),
-            qkv.dtype,
-        );
+        let out = empty_like(&qkv, [b, e3 / 3]);
         let (f, i) = (qkv.dtype, tables.dtype);
         let warps = attention_warps(b * h);
         let cache_strides = k_cache.meta.strides();
@@ -209,12 +207,7 @@ impl PagedKvOps for CubeBackend {
         let [b, _] = x.shape().dims::<2>();
         let [n, k] = w.shape().dims::<2>();
         if let Some(m_tiles) = mma_row_tiles(b, n, k) {
-            let out = empty_device_contiguous_dtype(
-                x.client.clone(),
-                x.device.clone(),
-                Shape::new([b, n]),
-                x.dtype,
-            );
+            let out = empty_like(&x, [b, n]);
             let dtype = x.dtype;
             decode_mma_kernel::launch(
                 &x.client,
@@ -235,12 +228,7 @@ impl PagedKvOps for CubeBackend {
             return out;
         }
         let rows = gemv_rows(b);
-        let out = empty_device_contiguous_dtype(
-            x.client.clone(),
-            x.device.clone(),
-            Shape::new([b, n]),
-            x.dtype,
-        );
+        let out = empty_like(&x, [b, n]);
         let dtype = x.dtype;
         let vs = vector_size(&x, &[k]);
         let splits = gemv_splits(n, k / vs);
@@ -281,12 +269,7 @@ impl PagedKvOps for CubeBackend {
         let gamma = into_contiguous(gamma);
         let beta = into_contiguous(beta);
         let [r, e] = x.shape().dims::<2>();
-        let out = empty_device_contiguous_dtype(
-            x.client.clone(),
-            x.device.clone(),
-            Shape::new([r, e]),
-            x.dtype,
-        );
+        let out = empty_like(&x, [r, e]);
         let dtype = x.dtype;
         let vs = vector_size(&x, &[e]);
         let row_vectors = e / vs;
@@ -309,10 +292,21 @@ impl PagedKvOps for CubeBackend {
     }
 }
 
+/// A new contiguous tensor of `shape` on `like`'s device, in its dtype (a
+/// kernel's output).
+fn empty_like<const D: usize>(like: &CubeTensor, shape: [usize; D]) -> CubeTensor {
+    empty_device_contiguous_dtype(
+        like.client.clone(),
+        like.device.clone(),
+        Shape::new(shape),
+        like.dtype,
+    )
+}
+
 /// The widest vector (at most 16 bytes) of `tensor`'s element type that the
 /// client can load and that divides every one of `extents` (row lengths and
 /// strides, in elements).
-fn vector_size(tensor: &burn_cubecl::tensor::CubeTensor, extents: &[usize]) -> usize {
+fn vector_size(tensor: &CubeTensor, extents: &[usize]) -> usize {
     let elem = tensor.dtype.size();
     tensor
         .client
@@ -397,25 +391,18 @@ pub fn kv_write(
     (Tensor::from_dispatch(k), Tensor::from_dispatch(v))
 }
 
-/// Decode attention over the paged cache (see the module doc). `qkv` `[B, 3E]`,
-/// `tables` `[B, W]`, `lens` `[B]`; returns `[B, E]`.
-pub fn paged_decode_attention(
-    qkv: Tensor<2>,
-    k_cache: &Tensor<3>,
-    v_cache: &Tensor<3>,
-    tables: Tensor<2, Int>,
-    lens: Tensor<1, Int>,
-    block_size: usize,
-    max_context: usize,
-) -> Tensor<2> {
+/// Decode attention over the paged cache (see the module doc): `qkv`
+/// `[B, 3E]` against the layer's `cache`, through `paged`'s block tables
+/// and lengths; returns `[B, E]`.
+pub fn paged_decode_attention(qkv: Tensor<2>, cache: &LayerKv, paged: &PagedContext) -> Tensor<2> {
     Tensor::from_dispatch(Dispatch::paged_decode_attention(
         qkv.into_dispatch(),
-        k_cache.clone().into_dispatch(),
-        v_cache.clone().into_dispatch(),
-        tables.into_dispatch(),
-        lens.into_dispatch(),
-        block_size,
-        max_context,
+        cache.k.clone().into_dispatch(),
+        cache.v.clone().into_dispatch(),
+        paged.tables.clone().into_dispatch(),
+        paged.lens.clone().into_dispatch(),
+        paged.block_size,
+        paged.max_context,
     ))
 }
 

@@ -316,17 +316,10 @@ pub(super) fn launch(
 ) -> burn_cubecl::tensor::CubeTensor {
     use burn::backend::cubecl::dtype_to_storage_type;
     use burn::backend::TensorMetadata;
-    use burn::prelude::Shape;
-    use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 
     let [rows, e3] = qkv.shape().dims::<2>();
     let e = e3 / 3;
-    let out = empty_device_contiguous_dtype(
-        qkv.client.clone(),
-        qkv.device.clone(),
-        Shape::new([rows, e]),
-        qkv.dtype,
-    );
+    let out = super::empty_like(&qkv, [rows, e]);
     let dtype = qkv.dtype;
     let vs = super::vector_size(&qkv, &[64, e3]);
     prefill_attention_kernel::launch(
