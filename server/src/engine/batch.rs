@@ -177,6 +177,7 @@ pub fn decode_inputs(buffers: &DecodeBuffers, block_size: usize, max_context: us
                 lens: buffers.context_lens.tensor(),
                 block_size,
                 max_context,
+                arrivals: Some(buffers.arrivals.clone()),
             }),
         },
     }
@@ -269,7 +270,7 @@ mod tests {
     #[test]
     fn decode_reads_tables_and_lengths_from_the_buffers() {
         let dev = Device::flex();
-        let mut buffers = DecodeBuffers::new(4, 3, 10, &dev);
+        let mut buffers = DecodeBuffers::new(4, 3, 10, 2, &dev);
         let rows = [
             DecodeRow {
                 token: 5,

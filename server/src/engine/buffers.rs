@@ -108,14 +108,23 @@ pub struct DecodeBuffers {
     pub context_lens: InputBuffer<1, Int>,
     /// `[rows]` `0..rows` (constant): every row's logits are needed.
     pub last_rows: Tensor<1, Int>,
+    /// `[rows * heads]` zeros: the counters the CUDA attention kernel uses to
+    /// split a context across cubes (each launch leaves them at zero).
+    pub arrivals: Tensor<1, Int>,
     /// Per-row sampling parameters.
     pub sampling: SamplingParamsRows,
 }
 
 impl DecodeBuffers {
     /// Buffers for `rows` rows with block tables `table_width` blocks wide,
-    /// sampling over `vocab` tokens.
-    pub fn new(rows: usize, table_width: usize, vocab: usize, device: &Device) -> Self {
+    /// sampling over `vocab` tokens, for a model of `heads` attention heads.
+    pub fn new(
+        rows: usize,
+        table_width: usize,
+        vocab: usize,
+        heads: usize,
+        device: &Device,
+    ) -> Self {
         Self {
             rows,
             table_width,
@@ -126,6 +135,7 @@ impl DecodeBuffers {
             tables: InputBuffer::zeros([rows, table_width], device),
             context_lens: InputBuffer::zeros([rows], device),
             last_rows: Tensor::arange(0..rows as i64, device),
+            arrivals: Tensor::zeros([rows * heads], device),
             sampling: SamplingParamsRows::new(rows, vocab, device),
         }
     }

@@ -371,6 +371,8 @@ pub(super) struct DecodeGeometry {
     pub table_width: usize,
     pub padding_block: u32,
     pub vocab: usize,
+    /// Attention heads of the model.
+    pub heads: usize,
     /// Longest context (the model's `n_positions`).
     pub max_context: usize,
     pub device: Device,
@@ -384,6 +386,7 @@ impl DecodeGeometry {
             table_width: engine.config.n_positions.div_ceil(engine.block_size),
             padding_block: engine.blocks.padding_block(),
             vocab: engine.config.vocab_size,
+            heads: engine.config.n_head,
             max_context: engine.config.n_positions,
             device: engine.device.clone(),
         }
@@ -405,6 +408,7 @@ pub(super) fn prepare_decode(
             bucket,
             geometry.table_width,
             geometry.vocab,
+            geometry.heads,
             &geometry.device,
         )
     });

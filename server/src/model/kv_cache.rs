@@ -141,4 +141,8 @@ pub struct PagedContext {
     pub block_size: usize,
     /// Longest context a sequence can have (the model's `n_positions`).
     pub max_context: usize,
+    /// At least `[B * H]` 32-bit counters, zero between steps, that let the
+    /// CUDA kernel split one context across several cubes (it leaves them at
+    /// zero). `None`: no splitting (and the CPU path never reads them).
+    pub arrivals: Option<Tensor<1, Int>>,
 }

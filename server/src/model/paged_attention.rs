@@ -219,6 +219,7 @@ mod tests {
             lens: ints(vec![12, 5, 1], [b], &dev),
             block_size: bs,
             max_context: w * bs,
+            arrivals: None,
         };
         let got = native(&q, &cache, &paged, h).expect("flex path");
         let want = reference_decode_attention(q, &cache, &paged, h);
@@ -239,6 +240,7 @@ mod tests {
             lens: ints(vec![8], [1], &dev),
             block_size: 4,
             max_context: 8,
+            arrivals: None,
         };
         assert!(native(&q, &cache, &bad, 2).is_none());
         let too_long = PagedContext {

@@ -98,15 +98,39 @@ mod cuda {
         };
         // Row i's table: blocks (7 * (i * w + j) + 3) mod blocks, scattered.
         let tables: Vec<i32> = (0..b * w).map(|i| ((7 * i + 3) % blocks) as i32).collect();
-        let paged = PagedContext {
+        let unsplit = PagedContext {
             tables: ints(tables, [b, w], dev),
             lens: ints(lens.clone(), [b], dev),
             block_size: bs,
             max_context: w * bs,
+            arrivals: None,
         };
         let qkv = Tensor::<2>::random([b, 3 * e], Distribution::Normal(0.0, 1.0), dev);
 
-        let mut attention_diff = attention_check(&qkv, &cache, &paged, h);
+        let mut attention_diff = attention_check(&qkv, &cache, &unsplit, h);
+        // The same batch with each context split across cubes (84 pairs: 4
+        // splits by default), twice on the same counters: the second launch
+        // only finds its last cube if the first left the counters at zero.
+        let paged = PagedContext {
+            arrivals: Some(Tensor::zeros([b * h], dev)),
+            ..unsplit
+        };
+        let mut split_diff = attention_check(&qkv, &cache, &paged, h);
+        split_diff = split_diff.max(attention_check(&qkv, &cache, &paged, h));
+        // One sequence (12 pairs: 16 splits), full and one-token contexts.
+        for len in [256, 1, 40] {
+            let one = PagedContext {
+                tables: paged.tables.clone().slice([0..1, 0..w]),
+                lens: ints(vec![len], [1], dev),
+                ..paged.clone()
+            };
+            let q1 = qkv.clone().slice([0..1, 0..3 * e]);
+            split_diff = split_diff.max(attention_check(&q1, &cache, &one, h));
+        }
+        let counters_left: i64 = paged
+            .arrivals
+            .clone()
+            .map_or(0, |c| c.abs().sum().into_scalar::<i64>());
         // A large batch (the kernel's other warp count): the same rows, ten times.
         let big = 10 * b;
         let big_lens: Vec<i32> = (0..big).map(|i| lens[i % b]).collect();
@@ -118,6 +142,7 @@ mod cuda {
             lens: ints(big_lens, [big], dev),
             block_size: bs,
             max_context: w * bs,
+            arrivals: Some(Tensor::zeros([big * h], dev)),
         };
         let big_qkv = Tensor::<2>::random([big, 3 * e], Distribution::Normal(0.0, 1.0), dev);
         attention_diff = attention_diff.max(attention_check(&big_qkv, &cache, &big_paged, h));
@@ -210,6 +235,7 @@ mod cuda {
             device.name
         );
         println!("  paged decode attention: max |kernel - reference| = {attention_diff:e}");
+        println!("  paged decode attention, contexts split across cubes: max |kernel - reference| = {split_diff:e}; counters left at zero: {}", counters_left == 0);
         println!("  decode GEMV and tensor-core projection (bias, GELU, residual): max |kernel - tensor ops| = {gemv_diff:e}");
         println!("  layer norm: max |kernel - tensor ops| = {ln_diff:e}");
         println!("  causal prefill attention (3x48, 2x256, 1x16): max |kernel - f32 reference| = {prefill_diff:e}");
@@ -220,6 +246,8 @@ mod cuda {
         Ok(json!({
             "device": device.name,
             "attention_max_abs_diff": attention_diff,
+            "split_attention_max_abs_diff": split_diff,
+            "split_attention_counters_zero": counters_left == 0,
             "kv_write_max_abs_diff": write_diff,
             "kv_write_in_place": in_place_diff == 0.0,
             "gemv_max_abs_diff": gemv_diff,

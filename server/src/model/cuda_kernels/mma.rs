@@ -5,8 +5,8 @@
 //! element is converted and multiplied on the CUDA cores once per output),
 //! while CubeCL's general matmul is tuned for large tiles. This kernel is the
 //! skinny middle: a cube owns 16 output features (`n0..n0 + 16`) and a tile
-//! of `16 * m_tiles` rows (at most 64), and its 8 warps split `K` into 8
-//! slices. Each warp walks its slice in 16-wide steps (unrolled: the row
+//! of `16 * m_tiles` rows (at most 64), and its `warps` warps (16 up to 64
+//! rows, 8 above) split `K` into that many slices. Each warp walks its slice in 16-wide steps (unrolled: the row
 //! length is a compile-time constant) with `wmma` 16x16x16 fragments: the
 //! weight straight from its out-major `[N, K]` storage as a column-major B
 //! fragment, loaded once per step and used for every row tile, and `x` as
@@ -20,7 +20,8 @@ use cubecl::prelude::*;
 
 use super::gemv::epilogue;
 
-/// Warps per cube of [`decode_mma_kernel`]: the `K` slices.
+/// Warps per cube of [`decode_mma_kernel`] (the `K` slices) unless
+/// `EMBER_MMA_WARPS` says otherwise.
 pub const MMA_WARPS: usize = 8;
 
 /// See the module doc. `x` `[M, K]`, `w` `[N, K]`, `out` `[M, N]`, all
@@ -37,6 +38,7 @@ pub fn decode_mma_kernel<F: Float>(
     out: &mut Tensor<F>,
     #[comptime] k_len: usize,
     #[comptime] m_tiles: usize,
+    #[comptime] warps: usize,
     #[comptime] has_bias: bool,
     #[comptime] gelu: bool,
     #[comptime] has_residual: bool,
@@ -46,7 +48,7 @@ pub fn decode_mma_kernel<F: Float>(
     let n0 = CUBE_POS_X as usize * 16;
     let m0 = CUBE_POS_Y as usize * comptime!(16 * m_tiles);
     let n_out = out.shape(1);
-    let slice_len = comptime!(k_len / MMA_WARPS);
+    let slice_len = comptime!(k_len / warps);
     let stride = comptime!(k_len as u32);
     let span = comptime!(15 * k_len + 16);
 
@@ -98,7 +100,7 @@ pub fn decode_mma_kernel<F: Float>(
 
     // Each warp's 16x16 partial per row tile, row-major, at
     // `(warp * m_tiles + tile) * 256`.
-    let mut parts = Shared::<[f32]>::new_slice(comptime!(MMA_WARPS * m_tiles * 256));
+    let mut parts = Shared::<[f32]>::new_slice(comptime!(warps * m_tiles * 256));
     let at = warp * comptime!(m_tiles * 256);
     cmma::store(
         parts.slice_mut(at, at + 256),
@@ -135,14 +137,14 @@ pub fn decode_mma_kernel<F: Float>(
     while idx < comptime!(m_tiles * 256) {
         let mut v = f32::new(0.0);
         #[unroll]
-        for s in 0..MMA_WARPS {
+        for s in 0..warps {
             v += parts[s * comptime!(m_tiles * 256) + idx];
         }
         let row = m0 + idx / 16;
         let n = n0 + idx % 16;
         let v = epilogue(v, bias, residual, row, n, has_bias, gelu, has_residual);
         out[row * n_out + n] = F::cast_from(v);
-        idx += comptime!(MMA_WARPS * 32);
+        idx += comptime!(warps * 32);
     }
 }
 

@@ -3,17 +3,19 @@
 //! file holds the extension and its launches; each kernel has its own file:
 //!
 //! - [`kv_write`] (`cache_write.rs`): copies each new token's K and V row
-//!   from the fused `qkv` projection into its cache slot (`[H, S, D]`
+//!   (16-byte vectors) from the fused `qkv` projection into its cache slot (`[H, S, D]`
 //!   storage). It writes the cache buffer in place whoever else holds it, and
 //!   hands the same buffers back: a captured CUDA graph keeps writing the
 //!   memory the engine reads, and nothing ever copies the cache (Burn's
 //!   `select_assign` copies a storage that is shared, as it is once a graph
 //!   holds it).
-//! - [`paged_decode_attention`] (`attention.rs`): one cube per (head,
-//!   sequence) walks the block table up to the context length (both read
+//! - [`paged_decode_attention`] (`attention.rs`): cubes per (head,
+//!   sequence) walk the block table up to the context length (both read
 //!   from device buffers, so a graph replays any lengths) with 16-byte loads
 //!   of K and V rows. No gather of the context, no mask, no padding to a
-//!   context bucket.
+//!   context bucket. A small batch splits each context across several cubes
+//!   (flash-decoding); the last cube of a pair combines the chunks in the
+//!   same launch.
 //! - [`decode_linear`] (`gemv.rs`): the decode GEMV with the bias, GELU and
 //!   residual add in its epilogue, over out-major weights.
 //! - [`layer_norm_rows`] (`layer_norm.rs`): one warp per row.
@@ -22,8 +24,7 @@
 //! launched. The CPU twin of the attention kernel is
 //! [`super::paged_attention`]; the tensor-op path in [`super::attention`] is
 //! the reference both are checked against (`ember-engine-bench
-//! --check-kernels` on the GPU, unit tests on the CPU). Not yet done:
-//! splitting one long context across several cubes.
+//! --check-kernels` on the GPU, unit tests on the CPU).
 
 mod attention;
 mod cache_write;
@@ -37,6 +38,7 @@ use burn::backend::cubecl::dtype_to_storage_type;
 use burn::backend::tensor::{FloatTensor, IntTensor};
 use burn::backend::{backend_extension, Backend, Dispatch, TensorMetadata};
 use burn::prelude::*;
+use burn::tensor::DType;
 
 use super::kv_cache::{LayerKv, PagedContext};
 use burn_cubecl::kernel::into_contiguous;
@@ -60,6 +62,26 @@ fn attention_warps(pairs: usize) -> u32 {
     }
 }
 
+/// Warps per attention cube when a context is split across cubes.
+const SPLIT_ATTENTION_WARPS: u32 = 8;
+
+/// Cubes per (head, sequence) pair for a batch of `pairs` pairs: enough
+/// that the launch has about two cubes per SM of an H100 (132), at most 16;
+/// one when the pairs alone fill the GPU. `EMBER_ATTENTION_SPLITS` fixes it
+/// (1 turns splitting off).
+fn attention_splits(pairs: usize) -> usize {
+    static FIXED: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let fixed = *FIXED.get_or_init(|| env_rows("EMBER_ATTENTION_SPLITS", 0));
+    if fixed > 0 {
+        return fixed.min(64);
+    }
+    match pairs {
+        0 => 1,
+        p if p >= 132 => 1,
+        p => 264usize.div_ceil(p).min(16),
+    }
+}
+
 /// The paged-cache operations as a Burn backend extension (CubeCL, fused or not).
 #[backend_extension(Cube, Fusion)]
 pub trait PagedKvOps: Backend {
@@ -75,13 +97,19 @@ pub trait PagedKvOps: Backend {
 
     /// One query per sequence (the Q third of `qkv`, `[B, 3E]`) over its paged
     /// context: `tables` `[B, W]` blocks, `lens` `[B]` positions. Returns `[B, E]`.
+    /// When `can_split`, `arrivals` holds at least `B * H` zeroed 32-bit
+    /// counters and a context may be split across cubes (left at zero
+    /// afterwards); otherwise it is not read.
     #[fusion(dtype = qkv, shape = { let [b, e3] = qkv.dims::<2>(); Shape::new([b, e3 / 3]) })]
+    #[allow(clippy::too_many_arguments)]
     fn paged_decode_attention(
         qkv: FloatTensor<Self>,
         k_cache: FloatTensor<Self>,
         v_cache: FloatTensor<Self>,
         tables: IntTensor<Self>,
         lens: IntTensor<Self>,
+        arrivals: IntTensor<Self>,
+        can_split: bool,
         block_size: usize,
         max_context: usize,
     ) -> FloatTensor<Self>;
@@ -127,17 +155,27 @@ impl PagedKvOps for CubeBackend {
         let qkv = into_contiguous(qkv);
         let slots = into_contiguous(slots);
         let [h, _, d] = k_cache.shape().dims::<3>();
-        let n = slots.shape().dims::<1>()[0] * h * d;
+        let [_, e3] = qkv.shape().dims::<2>();
+        let cache_strides = k_cache.meta.strides();
+        assert!(
+            cache_strides[2] == 1 && v_cache.meta.strides() == cache_strides,
+            "kv write: the K/V caches must be row-major [H, S, D] storage"
+        );
+        let vs = vector_size(&qkv, &[d, e3, cache_strides[0], cache_strides[1]]);
+        let n = slots.shape().dims::<1>()[0] * h * d / vs;
         let threads = 256u32;
         let (f, i) = (qkv.dtype, slots.dtype);
         kv_write_kernel::launch(
             &qkv.client,
             CubeCount::Static((n as u32).div_ceil(threads), 1, 1),
             CubeDim::new_1d(threads),
+            vs,
             qkv.clone().into_tensor_arg(),
             slots.into_tensor_arg(),
             k_cache.clone().into_tensor_arg(),
             v_cache.clone().into_tensor_arg(),
+            d,
+            vs,
             [dtype_to_storage_type(f), dtype_to_storage_type(i)],
         );
         (k_cache, v_cache)
@@ -149,6 +187,8 @@ impl PagedKvOps for CubeBackend {
         v_cache: FloatTensor<Self>,
         tables: IntTensor<Self>,
         lens: IntTensor<Self>,
+        arrivals: IntTensor<Self>,
+        can_split: bool,
         block_size: usize,
         max_context: usize,
     ) -> FloatTensor<Self> {
@@ -159,7 +199,27 @@ impl PagedKvOps for CubeBackend {
         let [h, _, d] = k_cache.shape().dims::<3>();
         let out = empty_like(&qkv, [b, e3 / 3]);
         let (f, i) = (qkv.dtype, tables.dtype);
-        let warps = attention_warps(b * h);
+        let counters_fit = arrivals.dtype.size() == 4
+            && arrivals.is_contiguous()
+            && arrivals.shape().num_elements() >= b * h;
+        let splits = match can_split && counters_fit {
+            true => attention_splits(b * h),
+            false => 1,
+        };
+        let warps = match splits {
+            1 => attention_warps(b * h),
+            _ => SPLIT_ATTENTION_WARPS,
+        };
+        let partials = empty_device_contiguous_dtype(
+            qkv.client.clone(),
+            qkv.device.clone(),
+            Shape::new([if splits > 1 {
+                b * h * splits * (d + 2)
+            } else {
+                1
+            }]),
+            DType::F32,
+        );
         let cache_strides = k_cache.meta.strides();
         assert!(
             cache_strides[2] == 1 && v_cache.meta.strides() == cache_strides,
@@ -169,7 +229,7 @@ impl PagedKvOps for CubeBackend {
         let (lanes_per_pos, vectors_per_lane) = attention_lanes(d / vs);
         paged_decode_attention_kernel::launch(
             &qkv.client,
-            CubeCount::Static(h as u32, b as u32, 1),
+            CubeCount::Static(h as u32, b as u32, splits as u32),
             CubeDim::new_2d(32, warps),
             vs,
             qkv.clone().into_tensor_arg(),
@@ -178,6 +238,8 @@ impl PagedKvOps for CubeBackend {
             tables.into_tensor_arg(),
             lens.into_tensor_arg(),
             out.clone().into_tensor_arg(),
+            partials.into_tensor_arg(),
+            arrivals.into_tensor_arg(),
             1.0 / (d as f32).sqrt(),
             block_size,
             d,
@@ -187,6 +249,7 @@ impl PagedKvOps for CubeBackend {
             vectors_per_lane,
             vs,
             vectors_per_lane * vs,
+            splits,
             [dtype_to_storage_type(f), dtype_to_storage_type(i)],
         );
         out
@@ -206,13 +269,13 @@ impl PagedKvOps for CubeBackend {
         let residual = into_contiguous(residual);
         let [b, _] = x.shape().dims::<2>();
         let [n, k] = w.shape().dims::<2>();
-        if let Some(m_tiles) = mma_row_tiles(b, n, k) {
+        if let Some((m_tiles, warps)) = mma_row_tiles(b, n, k) {
             let out = empty_like(&x, [b, n]);
             let dtype = x.dtype;
             decode_mma_kernel::launch(
                 &x.client,
                 CubeCount::Static((n / 16) as u32, (b / (16 * m_tiles)) as u32, 1),
-                CubeDim::new_2d(32, mma::MMA_WARPS as u32),
+                CubeDim::new_2d(32, warps as u32),
                 x.clone().into_tensor_arg(),
                 w.into_tensor_arg(),
                 bias.into_tensor_arg(),
@@ -220,6 +283,7 @@ impl PagedKvOps for CubeBackend {
                 out.clone().into_tensor_arg(),
                 k,
                 m_tiles,
+                warps,
                 has_bias,
                 gelu,
                 has_residual,
@@ -330,12 +394,15 @@ fn attention_lanes(chunks: usize) -> (usize, usize) {
 /// Warps per cube of the decode GEMV and the LayerNorm kernel.
 const GEMV_WARPS: u32 = gemv::GEMV_WARPS_USIZE as u32;
 
-/// The 16-row tiles per cube of the tensor-core kernel for `[rows, k] x
-/// [n, k]^T` (4, 2 or 1, the most that divide the rows' tiles), or `None`
-/// when the GEMV is used: fewer than `EMBER_MMA_MIN_ROWS` rows (default 16),
-/// rows or `n` not a multiple of 16 (the 50257-wide LM head), or `k` not a
-/// multiple of 128 (the kernel's 8 warps split it in 16-wide steps).
-fn mma_row_tiles(rows: usize, n: usize, k: usize) -> Option<usize> {
+/// The launch shape of the tensor-core kernel for `[rows, k] x [n, k]^T`:
+/// 16-row tiles per cube (4, 2 or 1: the most that divide the rows' tiles,
+/// capped by `EMBER_MMA_ROW_TILES` and by the shared memory the warps'
+/// partials take) and warps per cube (the `K` slices: 16 up to 64 rows, 8
+/// above, or `EMBER_MMA_WARPS` (8, 16 or 32) where `k` allows). `None` when the GEMV is used:
+/// fewer than `EMBER_MMA_MIN_ROWS` rows (default 16), rows or `n` not a
+/// multiple of 16 (the 50257-wide LM head), or `k` not a multiple of 128
+/// (8 warps splitting it in 16-wide steps).
+fn mma_row_tiles(rows: usize, n: usize, k: usize) -> Option<(usize, usize)> {
     static MIN: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     let min = *MIN.get_or_init(|| env_rows("EMBER_MMA_MIN_ROWS", 16));
     if rows < min.max(16)
@@ -345,9 +412,28 @@ fn mma_row_tiles(rows: usize, n: usize, k: usize) -> Option<usize> {
     {
         return None;
     }
+    static WARPS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let fixed = *WARPS.get_or_init(|| env_rows("EMBER_MMA_WARPS", 0));
+    // Up to 64 rows the cube count is small and each warp's K loop is the
+    // latency: 16 warps measured 1.47 ms at batch 64 against 1.57-1.60 with 8
+    // (and no better at 256).
+    let wanted = match fixed {
+        0 if rows <= 64 => 16,
+        0 => mma::MMA_WARPS,
+        w => w,
+    };
+    let warps = match wanted {
+        16 | 32 if k.is_multiple_of(16 * wanted) => wanted,
+        _ => mma::MMA_WARPS,
+    };
+    static MAX_TILES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let max_tiles = *MAX_TILES.get_or_init(|| env_rows("EMBER_MMA_ROW_TILES", 4));
+    // 1 KiB of f32 partials per warp and row tile: at most 32 KiB.
+    let max_tiles = max_tiles.clamp(1, 32 / warps);
     [4, 2, 1]
         .into_iter()
-        .find(|&t| (rows / 16).is_multiple_of(t))
+        .find(|&t| t <= max_tiles && (rows / 16).is_multiple_of(t))
+        .map(|t| (t, warps))
 }
 
 /// Warps per output feature of the decode GEMV: with fewer outputs than
@@ -395,12 +481,18 @@ pub fn kv_write(
 /// `[B, 3E]` against the layer's `cache`, through `paged`'s block tables
 /// and lengths; returns `[B, E]`.
 pub fn paged_decode_attention(qkv: Tensor<2>, cache: &LayerKv, paged: &PagedContext) -> Tensor<2> {
+    let (arrivals, can_split) = match &paged.arrivals {
+        Some(counters) => (counters.clone(), true),
+        None => (paged.lens.clone(), false),
+    };
     Tensor::from_dispatch(Dispatch::paged_decode_attention(
         qkv.into_dispatch(),
         cache.k.clone().into_dispatch(),
         cache.v.clone().into_dispatch(),
         paged.tables.clone().into_dispatch(),
         paged.lens.clone().into_dispatch(),
+        arrivals.into_dispatch(),
+        can_split,
         paged.block_size,
         paged.max_context,
     ))
