@@ -68,10 +68,7 @@ pub fn paged_decode_attention_kernel<F: Float, I: Numeric, N: Size>(
     let warp = UNIT_POS_Y as usize;
     let tid = warp * 32 + lane;
     let heads = k_cache.shape(0);
-    let mut len = u32::cast_from(lens[b * lens.stride(0)]) as usize;
-    if len > max_context {
-        len = max_context;
-    }
+    let len = visible_len(lens, b, max_context);
     // This cube's chunk of positions, `lo..hi`.
     let chunk = (len + comptime!(splits - 1)) / splits;
     let mut lo = CUBE_POS_Z as usize * chunk;
@@ -87,17 +84,9 @@ pub fn paged_decode_attention_kernel<F: Float, I: Numeric, N: Size>(
     let mut partial = Shared::<[f32]>::new_slice(warps * head_dim);
 
     // This lane's slice of the query, pre-scaled, in registers.
-    let sub = lane % lanes_per_pos;
     let mut q = Array::<f32>::new(width);
-    let q_base = (b * qkv.stride(0) + h * head_dim) / vs + sub * vectors_per_lane;
-    #[unroll]
-    for c in 0..vectors_per_lane {
-        let v = qkv[q_base + c];
-        #[unroll]
-        for j in 0..vs {
-            q[c * vs + j] = f32::cast_from(v.extract(j)) * scale;
-        }
-    }
+    let q_at = (b * qkv.stride(0) + h * head_dim) / vs + (lane % lanes_per_pos) * vectors_per_lane;
+    load_scaled(qkv, &mut q, q_at, scale, vectors_per_lane, vs);
 
     let lane_max = scores(
         &q,
@@ -116,15 +105,7 @@ pub fn paged_decode_attention_kernel<F: Float, I: Numeric, N: Size>(
     );
     let m = cube_max(lane_max, &mut per_warp, warps);
 
-    // Pass 2: exponentials and their sum.
-    let mut sum = f32::new(0.0);
-    let mut t = lo + tid;
-    while t < hi {
-        let e_t = (p[t] - m).exp();
-        p[t] = e_t;
-        sum += e_t;
-        t += comptime!(warps * 32);
-    }
+    let sum = exponentials(&mut p, m, lo, hi, warps);
     let total = cube_sum(sum, &mut per_warp, warps);
 
     weighted_values(
@@ -158,6 +139,57 @@ pub fn paged_decode_attention_kernel<F: Float, I: Numeric, N: Size>(
             &partial, partials, arrivals, out, pair, row_at, m, total, warps, head_dim, splits,
         );
     }
+}
+
+/// Positions sequence `b` attends over: its length, at most `max_context`.
+#[cube]
+fn visible_len<I: Numeric>(lens: &Tensor<I>, b: usize, #[comptime] max_context: usize) -> usize {
+    let mut len = u32::cast_from(lens[b * lens.stride(0)]) as usize;
+    if len > max_context {
+        len = max_context;
+    }
+    len
+}
+
+/// `vectors_per_lane` vectors of `qkv` from vector `at`, times `scale`, into `q`.
+#[cube]
+fn load_scaled<F: Float, N: Size>(
+    qkv: &Tensor<Vector<F, N>>,
+    q: &mut Array<f32>,
+    at: usize,
+    scale: f32,
+    #[comptime] vectors_per_lane: usize,
+    #[comptime] vs: usize,
+) {
+    #[unroll]
+    for c in 0..vectors_per_lane {
+        let v = qkv[at + c];
+        #[unroll]
+        for j in 0..vs {
+            q[c * vs + j] = f32::cast_from(v.extract(j)) * scale;
+        }
+    }
+}
+
+/// Pass 2 over positions `lo..hi`: `p[t] = exp(p[t] - m)`; returns this
+/// unit's sum of them.
+#[cube]
+fn exponentials(
+    p: &mut Shared<[f32]>,
+    m: f32,
+    lo: usize,
+    hi: usize,
+    #[comptime] warps: usize,
+) -> f32 {
+    let mut sum = f32::new(0.0);
+    let mut t = lo + (UNIT_POS_Y * 32 + UNIT_POS_X) as usize;
+    while t < hi {
+        let e_t = (p[t] - m).exp();
+        p[t] = e_t;
+        sum += e_t;
+        t += comptime!(warps * 32);
+    }
+    sum
 }
 
 /// The cache slot of position `t` of sequence `b`, through its block table.

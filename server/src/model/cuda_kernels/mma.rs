@@ -56,24 +56,8 @@ pub fn decode_mma_kernel<F: Float>(
     let acc1 = zeroed_accumulator();
     let acc2 = zeroed_accumulator();
     let acc3 = zeroed_accumulator();
-    let mut a = unsafe {
-        cmma::Matrix::<F>::uninitialized(
-            cmma::MatrixIdent::A,
-            16usize,
-            16usize,
-            16usize,
-            cmma::MatrixLayout::RowMajor,
-        )
-    };
-    let mut b = unsafe {
-        cmma::Matrix::<F>::uninitialized(
-            cmma::MatrixIdent::B,
-            16usize,
-            16usize,
-            16usize,
-            cmma::MatrixLayout::ColMajor,
-        )
-    };
+    let mut a = fragment::<F>(cmma::MatrixIdent::A, cmma::MatrixLayout::RowMajor);
+    let mut b = fragment::<F>(cmma::MatrixIdent::B, cmma::MatrixLayout::ColMajor);
     let tile_stride = comptime!(16 * k_len);
     #[unroll]
     for step in 0..comptime!(slice_len / 16) {
@@ -102,33 +86,13 @@ pub fn decode_mma_kernel<F: Float>(
     // `(warp * m_tiles + tile) * 256`.
     let mut parts = Shared::<[f32]>::new_slice(comptime!(warps * m_tiles * 256));
     let at = warp * comptime!(m_tiles * 256);
-    cmma::store(
-        parts.slice_mut(at, at + 256),
-        &acc0,
-        16u32,
-        cmma::MatrixLayout::RowMajor,
-    );
+    store_tile(&mut parts, at, &acc0);
     if comptime![m_tiles > 1] {
-        cmma::store(
-            parts.slice_mut(at + 256, at + 512),
-            &acc1,
-            16u32,
-            cmma::MatrixLayout::RowMajor,
-        );
+        store_tile(&mut parts, at + 256, &acc1);
     }
     if comptime![m_tiles > 2] {
-        cmma::store(
-            parts.slice_mut(at + 512, at + 768),
-            &acc2,
-            16u32,
-            cmma::MatrixLayout::RowMajor,
-        );
-        cmma::store(
-            parts.slice_mut(at + 768, at + 1024),
-            &acc3,
-            16u32,
-            cmma::MatrixLayout::RowMajor,
-        );
+        store_tile(&mut parts, at + 512, &acc2);
+        store_tile(&mut parts, at + 768, &acc3);
     }
     sync_cube();
 
@@ -146,6 +110,26 @@ pub fn decode_mma_kernel<F: Float>(
         out[row * n_out + n] = F::cast_from(v);
         idx += comptime!(warps * 32);
     }
+}
+
+/// An uninitialized 16x16x16 `F` fragment (A or B) laid out as `layout`.
+#[cube]
+pub(super) fn fragment<F: Float>(
+    #[comptime] ident: cmma::MatrixIdent,
+    #[comptime] layout: cmma::MatrixLayout,
+) -> cmma::Matrix<F> {
+    unsafe { cmma::Matrix::<F>::uninitialized(ident, 16usize, 16usize, 16usize, layout) }
+}
+
+/// Stores accumulator `acc` row-major (row stride 16) at `parts[at..at + 256]`.
+#[cube]
+fn store_tile(parts: &mut Shared<[f32]>, at: usize, acc: &cmma::Matrix<f32>) {
+    cmma::store(
+        parts.slice_mut(at, at + 256),
+        acc,
+        16u32,
+        cmma::MatrixLayout::RowMajor,
+    );
 }
 
 /// A 16x16 f32 accumulator fragment filled with zeros.

@@ -29,7 +29,7 @@
 
 use cubecl::prelude::*;
 
-use super::mma::zeroed_accumulator;
+use super::mma::{fragment, zeroed_accumulator};
 
 /// Warps per cube, 16 queries each.
 pub const PREFILL_WARPS: usize = 4;
@@ -104,18 +104,7 @@ pub fn prefill_attention_kernel<F: Float, N: Size>(
         // Online softmax: the row's new max, the rescale of what came
         // before, and this chunk's unnormalized P.
         let key0 = ch * 64 + c0;
-        let mut mx = f32::new(-1.0e30);
-        #[unroll]
-        for j in 0..32 {
-            let v = s_s[at + j] * scale;
-            if key0 + j <= query && v > mx {
-                mx = v;
-            }
-        }
-        let other = plane_shuffle_xor(mx, 1u32);
-        if other > mx {
-            mx = other;
-        }
+        let mx = visible_row_max(&s_s, at, key0, query, scale);
         let mut m_new = m;
         if mx > m_new {
             m_new = mx;
@@ -136,26 +125,7 @@ pub fn prefill_attention_kernel<F: Float, N: Size>(
         m = m_new;
         sync_plane();
 
-        // P V for this chunk into the score tile, then into `O`.
-        let pv0 = zeroed_accumulator();
-        let pv1 = zeroed_accumulator();
-        let pv2 = zeroed_accumulator();
-        let pv3 = zeroed_accumulator();
-        #[unroll]
-        for kc in 0..4 {
-            let pa = load_a(&p_s, p_tile + kc * 16);
-            accumulate_pv(&v_s, kc * 16 * LD, &pa, &pv0, &pv1, &pv2, &pv3);
-        }
-        store_s(&mut s_s, s_tile, &pv0);
-        store_s(&mut s_s, s_tile + 16, &pv1);
-        store_s(&mut s_s, s_tile + 32, &pv2);
-        store_s(&mut s_s, s_tile + 48, &pv3);
-        sync_plane();
-        #[unroll]
-        for j in 0..32 {
-            o[j] = o[j] * alpha + s_s[at + j];
-        }
-        sync_plane();
+        rescale_add_pv(&v_s, &p_s, &mut s_s, &mut o, s_tile, p_tile, at, alpha);
     }
 
     if query < q_len {
@@ -166,6 +136,63 @@ pub fn prefill_attention_kernel<F: Float, N: Size>(
             out[row_out + j] = F::cast_from(o[j] * inv_l);
         }
     }
+}
+
+/// The max over this lane's 32 scores at `s_s[at..]` (keys `key0..`) that
+/// `query` may see, scaled, combined with its partner lane's (the row's
+/// other 32 keys).
+#[cube]
+fn visible_row_max(s_s: &Shared<[f32]>, at: usize, key0: usize, query: usize, scale: f32) -> f32 {
+    let mut mx = f32::new(-1.0e30);
+    #[unroll]
+    for j in 0..32 {
+        let v = s_s[at + j] * scale;
+        if key0 + j <= query && v > mx {
+            mx = v;
+        }
+    }
+    let other = plane_shuffle_xor(mx, 1u32);
+    if other > mx {
+        mx = other;
+    }
+    mx
+}
+
+/// `O = O * alpha + P V` for this chunk: the warp's `P` tile (at `p_tile`
+/// of `p_s`) times the staged `V`, through the warp's score tile (at
+/// `s_tile`), into this lane's 32 columns of `O` (its row and columns at
+/// `at` of the score tile).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn rescale_add_pv<F: Float>(
+    v_s: &Shared<[F]>,
+    p_s: &Shared<[F]>,
+    s_s: &mut Shared<[f32]>,
+    o: &mut Array<f32>,
+    s_tile: usize,
+    p_tile: usize,
+    at: usize,
+    alpha: f32,
+) {
+    let pv0 = zeroed_accumulator();
+    let pv1 = zeroed_accumulator();
+    let pv2 = zeroed_accumulator();
+    let pv3 = zeroed_accumulator();
+    #[unroll]
+    for kc in 0..4 {
+        let pa = load_a(p_s, p_tile + kc * 16);
+        accumulate_pv(v_s, kc * 16 * LD, &pa, &pv0, &pv1, &pv2, &pv3);
+    }
+    store_s(s_s, s_tile, &pv0);
+    store_s(s_s, s_tile + 16, &pv1);
+    store_s(s_s, s_tile + 32, &pv2);
+    store_s(s_s, s_tile + 48, &pv3);
+    sync_plane();
+    #[unroll]
+    for j in 0..32 {
+        o[j] = o[j] * alpha + s_s[at + j];
+    }
+    sync_plane();
 }
 
 /// Copies 64 rows of 64 columns of `qkv` (rows from `row0`, columns from
@@ -207,15 +234,7 @@ fn stage<F: Float, N: Size>(
 /// A row-major 16x16 A fragment of a shared tile at `at` (row stride `LD`).
 #[cube]
 fn load_a<F: Float>(tile: &Shared<[F]>, at: usize) -> cmma::Matrix<F> {
-    let mut a = unsafe {
-        cmma::Matrix::<F>::uninitialized(
-            cmma::MatrixIdent::A,
-            16usize,
-            16usize,
-            16usize,
-            cmma::MatrixLayout::RowMajor,
-        )
-    };
+    let mut a = fragment::<F>(cmma::MatrixIdent::A, cmma::MatrixLayout::RowMajor);
     cmma::load(
         &mut a,
         tile.slice(at, at + comptime!(15 * LD + 16)),
@@ -239,15 +258,7 @@ fn scores<F: Float>(
 ) {
     let span = comptime!(15 * LD + 16);
     let ld = comptime!(LD as u32);
-    let mut kb = unsafe {
-        cmma::Matrix::<F>::uninitialized(
-            cmma::MatrixIdent::B,
-            16usize,
-            16usize,
-            16usize,
-            cmma::MatrixLayout::ColMajor,
-        )
-    };
+    let mut kb = fragment::<F>(cmma::MatrixIdent::B, cmma::MatrixLayout::ColMajor);
     #[unroll]
     for t in 0..4 {
         let s = zeroed_accumulator();
@@ -278,15 +289,7 @@ fn accumulate_pv<F: Float>(
 ) {
     let span = comptime!(15 * LD + 16);
     let ld = comptime!(LD as u32);
-    let mut vb = unsafe {
-        cmma::Matrix::<F>::uninitialized(
-            cmma::MatrixIdent::B,
-            16usize,
-            16usize,
-            16usize,
-            cmma::MatrixLayout::RowMajor,
-        )
-    };
+    let mut vb = fragment::<F>(cmma::MatrixIdent::B, cmma::MatrixLayout::RowMajor);
     cmma::load(&mut vb, v_s.slice(v_at, v_at + span), ld);
     cmma::execute(p, &vb, o0, o0);
     cmma::load(&mut vb, v_s.slice(v_at + 16, v_at + 16 + span), ld);
