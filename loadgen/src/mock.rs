@@ -73,6 +73,40 @@ fn ns(d: Duration) -> u64 {
     d.as_nanos() as u64
 }
 
+/// When (since it was received) a mock request passed each stage.
+struct Marks {
+    tokenized: Duration,
+    enqueued: Duration,
+    admitted: Duration,
+    first: Duration,
+    last: Duration,
+    finished: Duration,
+}
+
+impl Marks {
+    /// The breakdown the real server would report for these moments.
+    fn timing(&self, iteration: u64) -> ServerTiming {
+        ServerTiming {
+            tokenize_ns: ns(self.tokenized),
+            enqueue_ns: ns(self.enqueued - self.tokenized),
+            queue_wait_ns: ns(self.admitted - self.enqueued),
+            prefill_to_first_token_ns: ns(self.first.saturating_sub(self.admitted)),
+            server_ttft_ns: ns(self.first),
+            decode_ns: ns(self.last - self.first),
+            total_ns: ns(self.finished),
+            prefill_batch_size: 1,
+            admitted_iteration: iteration,
+            tokenized_at_ns: ns(self.tokenized),
+            enqueued_at_ns: ns(self.enqueued),
+            admitted_at_ns: ns(self.admitted),
+            first_token_at_ns: ns(self.first),
+            finished_at_ns: ns(self.finished),
+            cached_prompt_tokens: 0,
+            prefill_chunks: 1,
+        }
+    }
+}
+
 #[tonic::async_trait]
 impl Inference for Mock {
     type GenerateStream = ReceiverStream<Result<GenerateResponse, Status>>;
@@ -150,27 +184,15 @@ impl Inference for Mock {
                     return;
                 }
             }
-            let first = times.first().copied().unwrap_or_default();
-            let last = times.last().copied().unwrap_or_default();
-            let finished = received.elapsed();
-            let timing = ServerTiming {
-                tokenize_ns: ns(tokenized),
-                enqueue_ns: ns(enqueued - tokenized),
-                queue_wait_ns: ns(admitted - enqueued),
-                prefill_to_first_token_ns: ns(first.saturating_sub(admitted)),
-                server_ttft_ns: ns(first),
-                decode_ns: ns(last - first),
-                total_ns: ns(finished),
-                prefill_batch_size: 1,
-                admitted_iteration: n as u64,
-                tokenized_at_ns: ns(tokenized),
-                enqueued_at_ns: ns(enqueued),
-                admitted_at_ns: ns(admitted),
-                first_token_at_ns: ns(first),
-                finished_at_ns: ns(finished),
-                cached_prompt_tokens: 0,
-                prefill_chunks: 1,
+            let marks = Marks {
+                tokenized,
+                enqueued,
+                admitted,
+                first: times.first().copied().unwrap_or_default(),
+                last: times.last().copied().unwrap_or_default(),
+                finished: received.elapsed(),
             };
+            let timing = marks.timing(n as u64);
             send(Event::Finished(Finished {
                 request_id: id,
                 finish_reason: FinishReason::Length as i32,

@@ -120,6 +120,13 @@ pub fn run(w: &mut impl Write, h: &Header, s: &RunStats, of: usize) -> io::Resul
         ),
     )?;
     goodput(w, h, s)?;
+    connections_and_server(w, h, s)?;
+    writeln!(w)
+}
+
+/// The lines of a run block after goodput: connections, what the server
+/// reported about admission and prefill, finish reasons and errors.
+fn connections_and_server(w: &mut impl Write, h: &Header, s: &RunStats) -> io::Result<()> {
     line(
         w,
         "Connections",
@@ -172,8 +179,7 @@ pub fn run(w: &mut impl Write, h: &Header, s: &RunStats, of: usize) -> io::Resul
         } else {
             format!("{} failed: {}", s.failed, errors.join(", "))
         },
-    )?;
-    writeln!(w)
+    )
 }
 
 /// The distribution lines of a run block, submit lag to latency.

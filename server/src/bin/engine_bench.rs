@@ -19,7 +19,7 @@ use clap::Parser;
 use ember_server::cli::{default_kernel_cache_dir, DeviceSpec};
 use ember_server::device::{self, EngineDevice};
 use ember_server::engine::{Engine, EngineConfig, SamplingParams, SeqId, SequenceRequest};
-use ember_server::model::{load_model, ModelSource, Preset};
+use ember_server::model::{load_model, Gpt2Config, ModelSource, Preset};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
@@ -110,6 +110,83 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 
 fn run(args: &Args, device: EngineDevice) -> anyhow::Result<serde_json::Value> {
     let device_name = device.name.clone();
+    let (mut engine, config, max_new) = build_engine(args, device)?;
+    let warmup = if args.server_warmup {
+        let report = engine.warmup(args.prefill_chunk, 8192)?;
+        println!(
+            "server warmup: {} decode + {} prefill shapes in {:.1} s",
+            report.decode_shapes, report.prefill_shapes, report.seconds
+        );
+        json!({"decode_shapes": report.decode_shapes, "prefill_shapes": report.prefill_shapes, "seconds": report.seconds})
+    } else {
+        serde_json::Value::Null
+    };
+    let mut prompts = Prompts {
+        rng: StdRng::seed_from_u64(0),
+        vocab: config.vocab_size as u32,
+    };
+
+    println!(
+        "device {device_name}, n_layer {} n_embd {}, context {}, {} timed steps",
+        config.n_layer, config.n_embd, args.context, args.steps
+    );
+    println!(
+        "{:>12} {:>10} {:>10} {:>10} {:>12}",
+        "batch", "p50 ms", "p10 ms", "p90 ms", "tokens/s"
+    );
+    let mut decode_rows = Vec::new();
+    for &b in &args.batch_sizes {
+        decode_rows.push(bench_batch(&mut engine, args, &mut prompts, b, max_new)?);
+    }
+    let prefill_row = match &args.prefill {
+        Some(p) => bench_prefill(&mut engine, args, &mut prompts, p[0], p[1])?,
+        None => serde_json::Value::Null,
+    };
+
+    Ok(json!({
+        "device": device_name,
+        "model": {"n_layer": config.n_layer, "n_head": config.n_head, "n_embd": config.n_embd, "vocab_size": config.vocab_size},
+        "context": args.context,
+        "steps": args.steps,
+        "warmup": args.warmup,
+        "block_size": args.block_size,
+        "decode": decode_rows,
+        "prefill": prefill_row,
+        "server_warmup": warmup,
+    }))
+}
+
+/// Random prompts over the vocabulary, from a fixed seed.
+struct Prompts {
+    rng: StdRng,
+    vocab: u32,
+}
+
+impl Prompts {
+    fn take(&mut self, len: usize) -> Vec<u32> {
+        (0..len)
+            .map(|_| self.rng.random_range(0..self.vocab))
+            .collect()
+    }
+}
+
+/// A request for one greedy sequence of `prompt` that may run `max_new` tokens.
+fn request(id: SeqId, prompt: Vec<u32>, max_new: usize) -> SequenceRequest {
+    SequenceRequest {
+        id,
+        prompt,
+        max_new_tokens: max_new,
+        ignore_eos: true,
+        sampling: SamplingParams::greedy(),
+        stop_token_ids: Vec::new(),
+        logprobs: None,
+    }
+}
+
+/// Loads the model and sizes an engine for every batch and the prefill
+/// `args` ask for; returns it, the model config and the new tokens each
+/// decode sequence may take.
+fn build_engine(args: &Args, device: EngineDevice) -> anyhow::Result<(Engine, Gpt2Config, usize)> {
     let source = match &args.model_dir {
         Some(dir) => ModelSource::Dir(dir.clone()),
         None => ModelSource::Preset {
@@ -136,156 +213,111 @@ fn run(args: &Args, device: EngineDevice) -> anyhow::Result<serde_json::Value> {
         );
     }
     let max_b = args.batch_sizes.iter().copied().max().unwrap_or(1);
-    let prefill_n = args.prefill.as_ref().map_or(0, |p| p[0]);
     let per_seq = (args.context + max_new).div_ceil(args.block_size);
-    let num_blocks = (max_b * per_seq)
-        .max(
-            prefill_n
-                * args
-                    .prefill
-                    .as_ref()
-                    .map_or(0, |p| p[1] + 1)
-                    .div_ceil(args.block_size),
-        )
-        .max(1);
+    let prefill_blocks = args
+        .prefill
+        .as_ref()
+        .map_or(0, |p| p[0] * (p[1] + 1).div_ceil(args.block_size));
     let engine_config = EngineConfig {
         block_size: args.block_size,
-        num_blocks,
+        num_blocks: (max_b * per_seq).max(prefill_blocks).max(1),
         max_batch: max_b,
         bucketed: device.bucketed,
         // Timed prefills repeat prompts: measure compute, not cache hits.
         prefix_caching: false,
         decode_graphs: false,
     };
-    let mut engine = Engine::new(
+    let engine = Engine::new(
         model,
         config.clone(),
         engine_config,
         u32::MAX,
         device.device,
     )?;
-    let warmup = if args.server_warmup {
-        let report = engine.warmup(args.prefill_chunk, 8192)?;
-        println!(
-            "server warmup: {} decode + {} prefill shapes in {:.1} s",
-            report.decode_shapes, report.prefill_shapes, report.seconds
-        );
-        json!({"decode_shapes": report.decode_shapes, "prefill_shapes": report.prefill_shapes, "seconds": report.seconds})
-    } else {
-        serde_json::Value::Null
-    };
-    let mut rng = StdRng::seed_from_u64(0);
-    let mut prompt = |len: usize| -> Vec<u32> {
-        (0..len)
-            .map(|_| rng.random_range(0..config.vocab_size as u32))
-            .collect()
-    };
+    Ok((engine, config, max_new))
+}
 
-    println!(
-        "device {device_name}, n_layer {} n_embd {}, context {}, {} timed steps",
-        config.n_layer, config.n_embd, args.context, args.steps
+/// Prefills `b` sequences of `--context` tokens, then times their decode
+/// steps eagerly (and replayed as a graph with `--graphs`); prints and
+/// returns the batch's row.
+fn bench_batch(
+    engine: &mut Engine,
+    args: &Args,
+    prompts: &mut Prompts,
+    b: usize,
+    max_new: usize,
+) -> anyhow::Result<serde_json::Value> {
+    let ids: Vec<SeqId> = (0..b as SeqId).collect();
+    // Progress on stderr: first calls of a new shape include kernel
+    // compilation (and autotuning on CUDA), which can dominate.
+    let t = Instant::now();
+    for chunk in ids.chunks(args.prefill_chunk.max(1)) {
+        let reqs = chunk
+            .iter()
+            .map(|&id| request(id, prompts.take(args.context), max_new))
+            .collect();
+        engine.prefill(reqs)?;
+    }
+    eprintln!(
+        "batch {b}: prefill {:.0} ms",
+        t.elapsed().as_secs_f64() * 1e3
     );
-    println!(
-        "{:>12} {:>10} {:>10} {:>10} {:>12}",
-        "batch", "p50 ms", "p10 ms", "p90 ms", "tokens/s"
+    let t = Instant::now();
+    for _ in 0..args.warmup {
+        engine.decode(&ids)?;
+    }
+    eprintln!(
+        "batch {b}: {} warmup steps {:.0} ms",
+        args.warmup,
+        t.elapsed().as_secs_f64() * 1e3
     );
-    let mut decode_rows = Vec::new();
-    for &b in &args.batch_sizes {
-        let ids: Vec<SeqId> = (0..b as SeqId).collect();
-        // Progress on stderr: first calls of a new shape include kernel
-        // compilation (and autotuning on CUDA), which can dominate.
+    let eager = time_steps(engine, &ids, args.steps)?;
+    let mut row = json!({"batch": b, "eager": eager.json(b)});
+    print_row(&format!("{b}"), &eager, b);
+    if args.graphs {
         let t = Instant::now();
-        for chunk in ids.chunks(args.prefill_chunk.max(1)) {
-            let reqs = chunk
-                .iter()
-                .map(|&id| SequenceRequest {
-                    id,
-                    prompt: prompt(args.context),
-                    max_new_tokens: max_new,
-                    ignore_eos: true,
-                    sampling: SamplingParams::greedy(),
-                    stop_token_ids: Vec::new(),
-                    logprobs: None,
-                })
-                .collect();
-            engine.prefill(reqs)?;
-        }
+        let hardware = engine.capture_decode_graphs(&[b]);
         eprintln!(
-            "batch {b}: prefill {:.0} ms",
+            "batch {b}: captured ({hardware} hardware graph) in {:.0} ms",
             t.elapsed().as_secs_f64() * 1e3
         );
+        let graph = time_steps(engine, &ids, args.steps)?;
+        print_row(&format!("{b} graph"), &graph, b);
+        row["graph"] = graph.json(b);
+        row["hardware_graph"] = json!(hardware > 0);
+    }
+    ids.iter().for_each(|&id| {
+        engine.release(id);
+    });
+    Ok(row)
+}
+
+/// Times prefills of `n` fresh prompts of `len` tokens (after `--warmup`
+/// untimed rounds, at least one); prints and returns the median.
+fn bench_prefill(
+    engine: &mut Engine,
+    args: &Args,
+    prompts: &mut Prompts,
+    n: usize,
+    len: usize,
+) -> anyhow::Result<serde_json::Value> {
+    let mut ms = Vec::new();
+    for round in 0..args.warmup.max(1) + 3 {
+        // One new token: each sequence finishes (and frees its blocks) in the prefill.
+        let reqs = (0..n as SeqId)
+            .map(|id| request(id, prompts.take(len), 1))
+            .collect();
         let t = Instant::now();
-        for _ in 0..args.warmup {
-            engine.decode(&ids)?;
+        engine.prefill(reqs)?;
+        if round >= args.warmup.max(1) {
+            ms.push(t.elapsed().as_secs_f64() * 1e3);
         }
-        eprintln!(
-            "batch {b}: {} warmup steps {:.0} ms",
-            args.warmup,
-            t.elapsed().as_secs_f64() * 1e3
-        );
-        let eager = time_steps(&mut engine, &ids, args.steps)?;
-        let mut row = json!({"batch": b, "eager": eager.json(b)});
-        print_row(&format!("{b}"), &eager, b);
-        if args.graphs {
-            let t = Instant::now();
-            let hardware = engine.capture_decode_graphs(&[b]);
-            eprintln!(
-                "batch {b}: captured ({hardware} hardware graph) in {:.0} ms",
-                t.elapsed().as_secs_f64() * 1e3
-            );
-            let graph = time_steps(&mut engine, &ids, args.steps)?;
-            print_row(&format!("{b} graph"), &graph, b);
-            row["graph"] = graph.json(b);
-            row["hardware_graph"] = json!(hardware > 0);
-        }
-        ids.iter().for_each(|&id| {
-            engine.release(id);
-        });
-        decode_rows.push(row);
     }
-
-    let mut prefill_row = serde_json::Value::Null;
-    if let Some(p) = &args.prefill {
-        let (n, len) = (p[0], p[1]);
-        let mut ms = Vec::new();
-        for round in 0..args.warmup.max(1) + 3 {
-            let reqs = (0..n as SeqId)
-                .map(|id| SequenceRequest {
-                    id,
-                    prompt: prompt(len),
-                    max_new_tokens: 1, // finishes (and frees its blocks) in the prefill
-                    ignore_eos: true,
-                    sampling: SamplingParams::greedy(),
-                    stop_token_ids: Vec::new(),
-                    logprobs: None,
-                })
-                .collect();
-            let t = Instant::now();
-            engine.prefill(reqs)?;
-            if round >= args.warmup.max(1) {
-                ms.push(t.elapsed().as_secs_f64() * 1e3);
-            }
-        }
-        ms.sort_by(f64::total_cmp);
-        let p50 = percentile(&ms, 50.0);
-        println!(
-            "prefill {n} x {len}: {p50:.2} ms ({:.0} prompt tokens/s)",
-            (n * len) as f64 / (p50 / 1e3)
-        );
-        prefill_row = json!({"sequences": n, "prompt_len": len, "p50_ms": p50, "tokens_per_s": (n * len) as f64 / (p50 / 1e3)});
-    }
-
-    Ok(json!({
-        "device": device_name,
-        "model": {"n_layer": config.n_layer, "n_head": config.n_head, "n_embd": config.n_embd, "vocab_size": config.vocab_size},
-        "context": args.context,
-        "steps": args.steps,
-        "warmup": args.warmup,
-        "block_size": args.block_size,
-        "decode": decode_rows,
-        "prefill": prefill_row,
-        "server_warmup": warmup,
-    }))
+    ms.sort_by(f64::total_cmp);
+    let p50 = percentile(&ms, 50.0);
+    let tokens_per_s = (n * len) as f64 / (p50 / 1e3);
+    println!("prefill {n} x {len}: {p50:.2} ms ({tokens_per_s:.0} prompt tokens/s)");
+    Ok(json!({"sequences": n, "prompt_len": len, "p50_ms": p50, "tokens_per_s": tokens_per_s}))
 }
 
 /// Percentiles of timed decode steps.
@@ -340,22 +372,6 @@ fn check_reference(
     let cases = reference["cases"]
         .as_array()
         .context("reference.json: no cases")?;
-    let ids = |v: &serde_json::Value| -> Vec<u32> {
-        v.as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|x| x.as_u64())
-            .map(|x| x as u32)
-            .collect()
-    };
-    let floats = |v: &serde_json::Value| -> Vec<f32> {
-        v.as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|x| x.as_f64())
-            .map(|x| x as f32)
-            .collect()
-    };
     let (model, config) = load_model(&ModelSource::Dir(dir.to_path_buf()), &device.device)?;
     let engine_config = EngineConfig {
         block_size: 16,
@@ -385,15 +401,7 @@ fn check_reference(
         "reference prefill: {:.0} ms",
         t.elapsed().as_secs_f64() * 1e3
     );
-    let v = config.vocab_size;
-    let (mut max_diff, mut max_ref) = (0.0f32, 0.0f32);
-    for (i, c) in cases.iter().enumerate() {
-        let want = floats(&c["last_logits"]);
-        for (a, b) in logits[i * v..(i + 1) * v].iter().zip(&want) {
-            max_diff = max_diff.max((a - b).abs());
-            max_ref = max_ref.max(b.abs());
-        }
-    }
+    let (max_diff, max_ref) = logit_diff(cases, &logits, config.vocab_size);
 
     // Greedy continuations, all sequences batched; then again with every
     // decode step replayed from captured graphs, which must give the same tokens.
@@ -440,6 +448,34 @@ fn check_reference(
         "greedy_matching_prefix": matching,
         "graph_check": graph_check,
     }))
+}
+
+/// The ids in JSON array `v` (non-integers skipped).
+fn ids(v: &serde_json::Value) -> Vec<u32> {
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|x| x.as_u64())
+        .map(|x| x as u32)
+        .collect()
+}
+
+/// Max |engine - reference| over each case's `last_logits` against its row
+/// of `logits` (`[cases, vocab]`), and the largest reference logit.
+fn logit_diff(cases: &[serde_json::Value], logits: &[f32], vocab: usize) -> (f32, f32) {
+    let (mut max_diff, mut max_ref) = (0.0f32, 0.0f32);
+    for (i, c) in cases.iter().enumerate() {
+        let want = c["last_logits"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|x| x.as_f64());
+        for (a, b) in logits[i * vocab..(i + 1) * vocab].iter().zip(want) {
+            max_diff = max_diff.max((a - b as f32).abs());
+            max_ref = max_ref.max((b as f32).abs());
+        }
+    }
+    (max_diff, max_ref)
 }
 
 /// `n` greedy tokens for each prompt, all decoded in one batch.

@@ -32,6 +32,9 @@ mod cuda {
     use ember_server::model::{LayerKv, PagedContext};
     use serde_json::json;
 
+    /// Positions per cache block in these checks.
+    const BLOCK: usize = 16;
+
     fn floats<const D: usize>(t: Tensor<D>) -> Vec<f32> {
         t.cast(DType::F32).into_data().iter::<f32>().collect()
     }
@@ -86,9 +89,52 @@ mod cuda {
 
     pub fn run(device: &EngineDevice) -> anyhow::Result<serde_json::Value> {
         let dev = &device.device;
-        let (h, d, bs, blocks, w) = (12usize, 64usize, 16usize, 80usize, 16usize);
-        let e = h * d;
+        let (h, d) = (12usize, 64usize);
         let lens = vec![256i32, 1, 17, 100, 255, 16, 33];
+        let (attention_diff, split_diff, counters_left) = attention_checks(&lens, dev);
+        let (write_diff, in_place) = kv_write_check(lens.len(), h, d, dev);
+        let gemv_diff = projection_check(dev);
+        let ln_diff = layer_norm_check(dev);
+        // Causal prefill attention: a partial cube (48 rows), several cubes
+        // per sequence, one tile.
+        let prefill_diff = [(3, 48), (2, 256), (1, 16)]
+            .into_iter()
+            .map(|(b, q)| prefill_check(b, q, h, dev))
+            .fold(0.0f32, f32::max);
+
+        println!(
+            "device {}: kernel check (H {h}, D {d}, block {BLOCK}, lens {lens:?}, and x10)",
+            device.name
+        );
+        println!("  paged decode attention: max |kernel - reference| = {attention_diff:e}");
+        println!("  paged decode attention, contexts split across cubes: max |kernel - reference| = {split_diff:e}; counters left at zero: {}", counters_left == 0);
+        println!("  decode GEMV and tensor-core projection (bias, GELU, residual): max |kernel - tensor ops| = {gemv_diff:e}");
+        println!("  layer norm: max |kernel - tensor ops| = {ln_diff:e}");
+        println!("  causal prefill attention (3x48, 2x256, 1x16): max |kernel - f32 reference| = {prefill_diff:e}");
+        println!(
+            "  kv write: max |kernel - select_assign| = {write_diff:e}; in place: {}",
+            in_place
+        );
+        Ok(json!({
+            "device": device.name,
+            "attention_max_abs_diff": attention_diff,
+            "split_attention_max_abs_diff": split_diff,
+            "split_attention_counters_zero": counters_left == 0,
+            "kv_write_max_abs_diff": write_diff,
+            "kv_write_in_place": in_place,
+            "gemv_max_abs_diff": gemv_diff,
+            "layer_norm_max_abs_diff": ln_diff,
+            "prefill_attention_max_abs_diff": prefill_diff,
+        }))
+    }
+
+    /// Paged decode attention against the reference: unsplit, split across
+    /// cubes (twice on the same counters, then one sequence), and a batch
+    /// ten times larger. Returns (unsplit diff, split diff, counters left).
+    fn attention_checks(lens: &[i32], dev: &Device) -> (f32, f32, i64) {
+        let (h, d, bs, blocks, w) = (12usize, 64usize, BLOCK, 80usize, 16usize);
+        let e = h * d;
+        let lens = lens.to_vec();
         let b = lens.len();
         let random =
             |shape: [usize; 3]| Tensor::<3>::random(shape, Distribution::Normal(0.0, 1.0), dev);
@@ -147,7 +193,22 @@ mod cuda {
         let big_qkv = Tensor::<2>::random([big, 3 * e], Distribution::Normal(0.0, 1.0), dev);
         attention_diff = attention_diff.max(attention_check(&big_qkv, &cache, &big_paged, h));
 
-        // KV write: the kernel on the cache itself, select_assign on a copy.
+        (attention_diff, split_diff, counters_left)
+    }
+
+    /// KV write of `b` rows (`h` heads of `d`): the kernel on the cache
+    /// itself against `select_assign` on a copy. Returns (max diff, whether
+    /// the caller's storage was written in place).
+    fn kv_write_check(b: usize, h: usize, d: usize, dev: &Device) -> (f32, bool) {
+        let e = h * d;
+        let slots_total = 80 * BLOCK;
+        let random =
+            |shape: [usize; 3]| Tensor::<3>::random(shape, Distribution::Normal(0.0, 1.0), dev);
+        let cache = LayerKv {
+            k: random([h, slots_total, d]),
+            v: random([h, slots_total, d]),
+        };
+        let qkv = Tensor::<2>::random([b, 3 * e], Distribution::Normal(0.0, 1.0), dev);
         let slots: Vec<i32> = (0..b).map(|i| (i * 37 + 5) as i32).collect();
         let slots = ints(slots, [b], dev);
         let copy = |t: &Tensor<3>| t.clone().mul_scalar(1.0);
@@ -167,8 +228,12 @@ mod cuda {
         // The kernel wrote the caller's storage in place (no copy).
         let in_place_diff = max_diff(floats(cache.k.clone()), floats(reference.k.clone()));
 
-        // Decode GEMV / tensor-core projection (16+ rows, N % 16 == 0):
-        // out-major weights, with and without bias, ragged batches.
+        (write_diff, in_place_diff == 0.0)
+    }
+
+    /// The decode GEMV and tensor-core projection against tensor ops, with
+    /// and without bias, GELU and residual; returns the max diff.
+    fn projection_check(dev: &Device) -> f32 {
         let mut gemv_diff = 0.0f32;
         for (rows, k, n) in [
             (1, 768, 2304),
@@ -202,8 +267,12 @@ mod cuda {
             gemv_diff = gemv_diff.max(max_diff(floats(got), floats(want)));
         }
 
-        // LayerNorm kernel against the tensor-op LayerNorm (GPT-2-like rows
-        // with a few large dimensions).
+        gemv_diff
+    }
+
+    /// The LayerNorm kernel against the tensor-op LayerNorm on GPT-2-like
+    /// rows with a few large dimensions; returns the max diff.
+    fn layer_norm_check(dev: &Device) -> f32 {
         let x = Tensor::<2>::random([37, 768], Distribution::Normal(0.0, 3.0), dev);
         let x = x.clone() + x.slice([0..37, 0..1]).mul_scalar(100.0);
         let ln = ember_server::model::layer_norm::LayerNorm {
@@ -221,38 +290,6 @@ mod cuda {
         };
         let got = layer_norm_rows(x.clone(), ln.gamma.val(), ln.beta.val(), 1e-5);
         let want = ln.forward_reference(x);
-        let ln_diff = max_diff(floats(got), floats(want));
-
-        // Causal prefill attention: a partial cube (48 rows), several cubes
-        // per sequence, one tile.
-        let prefill_diff = [(3, 48), (2, 256), (1, 16)]
-            .into_iter()
-            .map(|(b, q)| prefill_check(b, q, h, dev))
-            .fold(0.0f32, f32::max);
-
-        println!(
-            "device {}: kernel check (H {h}, D {d}, block {bs}, lens {lens:?}, and x10)",
-            device.name
-        );
-        println!("  paged decode attention: max |kernel - reference| = {attention_diff:e}");
-        println!("  paged decode attention, contexts split across cubes: max |kernel - reference| = {split_diff:e}; counters left at zero: {}", counters_left == 0);
-        println!("  decode GEMV and tensor-core projection (bias, GELU, residual): max |kernel - tensor ops| = {gemv_diff:e}");
-        println!("  layer norm: max |kernel - tensor ops| = {ln_diff:e}");
-        println!("  causal prefill attention (3x48, 2x256, 1x16): max |kernel - f32 reference| = {prefill_diff:e}");
-        println!(
-            "  kv write: max |kernel - select_assign| = {write_diff:e}; in place: {}",
-            in_place_diff == 0.0
-        );
-        Ok(json!({
-            "device": device.name,
-            "attention_max_abs_diff": attention_diff,
-            "split_attention_max_abs_diff": split_diff,
-            "split_attention_counters_zero": counters_left == 0,
-            "kv_write_max_abs_diff": write_diff,
-            "kv_write_in_place": in_place_diff == 0.0,
-            "gemv_max_abs_diff": gemv_diff,
-            "layer_norm_max_abs_diff": ln_diff,
-            "prefill_attention_max_abs_diff": prefill_diff,
-        }))
+        max_diff(floats(got), floats(want))
     }
 }
