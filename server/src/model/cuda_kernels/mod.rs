@@ -199,9 +199,12 @@ impl PagedKvOps for CubeBackend {
         let [h, _, d] = k_cache.shape().dims::<3>();
         let out = empty_like(&qkv, [b, e3 / 3]);
         let (f, i) = (qkv.dtype, tables.dtype);
+        // Splitting hands partials between cubes, which needs device-scope
+        // fences (`sync_storage`) the runtime promises.
         let counters_fit = arrivals.dtype.size() == 4
             && arrivals.is_contiguous()
-            && arrivals.shape().num_elements() >= b * h;
+            && arrivals.shape().num_elements() >= b * h
+            && qkv.client.features().device_memory_scope;
         let splits = match can_split && counters_fit {
             true => attention_splits(b * h),
             false => 1,
