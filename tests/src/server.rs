@@ -142,6 +142,11 @@ impl Server {
             .unwrap_or_else(|e| panic!("GetServerInfo: {e:#}\n{}", self.stderr_tail(40)))
     }
 
+    /// The server's counters from `GetServerInfo` (defaults if it sent none).
+    pub fn counters(&self) -> ember_common::pb::Counters {
+        self.info().counters.unwrap_or_default()
+    }
+
     /// Panics unless 0 KV blocks used, 0 active, empty queue, health SERVING
     /// and a fresh request completes. Returns the idle info.
     pub fn assert_idle_and_serving(&self) -> ServerInfo {
