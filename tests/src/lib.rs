@@ -47,6 +47,16 @@ pub fn scratch_dir(tag: &str) -> PathBuf {
     dir
 }
 
+/// A two-worker tokio runtime for a test that drives many client streams
+/// from its own thread.
+pub fn test_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("build the test's tokio runtime")
+}
+
 /// Removes a scratch dir once its owner is done, unless the thread is
 /// panicking (a failed test keeps its files) or `EMBER_KEEP_SCRATCH=1`.
 pub fn cleanup_scratch(dir: &std::path::Path) {

@@ -54,11 +54,7 @@ fn random_disconnects_free_everything() {
         &["--max-batch-size", "8", "--max-pending", "1024"],
     );
     let addr = server.addr();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = ember_tests::test_runtime();
     // Sleeps after `started` span 0..3 decode steps: queued, in prefill or
     // just after it, whatever the build's speed.
     let step = rt.block_on(client::step_time(addr)).unwrap();

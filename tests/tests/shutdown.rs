@@ -35,11 +35,7 @@ fn sigterm_drains_inflight_and_rejects_new() {
         &["--shutdown-timeout", "60", "--max-batch-size", "8"],
     );
     let addr = server.addr();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = ember_tests::test_runtime();
     let step = rt.block_on(client::step_time(addr)).unwrap();
     let max_new = ((2.0 / step.as_secs_f64().max(1e-4)).ceil() as u32).clamp(10, 1000);
     eprintln!("decode step {step:?}: {STREAMS} streams x {max_new} tokens");
@@ -183,11 +179,7 @@ fn sigterm_cancels_what_outlives_shutdown_timeout() {
     flags.extend_from_slice(blocker::FLAGS);
     let mut server = Server::tiny("fault-sigterm-timeout", &flags);
     let addr = server.addr();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = ember_tests::test_runtime();
     let c = rt.block_on(client::connect(addr)).unwrap();
     let mut ready = Vec::new();
     let mut streams = Vec::new();
@@ -286,26 +278,23 @@ fn sigterm_cancels_what_outlives_shutdown_timeout() {
     );
 }
 
-/// SIGTERM the moment a request is enqueued (its `started` arrived): it must
-/// still be drained to completion, not lost. Drain must not conclude "idle"
-/// from state that lags the request (e.g. gauges published once per
-/// scheduler iteration).
-#[test]
-fn sigterm_just_after_enqueue_still_drains() {
-    let mut server = Server::tiny("fault-sigterm-enqueue", &["--shutdown-timeout", "60"]);
-    let addr = server.addr();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let mut c = rt.block_on(client::connect(addr)).unwrap();
+/// Starts a `max_new`-token request, sends SIGTERM the moment its `started`
+/// arrives, and waits up to `limit` for the stream to end; returns how it
+/// ended and how long after SIGTERM. Panics (with the server's log) if the
+/// stream is still running at `limit`.
+fn sigterm_once_enqueued(
+    server: &mut Server,
+    max_new: u32,
+    limit: Duration,
+) -> (client::StreamOutcome, Duration) {
+    let rt = ember_tests::test_runtime();
+    let mut c = rt.block_on(client::connect(server.addr())).unwrap();
     let (tx, rx) = oneshot::channel();
     let stream = rt.spawn(async move {
         let mut tx = Some(tx);
         client::generate_observed(
             &mut c,
-            client::ids_request(vec![11, 12, 13], 6),
+            client::ids_request(vec![11, 12, 13], max_new),
             None,
             |o| {
                 if o.started.is_some() || o.status.is_some() {
@@ -319,10 +308,27 @@ fn sigterm_just_after_enqueue_still_drains() {
     });
     rt.block_on(rx).unwrap();
     server.sigterm();
+    let sigterm_at = Instant::now();
     let out = rt
-        .block_on(async { tokio::time::timeout(Duration::from_secs(60), stream).await })
-        .unwrap_or_else(|_| panic!("the stream hung after SIGTERM\n{}", server.stderr_tail(20)))
+        .block_on(async { tokio::time::timeout(limit, stream).await })
+        .unwrap_or_else(|_| {
+            panic!(
+                "the stream was still running {limit:?} after SIGTERM\n{}",
+                server.stderr_tail(20)
+            )
+        })
         .unwrap();
+    (out, sigterm_at.elapsed())
+}
+
+/// SIGTERM the moment a request is enqueued (its `started` arrived): it must
+/// still be drained to completion, not lost. Drain must not conclude "idle"
+/// from state that lags the request (e.g. gauges published once per
+/// scheduler iteration).
+#[test]
+fn sigterm_just_after_enqueue_still_drains() {
+    let mut server = Server::tiny("fault-sigterm-enqueue", &["--shutdown-timeout", "60"]);
+    let (out, _) = sigterm_once_enqueued(&mut server, 6, Duration::from_secs(60));
     assert_eq!(
         out.code(),
         Code::Ok,
@@ -347,47 +353,8 @@ fn sigterm_just_after_enqueue_respects_timeout() {
         "fault-sigterm-enqueue-timeout",
         &["--shutdown-timeout", "1"],
     );
-    let addr = server.addr();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let mut c = rt.block_on(client::connect(addr)).unwrap();
-    let (tx, rx) = oneshot::channel();
-    let stream = rt.spawn(async move {
-        let mut tx = Some(tx);
-        client::generate_observed(
-            &mut c,
-            client::ids_request(vec![11, 12, 13], 1000),
-            None,
-            |o| {
-                if o.started.is_some() || o.status.is_some() {
-                    if let Some(tx) = tx.take() {
-                        let _ = tx.send(());
-                    }
-                }
-            },
-        )
-        .await
-    });
-    rt.block_on(rx).unwrap();
-    server.sigterm();
-    let sigterm_at = Instant::now();
-    let out = rt
-        .block_on(async { tokio::time::timeout(Duration::from_secs(4), stream).await })
-        .unwrap_or_else(|_| {
-            panic!(
-                "the stream was still running 4 s after SIGTERM with --shutdown-timeout 1\n{}",
-                server.stderr_tail(20)
-            )
-        })
-        .unwrap();
-    eprintln!(
-        "ended {:?} after SIGTERM: {}",
-        sigterm_at.elapsed(),
-        out.summary()
-    );
+    let (out, after) = sigterm_once_enqueued(&mut server, 1000, Duration::from_secs(4));
+    eprintln!("ended {after:?} after SIGTERM: {}", out.summary());
     let clear = matches!(
         (out.code(), out.finish_reason()),
         (
