@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Engine checks and timings on the GPU machine (issues 10 and 11), in one
 # invocation, from the repo root, with the stripped release binaries (built
-# with --features ember-server/cuda) in .device/:
+# with --features ember-server/cuda,ember-engine-bench/cuda) in .device/:
 #
 #   OUT=/some/dir bash bench/gpu_engine_check.sh
 #
@@ -58,7 +58,7 @@ want kernels && run check_kernels 180 "$BIN/ember-engine-bench" --device cuda --
     --json "$OUT/check_kernels.json"
 
 want ref && run ref_tiny 180 "$BIN/ember-engine-bench" --device cuda --graphs \
-    --reference server/tests/fixtures/tiny-gpt2 --json "$OUT/ref_tiny.json"
+    --reference engine/tests/fixtures/tiny-gpt2 --json "$OUT/ref_tiny.json"
 if want ref && [[ ${REF_GPT2:-0} == 1 ]]; then
     run fixture_gpt2 180 python3 scripts/make_reference_fixtures.py --size gpt2 --out "$WORK/gpt2-ref"
     run ref_gpt2 240 "$BIN/ember-engine-bench" --device cuda --graphs \

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Reference fixtures for Ember's GPT-2 engine tests (server/tests/fixtures/tiny-gpt2).
+"""Reference fixtures for Ember's GPT-2 engine tests (engine/tests/fixtures/tiny-gpt2).
 
 Builds a small random GPT-2 with Hugging Face transformers (CPU, float32, fixed
 seed), saves it the way transformers does (config.json + model.safetensors), and
@@ -14,7 +14,7 @@ Every parameter is randomized (biases and LayerNorm weights too, not left at
 0/1), so a swapped or skipped tensor in the loader changes the logits.
 
 Run (needs torch + transformers; no network):
-    python3 scripts/make_reference_fixtures.py --out server/tests/fixtures/tiny-gpt2
+    python3 scripts/make_reference_fixtures.py --out engine/tests/fixtures/tiny-gpt2
 
 `--size gpt2` makes the same kind of fixture at GPT-2 124M's full shape (12
 layers, 768 wide, 50257 tokens, 1024 positions; ~500 MB, not committed): the
@@ -47,7 +47,7 @@ def greedy(model, prompt, new_tokens):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="server/tests/fixtures/tiny-gpt2")
+    ap.add_argument("--out", default="engine/tests/fixtures/tiny-gpt2")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--new-tokens", type=int, default=16)
     ap.add_argument("--size", choices=["tiny", "gpt2"], default="tiny",

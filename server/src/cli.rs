@@ -7,13 +7,14 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::str::FromStr;
 use std::time::Duration;
 
 use clap::Parser;
+use ember_engine::model::{ModelSource, Preset};
+use ember_engine::{DeviceOptions, DeviceSpec, EngineConfig, KernelTuning, KvBudget};
 
 use crate::logging::LogFormat;
-use crate::model::{ModelSource, Preset};
+use crate::scheduler::SchedulerKnobs;
 
 /// Ember: a continuous-batching GPT-2 inference server (gRPC, streaming).
 #[derive(Debug, Clone, Parser)]
@@ -120,84 +121,29 @@ pub struct Args {
     /// (one object per line). RUST_LOG sets the level (default info).
     #[arg(long, env = "EMBER_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+
+    /// The CUDA kernels' knobs (defaults: the fastest measured; see
+    /// docs/performance.md).
+    #[command(flatten)]
+    pub tuning: KernelTuning,
 }
 
-/// `$XDG_CACHE_HOME/ember/kernels`, else `$HOME/.cache/ember/kernels`.
-pub fn default_kernel_cache_dir() -> Option<PathBuf> {
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
-    Some(base.join("ember").join("kernels"))
-}
-
-/// Where the engine runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DeviceSpec {
-    /// CUDA device 0 if the binary has CUDA and it starts, else the CPU
-    /// (`device::choose_auto`).
-    Auto,
-    Cpu,
-    Cuda(usize),
-}
-
-impl FromStr for DeviceSpec {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "auto" => Ok(Self::Auto),
-            "cpu" => Ok(Self::Cpu),
-            "cuda" => Ok(Self::Cuda(0)),
-            _ => s
-                .strip_prefix("cuda:")
-                .and_then(|n| n.parse().ok())
-                .map(Self::Cuda)
-                .ok_or_else(|| format!("--device must be auto, cpu, cuda or cuda:N, got {s:?}")),
-        }
-    }
-}
-
-/// The scheduler's knobs, validated.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SchedulerKnobs {
-    pub max_batch_size: usize,
-    pub prefill_max_batch_size: usize,
-    pub prefill_max_tokens: usize,
-    pub max_pending: usize,
-    pub max_new_tokens_limit: usize,
-    pub block_size: usize,
-    /// Reuse cached KV blocks of shared prefixes (`--no-prefix-cache` turns it off).
-    pub prefix_caching: bool,
-}
-
-impl SchedulerKnobs {
-    /// Most sequences that may be running (admitted, not finished) at once. The
-    /// prefill knob may exceed the decode knob, so admission alone can fill a
-    /// larger running set; decode then rotates through it `max_batch_size` at a
-    /// time.
-    pub fn max_running(&self) -> usize {
-        self.max_batch_size.max(self.prefill_max_batch_size)
-    }
-}
-
-/// Validated startup configuration.
+/// Validated startup configuration: what each layer is built from.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
     pub listen: SocketAddr,
     pub device: DeviceSpec,
-    pub model: ModelSource,
-    pub seed: u64,
+    /// The kernel cache and the kernel knobs (CUDA).
+    pub device_options: DeviceOptions,
+    /// The engine (model, KV cache, graphs). Its `eos_token_id` is the
+    /// tokenizer's, and `decode_graphs` is dropped where shapes are not
+    /// bucketed (the CPU): both are settled when the server starts.
+    pub engine: EngineConfig,
     pub knobs: SchedulerKnobs,
-    pub kv_blocks: Option<usize>,
-    pub kv_memory_bytes: usize,
+    pub seed: u64,
     pub shutdown_timeout: Duration,
     pub metrics_addr: Option<SocketAddr>,
     pub warmup: bool,
-    /// Replay decode steps as CUDA graphs (CUDA).
-    pub cuda_graphs: bool,
-    /// CubeCL's autotune and kernel cache (CUDA).
-    pub kernel_cache_dir: Option<PathBuf>,
 }
 
 /// A flag with a value it cannot take; the message names the flag.
@@ -244,13 +190,29 @@ impl Args {
             prefill_max_tokens: positive("prefill-max-tokens", self.prefill_max_tokens)?,
             max_pending: positive("max-pending", self.max_pending)?,
             max_new_tokens_limit: positive("max-new-tokens-limit", self.max_new_tokens_limit)?,
-            block_size: positive("block-size", self.block_size)?,
-            prefix_caching: !self.no_prefix_cache,
         };
-        if let Some(b) = self.kv_blocks {
-            positive("kv-blocks", b)?;
-        }
-        positive("kv-memory-mb", self.kv_memory_mb)?;
+        let kv = match self.kv_blocks {
+            Some(b) => KvBudget::Blocks(positive("kv-blocks", b)?),
+            None => KvBudget::Memory {
+                bytes: positive("kv-memory-mb", self.kv_memory_mb)?.saturating_mul(1 << 20),
+                sequences: knobs.max_running(),
+            },
+        };
+        let engine = EngineConfig {
+            model,
+            block_size: positive("block-size", self.block_size)?,
+            kv,
+            max_batch: max_batch_size,
+            prefix_caching: !self.no_prefix_cache,
+            decode_graphs: !self.no_cuda_graphs,
+            // GPT-2's; the server replaces it with its tokenizer's at startup.
+            eos_token_id: 50256,
+            bucketed: None,
+        };
+        let tuning = self
+            .tuning
+            .validate()
+            .map_err(|e| FlagError(e.to_string()))?;
         if !(self.shutdown_timeout.is_finite() && self.shutdown_timeout >= 0.0) {
             return Err(FlagError(format!(
                 "--shutdown-timeout must be a non-negative number of seconds, got {}",
@@ -262,25 +224,26 @@ impl Args {
             Some(port) => Some(SocketAddr::new(self.listen.ip(), port)),
             None => None,
         };
+        let kernel_cache_dir = match self.kernel_cache_dir {
+            Some(dir) if dir.as_os_str().is_empty() => {
+                return Err(FlagError("--kernel-cache-dir must not be empty".into()))
+            }
+            Some(dir) => Some(dir),
+            None => ember_engine::device::default_kernel_cache_dir(),
+        };
         Ok(ServerConfig {
             listen: self.listen,
             device,
-            model,
-            seed: self.seed,
+            device_options: DeviceOptions {
+                kernel_cache_dir,
+                tuning,
+            },
+            engine,
             knobs,
-            kv_blocks: self.kv_blocks,
-            kv_memory_bytes: self.kv_memory_mb.saturating_mul(1 << 20),
+            seed: self.seed,
             shutdown_timeout: Duration::from_secs_f64(self.shutdown_timeout),
             metrics_addr,
             warmup: !self.no_warmup,
-            cuda_graphs: !self.no_cuda_graphs,
-            kernel_cache_dir: match self.kernel_cache_dir {
-                Some(dir) if dir.as_os_str().is_empty() => {
-                    return Err(FlagError("--kernel-cache-dir must not be empty".into()))
-                }
-                Some(dir) => Some(dir),
-                None => default_kernel_cache_dir(),
-            },
         })
     }
 }
@@ -301,8 +264,9 @@ mod tests {
         assert_eq!(cfg.knobs.prefill_max_batch_size, cfg.knobs.max_batch_size);
         assert_eq!(cfg.device, DeviceSpec::Auto);
         assert!(cfg.warmup);
-        assert!(cfg.knobs.prefix_caching);
-        assert!(!parse(&["--no-prefix-cache"]).unwrap().knobs.prefix_caching);
+        assert!(cfg.engine.prefix_caching);
+        assert!(!parse(&["--no-prefix-cache"]).unwrap().engine.prefix_caching);
+        assert_eq!(cfg.device_options.tuning, KernelTuning::default());
     }
 
     #[test]
@@ -325,6 +289,8 @@ mod tests {
             (&["--shutdown-timeout", "-1"][..], "--shutdown-timeout"),
             (&["--metrics-port", "0"][..], "--metrics-port"),
             (&["--model-dir", "/nonexistent/dir"][..], "--model-dir"),
+            (&["--mma-warps", "12"][..], "--mma-warps"),
+            (&["--attention-splits", "65"][..], "--attention-splits"),
         ] {
             let err = parse(args).unwrap_err().to_string();
             assert!(err.contains(flag), "{args:?}: {err}");
@@ -347,10 +313,25 @@ mod tests {
     }
 
     #[test]
-    fn device_specs() {
-        assert_eq!("cuda:3".parse::<DeviceSpec>().unwrap(), DeviceSpec::Cuda(3));
-        assert_eq!("cuda".parse::<DeviceSpec>().unwrap(), DeviceSpec::Cuda(0));
-        assert_eq!("cpu".parse::<DeviceSpec>().unwrap(), DeviceSpec::Cpu);
+    fn kernel_knobs_are_flags_with_env_aliases() {
+        let cfg = parse(&["--gemv-max-rows", "0", "--prefill-attention", "false"]).unwrap();
+        assert_eq!(cfg.device_options.tuning.gemv_max_rows, 0);
+        assert!(!cfg.device_options.tuning.prefill_attention);
+        let help = <Args as clap::CommandFactory>::command()
+            .render_long_help()
+            .to_string();
+        for flag in [
+            "--gemv-max-rows",
+            "--lm-head-gemv-max-rows",
+            "--mma-min-rows",
+            "--mma-warps",
+            "--mma-row-tiles",
+            "--attention-splits",
+            "--prefill-attention",
+            "EMBER_ATTENTION_SPLITS",
+        ] {
+            assert!(help.contains(flag), "--help lacks {flag}");
+        }
     }
 
     #[test]
@@ -359,5 +340,10 @@ mod tests {
         assert_eq!(cfg.knobs.max_batch_size, 16);
         assert_eq!(cfg.knobs.prefill_max_batch_size, 32);
         assert_eq!(cfg.knobs.max_running(), 32);
+        // The KV budget by memory makes room for every running sequence.
+        assert!(matches!(
+            cfg.engine.kv,
+            KvBudget::Memory { sequences: 32, .. }
+        ));
     }
 }

@@ -1,29 +1,23 @@
 //! Ember's inference server.
 //!
-//! Layout (arrows point one way: service -> scheduler -> engine -> model):
-//! - [`cli`]: flags, validated into a `ServerConfig` (bad values name the flag).
-//! - [`device`]: opening and configuring the engine's device (Flex f32 on the
-//!   CPU, CUDA f16), and CubeCL's kernel cache.
+//! Layout (arrows point one way: service -> scheduler -> engine -> model; the
+//! engine and the model are the `ember-engine` crate, so Cargo enforces the
+//! last two arrows):
+//! - [`cli`]: flags, validated into a `ServerConfig` (bad values name the
+//!   flag): the scheduler's knobs, the engine's config, the device options.
 //! - [`server`]: wiring and lifecycle: gRPC services (Inference,
 //!   health, reflection), readiness, draining shutdown.
 //! - [`service`]: the `ember.v1.Inference` handlers: validation, tokenization
 //!   off the scheduler thread, the per-request response stream, error -> status.
 //! - [`scheduler`]: the continuous-batching loop on its own thread; owns the
-//!   engine; fed by a command channel.
-//! - [`engine`]: runs many sequences at once over a paged KV cache: batched
-//!   prefill, batched decode, per-sequence sampling.
-//! - [`model`]: GPT-2 as Burn modules, its config, and weight loading (HF
-//!   safetensors or seeded random init).
+//!   engine (any `ember_engine::StepEngine`); fed by a command channel.
 //! - [`metrics`]: Prometheus names (vLLM's) and recording helpers.
 //! - [`logging`]: the stderr subscriber (`--log-format text|json`, colours only
 //!   on a terminal, per-request span close lines, panics through tracing).
 
 pub mod cli;
-pub mod device;
-pub mod engine;
 pub mod logging;
 pub mod metrics;
-pub mod model;
 pub mod scheduler;
 pub mod server;
 pub mod service;

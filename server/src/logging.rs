@@ -11,14 +11,13 @@
 //!   `service::request_span`) closes when the request is done, and that line
 //!   carries its id, outcome and timings.
 //! - Panics are logged through tracing too (with a backtrace when
-//!   `RUST_BACKTRACE` asks for one), so a JSON log stays JSON even then;
-//!   [`expecting_panics`] marks code whose panics the caller handles.
+//!   `RUST_BACKTRACE` asks for one), so a JSON log stays JSON even then; a
+//!   panic inside `ember_engine::panics::expecting_panics` (a caller that
+//!   handles it, such as the CUDA probe) is a warning, not an error.
 //!
 //! `RUST_LOG` filters (default: the level the binary asks for).
 
-use std::any::Any;
 use std::io::IsTerminal;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tracing_subscriber::fmt::format::FmtSpan;
 use tracing_subscriber::EnvFilter;
@@ -61,38 +60,8 @@ fn use_colour() -> bool {
     std::io::stderr().is_terminal() && !opted_out
 }
 
-/// How many [`expecting_panics`] calls are running. Process-wide, because a
-/// backend may fail on its own runner thread rather than the caller's.
-static PANICS_EXPECTED: AtomicUsize = AtomicUsize::new(0);
-
-/// Runs `f` (which catches its own panics and reports the failure) with any
-/// panic meanwhile logged as a warning rather than an error: at startup, a
-/// probe whose failure has a fallback (the CUDA probe) is not an error.
-pub fn expecting_panics<T>(f: impl FnOnce() -> T) -> T {
-    /// Ends the expectation however `f` ends.
-    struct Done;
-    impl Drop for Done {
-        fn drop(&mut self) {
-            PANICS_EXPECTED.fetch_sub(1, Ordering::SeqCst);
-        }
-    }
-    PANICS_EXPECTED.fetch_add(1, Ordering::SeqCst);
-    let _done = Done;
-    f()
-}
-
-/// The message of a caught panic's payload (`panic!` with a string or a
-/// format), or a placeholder.
-pub fn panic_message(payload: &(dyn Any + Send)) -> &str {
-    payload
-        .downcast_ref::<String>()
-        .map(String::as_str)
-        .or_else(|| payload.downcast_ref::<&str>().copied())
-        .unwrap_or("a panic without a message")
-}
-
 fn log_panic(info: &std::panic::PanicHookInfo<'_>) {
-    if PANICS_EXPECTED.load(Ordering::SeqCst) > 0 {
+    if ember_engine::panics::panics_expected() {
         tracing::warn!("panic (handled by its caller): {info}");
         return;
     }

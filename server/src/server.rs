@@ -14,7 +14,7 @@
 use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context;
 use ember_common::pb::inference_server::InferenceServer;
@@ -24,9 +24,11 @@ use tonic::transport::server::TcpIncoming;
 use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
+use ember_engine::model::ModelSource;
+
 use crate::cli::ServerConfig;
-use crate::model::ModelSource;
 use crate::scheduler::{self, SchedulerConfig, SchedulerHandle, SchedulerStats, Spawned};
+use crate::service::in_flight::InFlightTracker;
 use crate::service::{InferenceService, ServiceState};
 
 /// Runs the server on `listener` until `shutdown` resolves and draining ends.
@@ -36,30 +38,32 @@ pub async fn run(
     listener: TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
-    let tokenizer = load_tokenizer(&config.model)?;
+    let model = &config.engine.model;
+    let tokenizer = load_tokenizer(model)?;
     let (health, health_service) = tonic_health::server::health_reporter();
     set_health(&health, ServingStatus::NotServing).await;
     if let Some(addr) = config.metrics_addr {
-        crate::metrics::install(addr, &served_model_name(&config.model))
+        crate::metrics::install(addr, &served_model_name(model))
             .context("starting the metrics listener")?;
     }
 
+    let mut engine = config.engine.clone();
+    engine.eos_token_id = tokenizer.eos_token_id();
     let sched_config = SchedulerConfig {
-        model: config.model.clone(),
+        engine,
         knobs: config.knobs.clone(),
-        kv_blocks: config.kv_blocks,
-        kv_memory_bytes: config.kv_memory_bytes,
-        eos_token_id: tokenizer.eos_token_id(),
         warmup: config.warmup,
-        cuda_graphs: config.cuda_graphs,
     };
     let (handle, ready, join) = spawn_on_device(&config, sched_config)?;
     let state = Arc::new(ServiceState {
         model: OnceLock::new(),
         draining: Default::default(),
         knobs: config.knobs.clone(),
+        block_size: config.engine.block_size,
+        prefix_caching: config.engine.prefix_caching,
         tokenizer,
         seed: config.seed,
+        in_flight: InFlightTracker::default(),
     });
 
     let reflection = tonic_reflection::server::Builder::configure()
@@ -87,7 +91,7 @@ pub async fn run(
             Ok(Ok(info)) => {
                 tracing::info!(model = %info.name, device = %info.device, kv_blocks = info.limits.kv_blocks_total,
                     seconds = info.load_seconds, "model loaded and warmed up; SERVING");
-                if matches!(config.model, ModelSource::Preset { .. }) {
+                if matches!(config.engine.model, ModelSource::Preset { .. }) {
                     tracing::warn!("random weights: generated text is meaningless (use --model-dir for real GPT-2 weights)");
                 }
                 let _ = state.model.set(info);
@@ -114,7 +118,7 @@ pub async fn run(
     tracing::info!(timeout = ?config.shutdown_timeout, "shutdown requested: draining");
     state.draining.store(true, Ordering::Release);
     set_health(&health, ServingStatus::NotServing).await;
-    drain(&handle, config.shutdown_timeout).await;
+    drain(&state.in_flight, &handle, config.shutdown_timeout).await;
     let _ = stop_tx.send(());
     match serve_task.await {
         Ok(Ok(())) => {}
@@ -130,35 +134,32 @@ pub async fn run(
 }
 
 /// Waits for queued and running requests to finish, up to `timeout`; then
-/// cancels the rest and waits (briefly) for their streams to close.
-async fn drain(handle: &SchedulerHandle, timeout: Duration) {
-    let stats = handle.stats();
-    if wait_idle(stats, timeout).await {
+/// cancels the rest and waits (briefly) for their streams to end. Each wait
+/// ends on the in-flight count's own signal, not on a poll.
+async fn drain(in_flight: &InFlightTracker, handle: &SchedulerHandle, timeout: Duration) {
+    if tokio::time::timeout(timeout, in_flight.idle())
+        .await
+        .is_ok()
+    {
         tracing::info!("drained: every request finished");
         return;
     }
+    let stats = handle.stats();
     tracing::warn!(
-        in_flight = SchedulerStats::get(&stats.in_flight),
+        in_flight = in_flight.count(),
         queued = SchedulerStats::get(&stats.queue_depth),
         running = SchedulerStats::get(&stats.active_sequences),
         "shutdown timeout passed: cancelling the remaining requests"
     );
     handle.cancel_all();
-    wait_idle(stats, Duration::from_secs(5)).await;
-}
-
-async fn wait_idle(stats: &SchedulerStats, timeout: Duration) -> bool {
-    let end = Instant::now() + timeout;
-    loop {
-        if stats.is_idle() {
-            // Let the stream tasks flush their final messages.
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            return true;
-        }
-        if Instant::now() >= end {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
+    if tokio::time::timeout(Duration::from_secs(5), in_flight.idle())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            in_flight = in_flight.count(),
+            "some request streams did not end within 5 s of the cancel"
+        );
     }
 }
 
@@ -194,8 +195,13 @@ fn load_tokenizer(model: &ModelSource) -> anyhow::Result<Gpt2Tokenizer> {
 }
 
 /// Opens the device `--device` names and starts the scheduler on it.
-fn spawn_on_device(config: &ServerConfig, scheduler: SchedulerConfig) -> anyhow::Result<Spawned> {
-    let device = crate::device::open(config.device, config.kernel_cache_dir.as_deref())?;
+/// Decode graphs pay off only where launches cost (CUDA, bucketed shapes).
+fn spawn_on_device(
+    config: &ServerConfig,
+    mut scheduler: SchedulerConfig,
+) -> anyhow::Result<Spawned> {
+    let device = ember_engine::device::open(config.device, &config.device_options)?;
     tracing::info!(device = %device.name, "engine device");
+    scheduler.engine.decode_graphs &= device.bucketed;
     Ok(scheduler::spawn(device, scheduler)?)
 }

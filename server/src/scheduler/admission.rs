@@ -8,7 +8,7 @@
 //! - some of the iteration's `--prefill-max-tokens` budget is left: the
 //!   request's uncached prompt tokens take what is left, and what does not
 //!   fit is prefilled in later iterations ([`super::chunking`]);
-//! - the running set stays within [`SchedulerKnobs::max_running`](crate::cli::SchedulerKnobs::max_running);
+//! - the running set stays within [`SchedulerKnobs::max_running`](super::knobs::SchedulerKnobs::max_running);
 //! - its KV blocks (prompt + max_new_tokens, reserved whole at admission, less
 //!   the cached prefix blocks other sequences already hold) are free. Running
 //!   out of blocks is a normal outcome: the request waits.

@@ -11,7 +11,7 @@
 //! ([`super::admission::plan`] decides how many), each taking what it has
 //! left or what is left of the budget, whichever is smaller. The engine runs
 //! every chunk of a step in one forward pass over its cached context
-//! ([`crate::engine::Engine::prefill_step`]).
+//! ([`ember_engine::Engine::prefill_step`]).
 
 /// Chunk sizes for prompts with `remaining` tokens each (in order), under a
 /// budget of `budget` tokens and at most `max_rows` rows. The result is as

@@ -20,7 +20,9 @@
 
 pub mod admission;
 pub mod chunking;
+pub mod knobs;
 pub mod request;
+pub mod rotation;
 pub mod stats;
 mod worker;
 
@@ -30,14 +32,12 @@ use std::time::Instant;
 
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
+pub use knobs::SchedulerKnobs;
 pub use request::{Admission, CancelReason, Event, FinishKind, QueuedRequest};
 pub use stats::SchedulerStats;
 
-use crate::cli::SchedulerKnobs;
-use crate::device::EngineDevice;
-use crate::engine::limits::RequestLimits;
-use crate::engine::{Engine, EngineConfig, SeqId};
-use crate::model::{load_model, Gpt2Config, ModelSource};
+use ember_engine::model::{Gpt2Config, ModelSource};
+use ember_engine::{Engine, EngineConfig, EngineDevice, RequestLimits, SeqId};
 
 /// Commands the scheduler thread accepts.
 #[derive(Debug)]
@@ -60,6 +60,8 @@ pub struct ModelInfo {
     pub config: Gpt2Config,
     /// What a request must fit into (checked before queueing).
     pub limits: RequestLimits,
+    /// Whether the prefix cache is on.
+    pub prefix_caching: bool,
     /// Seconds spent loading the model and warming up.
     pub load_seconds: f64,
 }
@@ -67,14 +69,11 @@ pub struct ModelInfo {
 /// Everything the scheduler thread needs to start.
 #[derive(Debug, Clone)]
 pub struct SchedulerConfig {
-    pub model: ModelSource,
+    /// What the engine is built from (model, KV cache, graphs).
+    pub engine: EngineConfig,
     pub knobs: SchedulerKnobs,
-    pub kv_blocks: Option<usize>,
-    pub kv_memory_bytes: usize,
-    pub eos_token_id: u32,
+    /// Run the engine's warmup (every step shape) before reporting ready.
     pub warmup: bool,
-    /// Replay decode steps as CUDA graphs (CUDA only; `--cuda-graphs`).
-    pub cuda_graphs: bool,
 }
 
 /// The queue is full: no pending-queue permit is left.
@@ -172,10 +171,11 @@ pub fn spawn(device: EngineDevice, config: SchedulerConfig) -> std::io::Result<S
                 }
             };
             let info = ModelInfo {
-                name: model_name(&config.model),
+                name: model_name(&config.engine.model),
                 device: device_name,
                 config: engine.model_config().clone(),
                 limits: engine.limits(),
+                prefix_caching: engine.prefix_caching(),
                 load_seconds: started.elapsed().as_secs_f64(),
             };
             let worker = worker::Worker::new(engine, config.knobs.clone(), rx, stats);
@@ -195,50 +195,9 @@ fn model_name(source: &ModelSource) -> String {
 }
 
 fn build_engine(device: &EngineDevice, config: &SchedulerConfig) -> Result<Engine, String> {
-    let (model, model_config) =
-        load_model(&config.model, &device.device).map_err(|e| e.to_string())?;
-    let knobs = &config.knobs;
-    let num_blocks = match config.kv_blocks {
-        Some(n) => n,
-        None => {
-            let per_block =
-                Engine::kv_bytes_per_block(&model_config, knobs.block_size, device.float_bytes)
-                    .max(1);
-            let per_seq = model_config.n_positions.div_ceil(knobs.block_size);
-            let wanted = knobs.max_running() * per_seq;
-            let affordable = config.kv_memory_bytes / per_block;
-            if affordable < wanted {
-                tracing::warn!(
-                    wanted,
-                    affordable,
-                    "--kv-memory-mb holds fewer blocks than every running sequence at full context; requests may wait for blocks"
-                );
-            }
-            wanted.min(affordable).max(per_seq)
-        }
-    };
-    tracing::info!(
-        num_blocks,
-        block_size = knobs.block_size,
-        "allocating the paged KV cache"
-    );
-    let mut engine = Engine::new(
-        model,
-        model_config,
-        EngineConfig {
-            block_size: knobs.block_size,
-            num_blocks,
-            max_batch: knobs.max_batch_size,
-            bucketed: device.bucketed,
-            prefix_caching: knobs.prefix_caching,
-            // Graphs pay off only where launches cost (CUDA, bucketed shapes).
-            decode_graphs: config.cuda_graphs && device.bucketed,
-        },
-        config.eos_token_id,
-        device.device.clone(),
-    )
-    .map_err(|e| e.to_string())?;
+    let mut engine = Engine::new(&config.engine, device).map_err(|e| e.to_string())?;
     if config.warmup {
+        let knobs = &config.knobs;
         engine
             .warmup(knobs.prefill_max_batch_size, knobs.prefill_max_tokens)
             .map_err(|e| format!("warmup failed: {e}"))?;
@@ -246,5 +205,7 @@ fn build_engine(device: &EngineDevice, config: &SchedulerConfig) -> Result<Engin
     Ok(engine)
 }
 
+#[cfg(test)]
+mod fake_engine;
 #[cfg(test)]
 mod tests;

@@ -10,22 +10,16 @@ use std::time::Instant;
 
 use tokio::sync::{mpsc, OwnedSemaphorePermit};
 
-use crate::engine::{SamplingParams, SeqId, TokenLogprobs};
+use ember_engine::{SeqId, SequenceRequest, TokenLogprobs};
 
 /// A validated, tokenized request on its way into the pending queue.
 #[derive(Debug)]
 pub struct QueuedRequest {
-    /// Scheduler-wide sequence id (also the engine's id for it).
-    pub id: SeqId,
-    pub prompt: Vec<u32>,
-    pub max_new_tokens: usize,
-    pub ignore_eos: bool,
-    pub sampling: SamplingParams,
-    /// Judged by the engine with the other stop rules (stop *strings* stay
-    /// with the service, which matches them on the text it produces).
-    pub stop_token_ids: Vec<u32>,
-    /// Top-n of the logprobs to return with each token; `None` = none.
-    pub logprobs: Option<usize>,
+    /// What the engine runs: the scheduler-wide sequence id (also the
+    /// engine's), the prompt's token ids, the length, sampling and the stop
+    /// token ids (stop *strings* stay with the service, which matches them on
+    /// the text it produces), logprobs.
+    pub seq: SequenceRequest,
     /// When the service handed the request to the scheduler.
     pub enqueued_at: Instant,
     /// Where this request's events go. A closed channel means the client left.
@@ -36,6 +30,13 @@ pub struct QueuedRequest {
     /// The request's tracing span (made by the gRPC handler): the scheduler
     /// enters it for its log lines about this request.
     pub span: tracing::Span,
+}
+
+impl QueuedRequest {
+    /// The request's sequence id.
+    pub fn id(&self) -> SeqId {
+        self.seq.id
+    }
 }
 
 /// Why a request ended early at the client's or the server's initiative.

@@ -10,11 +10,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// Gauges and counters of the scheduler, shared through an `Arc`.
 #[derive(Debug, Default)]
 pub struct SchedulerStats {
-    /// Accepted requests whose response stream has not ended yet (counted by
-    /// the service from submit to the end of the stream task). The shutdown
-    /// drain waits on this one: unlike the gauges below it also covers a
-    /// request still in the command channel or in the middle of an iteration.
-    pub in_flight: AtomicU64,
     /// Requests in the pending queue (submitted, not yet admitted).
     pub queue_depth: AtomicU64,
     /// Sequences admitted and not finished.
@@ -57,10 +52,5 @@ impl SchedulerStats {
 
     pub fn set(gauge: &AtomicU64, value: usize) {
         gauge.store(value as u64, Ordering::Relaxed);
-    }
-
-    /// No accepted request is still streaming.
-    pub fn is_idle(&self) -> bool {
-        Self::get(&self.in_flight) == 0
     }
 }

@@ -1,6 +1,8 @@
-//! Scheduler tests on the tiny model (Flex, CPU): admission knobs, token
-//! budget and chunked prefill, prefix-cache reuse, waiting for KV blocks,
-//! cancellation, finish events.
+//! Scheduler tests: admission knobs, token budget and chunked prefill,
+//! waiting for KV blocks, cancellation, finish events, decode rotation and
+//! engine failures run against [`FakeEngine`] (no model, microseconds); the
+//! prefix-cache reuse and one end-to-end check run against the real engine
+//! on the tiny preset (Flex, CPU).
 //!
 //! Every test queues all its commands before the worker starts, so the first
 //! iteration sees the whole queue and admission is deterministic.
@@ -9,13 +11,15 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use burn::prelude::Device;
+use ember_engine::model::{ModelSource, Preset};
+use ember_engine::{
+    Engine, EngineConfig, EngineDevice, KvBudget, SamplingParams, SequenceRequest, StepEngine,
+};
 use tokio::sync::{mpsc, Semaphore};
 
+use super::fake_engine::FakeEngine;
 use super::worker::Worker;
 use super::*;
-use crate::engine::{Engine, EngineConfig, SamplingParams};
-use crate::model::{load_model, ModelSource, Preset};
 
 fn knobs(max_batch: usize, prefill_batch: usize, prefill_tokens: usize) -> SchedulerKnobs {
     SchedulerKnobs {
@@ -24,33 +28,27 @@ fn knobs(max_batch: usize, prefill_batch: usize, prefill_tokens: usize) -> Sched
         prefill_max_tokens: prefill_tokens,
         max_pending: 64,
         max_new_tokens_limit: 64,
-        block_size: 4,
-        prefix_caching: true,
     }
 }
 
-fn engine(num_blocks: usize) -> Engine {
-    let device = Device::flex();
-    let source = ModelSource::Preset {
-        preset: Preset::Tiny,
-        seed: 7,
+/// The fake engine with `num_blocks` blocks of 4 tokens.
+fn fake(num_blocks: usize) -> FakeEngine {
+    FakeEngine::new(num_blocks, 4)
+}
+
+/// The real engine on the tiny preset, `num_blocks` blocks of 4 tokens.
+fn real(num_blocks: usize) -> Engine {
+    let config = EngineConfig {
+        block_size: 4,
+        kv: KvBudget::Blocks(num_blocks),
+        max_batch: 64,
+        bucketed: Some(false),
+        ..EngineConfig::new(ModelSource::Preset {
+            preset: Preset::Tiny,
+            seed: 7,
+        })
     };
-    let (model, config) = load_model(&source, &device).expect("tiny model");
-    Engine::new(
-        model,
-        config,
-        EngineConfig {
-            block_size: 4,
-            num_blocks,
-            max_batch: 64,
-            bucketed: false,
-            prefix_caching: true,
-            decode_graphs: false,
-        },
-        50256,
-        device,
-    )
-    .expect("engine")
+    Engine::new(&config, &EngineDevice::cpu().expect("cpu")).expect("engine")
 }
 
 /// A queued request plus the receiving end of its events.
@@ -90,13 +88,15 @@ impl Harness {
         let permit = Arc::clone(&self.permits).try_acquire_owned().unwrap();
         self.tx
             .send(Command::Submit(QueuedRequest {
-                id,
-                prompt: (0..prompt_len as u32).map(|i| 100 + i).collect(),
-                max_new_tokens,
-                ignore_eos: true,
-                sampling: SamplingParams::greedy(),
-                stop_token_ids: Vec::new(),
-                logprobs,
+                seq: SequenceRequest {
+                    logprobs,
+                    sampling: SamplingParams::greedy(),
+                    ..SequenceRequest::greedy(
+                        id,
+                        (0..prompt_len as u32).map(|i| 100 + i).collect(),
+                        max_new_tokens,
+                    )
+                },
                 enqueued_at: Instant::now(),
                 events: etx,
                 pending_permit: permit,
@@ -107,7 +107,7 @@ impl Harness {
     }
 
     /// Starts the worker; returns once every request ended, then stops it.
-    fn run(mut self, engine: Engine, knobs: SchedulerKnobs) -> Outcome {
+    fn run<E: StepEngine + Send + 'static>(mut self, engine: E, knobs: SchedulerKnobs) -> Outcome {
         let worker = Worker::new(
             engine,
             knobs,
@@ -210,7 +210,7 @@ fn prefill_knob_and_decode_knob_are_independent() {
         h.submit(id, 3, 6);
     }
     // Prefill up to 4 per iteration, decode 2 per step, running cap 4.
-    let out = h.run(engine(64), knobs(2, 4, 1000));
+    let out = h.run(fake(64), knobs(2, 4, 1000));
     let mut batches: HashMap<u64, u32> = HashMap::new();
     for id in 1..=10 {
         let a = out.admission(id).expect("admitted");
@@ -240,7 +240,7 @@ fn larger_prefill_knob_admits_in_fewer_iterations() {
         for id in 1..=8 {
             h.submit(id, 2, 1);
         }
-        let out = h.run(engine(64), knobs(2, prefill, 1000));
+        let out = h.run(fake(64), knobs(2, prefill, 1000));
         let mut its: Vec<u64> = (1..=8)
             .map(|id| out.admission(id).unwrap().iteration)
             .collect();
@@ -258,7 +258,7 @@ fn token_budget_limits_a_prefill_step_and_chunks_the_rest() {
         h.submit(id, 4, 2);
     }
     // 10 tokens per iteration: 4 + 4 + 2 of request 3, then its last 2 + 4.
-    let out = h.run(engine(64), knobs(8, 8, 10));
+    let out = h.run(fake(64), knobs(8, 8, 10));
     for id in 1..=3 {
         let a = out.admission(id).unwrap();
         assert_eq!((a.prefill_batch_size, a.iteration), (3, 1), "request {id}");
@@ -277,7 +277,7 @@ fn a_long_prompt_is_prefilled_in_chunks_between_decode_steps() {
     let mut h = Harness::new();
     h.submit(1, 3, 30); // a running stream
     h.submit(2, 50, 2); // a prompt six times the budget
-    let out = h.run(engine(64), knobs(8, 8, 8));
+    let out = h.run(fake(64), knobs(8, 8, 8));
     assert_eq!(out.finish(1), (FinishKind::Length, 30));
     assert_eq!(out.finish(2), (FinishKind::Length, 2));
     // Iteration 1: 3 tokens of request 1, 5 of request 2; then 8 a step.
@@ -305,7 +305,7 @@ fn a_later_request_reuses_the_cached_prefix() {
     h.submit(1, 20, 3);
     h.submit(2, 20, 3);
     let stats = Arc::clone(&h.stats);
-    let out = h.run(engine(64), knobs(8, 1, 1000));
+    let out = h.run(real(64), knobs(8, 1, 1000));
     assert_eq!(out.admission(1).unwrap().cached_prompt_tokens, 0);
     // 4 full blocks of 4 before the last token's block.
     assert_eq!(out.admission(2).unwrap().cached_prompt_tokens, 16);
@@ -331,7 +331,7 @@ fn requests_wait_for_kv_blocks_and_proceed_when_freed() {
     for id in 1..=5 {
         h.submit(id, 3, 5);
     }
-    let out = h.run(engine(4), knobs(8, 8, 1000));
+    let out = h.run(fake(4), knobs(8, 8, 1000));
     for id in 1..=5 {
         assert_eq!(out.finish(id), (FinishKind::Length, 5), "request {id}");
         assert!(out.admission(id).unwrap().prefill_batch_size <= 2);
@@ -345,39 +345,47 @@ fn cancel_before_and_after_admission_frees_everything() {
     let mut h = Harness::new();
     h.submit(1, 3, 40); // runs; cancelled mid-decode below
     h.submit(2, 3, 40); // waits: the cache holds one request
+                        // Cancel the queued one first, then the running one while its third
+                        // step (the decode step of iteration 2) is held.
+    h.tx.send(Command::Cancel {
+        id: 2,
+        reason: CancelReason::ClientGone,
+    })
+    .unwrap();
+    let (go, hold) = std::sync::mpsc::channel();
+    let mut engine = fake(11);
+    engine.hold_at_step = Some((3, hold));
     let tx = h.tx.clone();
     let stats = Arc::clone(&h.stats);
     let canceller = std::thread::spawn(move || {
-        // Cancel the queued one first, then the running one once it decodes.
-        tx.send(Command::Cancel {
-            id: 2,
-            reason: CancelReason::ClientGone,
-        })
-        .unwrap();
-        let start = Instant::now();
-        while SchedulerStats::get(&stats.iterations) < 3
-            && start.elapsed() < Duration::from_secs(30)
-        {
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        // Iteration 1 runs steps 1 (prefill) and 2; iteration 2 holds step 3.
+        wait_for_iterations(&stats, 2);
         tx.send(Command::Cancel {
             id: 1,
             reason: CancelReason::ClientGone,
         })
         .unwrap();
+        go.send(()).unwrap();
     });
-    let out = h.run(engine(11), knobs(8, 8, 1000));
+    let out = h.run(engine, knobs(8, 8, 1000));
     canceller.join().unwrap();
     assert!(
         out.admission(2).is_none(),
         "a cancelled queued request is never admitted"
     );
     assert_eq!(out.finish(2), (FinishKind::Cancelled, 0));
-    let (kind, n) = out.finish(1);
-    assert_eq!(kind, FinishKind::Cancelled);
-    assert!(n < 40);
+    // Cancelled after its third step: three tokens streamed.
+    assert_eq!(out.finish(1), (FinishKind::Cancelled, 3));
     assert_eq!(SchedulerStats::get(&out.stats.cancelled), 2);
     out.assert_all_free();
+}
+
+/// Waits (up to 30 s) until the scheduler has started `n` iterations.
+fn wait_for_iterations(stats: &SchedulerStats, n: u64) {
+    let start = Instant::now();
+    while SchedulerStats::get(&stats.iterations) < n && start.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
 
 #[test]
@@ -386,7 +394,7 @@ fn finish_events_carry_each_requests_own_length() {
     for (id, n) in [(1, 1), (2, 3), (3, 7)] {
         h.submit(id, 2, n);
     }
-    let out = h.run(engine(64), knobs(8, 8, 1000));
+    let out = h.run(fake(64), knobs(8, 8, 1000));
     for (id, n) in [(1, 1), (2, 3), (3, 7)] {
         assert_eq!(out.finish(id), (FinishKind::Length, n));
         let tokens = out.per_request[&id]
@@ -407,7 +415,7 @@ fn a_closed_client_is_dropped_before_admission() {
     // Client 2 leaves without a cancel command (the receiver is dropped).
     drop(h.events.remove(&2));
     let stats = Arc::clone(&h.stats);
-    let out = h.run(engine(64), knobs(8, 8, 1000));
+    let out = h.run(fake(64), knobs(8, 8, 1000));
     assert_eq!(out.finish(1), (FinishKind::Length, 2));
     assert_eq!(SchedulerStats::get(&stats.cancelled), 1);
     assert_eq!(SchedulerStats::get(&stats.admitted), 1);
@@ -419,24 +427,23 @@ fn a_stop_string_cancel_frees_the_sequence_and_counts_as_finished() {
     let mut h = Harness::new();
     h.submit_with(1, 2, 40, Some(2));
     h.submit(2, 2, 3);
+    let (go, hold) = std::sync::mpsc::channel();
+    let mut engine = fake(64);
+    engine.hold_at_step = Some((3, hold));
     let (tx, stats) = (h.tx.clone(), Arc::clone(&h.stats));
     let stopper = std::thread::spawn(move || {
-        let start = Instant::now();
-        while SchedulerStats::get(&stats.iterations) < 3
-            && start.elapsed() < Duration::from_secs(30)
-        {
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        // Iteration 1 runs steps 1 (prefill) and 2; iteration 2 holds step 3.
+        wait_for_iterations(&stats, 2);
         tx.send(Command::Cancel {
             id: 1,
             reason: CancelReason::StopString,
         })
         .unwrap();
+        go.send(()).unwrap();
     });
-    let out = h.run(engine(64), knobs(8, 8, 1000));
+    let out = h.run(engine, knobs(8, 8, 1000));
     stopper.join().unwrap();
-    let (_, n) = out.finish(1);
-    assert!(n < 40, "ran to max_new_tokens");
+    assert_eq!(out.finish(1), (FinishKind::Cancelled, 3));
     assert_eq!(out.finish(2), (FinishKind::Length, 3));
     assert_eq!(SchedulerStats::get(&out.stats.finished), 2);
     assert_eq!(SchedulerStats::get(&out.stats.cancelled), 0);
@@ -450,7 +457,84 @@ fn a_stop_string_cancel_frees_the_sequence_and_counts_as_finished() {
             })
             .collect()
     };
-    assert!(logprobs(1).iter().all(|l| *l == Some(2)));
+    assert_eq!(logprobs(1), [Some(2); 3]);
     assert_eq!(logprobs(2), [None; 3]);
+    out.assert_all_free();
+}
+
+#[test]
+fn the_real_engine_runs_a_mixed_batch_to_the_end() {
+    let mut h = Harness::new();
+    h.submit(1, 3, 5);
+    h.submit(2, 30, 2); // chunked: 8 tokens a step
+    h.submit_with(3, 5, 4, Some(1));
+    let out = h.run(real(64), knobs(2, 2, 8));
+    assert_eq!(out.finish(1), (FinishKind::Length, 5));
+    assert_eq!(out.finish(2), (FinishKind::Length, 2));
+    assert_eq!(out.finish(3), (FinishKind::Length, 4));
+    assert!(out.prefill_chunks(2).unwrap() > 1);
+    out.assert_all_free();
+}
+
+#[test]
+fn decode_takes_turns_when_more_sequences_decode_than_a_step_holds() {
+    let mut h = Harness::new();
+    for id in 1..=5 {
+        h.submit(id, 2, 4);
+    }
+    // All five admitted at once; decode steps of at most 2 rotate.
+    let out = h.run(fake(64), knobs(2, 8, 1000));
+    for id in 1..=5 {
+        assert_eq!(out.finish(id), (FinishKind::Length, 4));
+    }
+    let groups = out.decode_group_sizes();
+    assert!(groups.iter().all(|&g| g <= 2), "{groups:?}");
+    // 5 sequences x 3 decode tokens = 15 tokens in steps of 2: 8 steps, the
+    // odd one out never waiting more than two steps for its turn.
+    assert_eq!(groups.iter().sum::<usize>(), 15);
+    let turns = |id| out.token_times(id);
+    for id in 1..=5 {
+        assert_eq!(turns(id).len(), 4);
+    }
+    out.assert_all_free();
+}
+
+#[test]
+fn a_failed_engine_step_fails_its_requests_and_frees_their_blocks() {
+    let mut h = Harness::new();
+    h.submit(1, 2, 10);
+    h.submit(2, 2, 10);
+    let mut engine = fake(64);
+    // The prefill step succeeds, the first decode step fails.
+    engine.fail_after_steps = Some(1);
+    let out = h.run(engine, knobs(8, 8, 1000));
+    for id in [1, 2] {
+        assert!(
+            matches!(out.per_request[&id].last(), Some(Event::Failed { message }) if message.contains("injected")),
+            "{:?}",
+            out.per_request[&id]
+        );
+    }
+    assert_eq!(SchedulerStats::get(&out.stats.failed), 2);
+    out.assert_all_free();
+}
+
+#[test]
+fn a_request_the_engine_refuses_fails_alone() {
+    let mut h = Harness::new();
+    h.submit(1, 2, 3);
+    h.submit(2, 2, 3);
+    h.submit(3, 2, 3);
+    let mut engine = fake(64);
+    engine.refuse = Some(2);
+    let out = h.run(engine, knobs(8, 8, 1000));
+    assert!(matches!(
+        out.per_request[&2].last(),
+        Some(Event::Failed { .. })
+    ));
+    assert!(out.admission(2).is_none());
+    assert_eq!(out.finish(1), (FinishKind::Length, 3));
+    assert_eq!(out.finish(3), (FinishKind::Length, 3));
+    assert_eq!(SchedulerStats::get(&out.stats.failed), 1);
     out.assert_all_free();
 }

@@ -12,9 +12,14 @@
 //!    sequences, rotating through them when there are more;
 //! 4. publish gauges.
 //!
-//! Finished sequences come back from each engine step as an event list; their
-//! KV blocks were released inside the step. When there is nothing to do the
-//! thread blocks on the command channel: no busy loop, no polling sleep.
+//! The engine is the one owner of sequence state ([`StepEngine`]): which
+//! sequences still prefill, which decode, how many tokens each emitted. The
+//! worker keeps only what each request's client needs ([`Running`]: its
+//! event channel, its span, its prefill chunk count) and the decode rotation
+//! cursor. Finished sequences come back from each engine step as an event
+//! list; their KV blocks were released inside the step. When there is
+//! nothing to do the thread blocks on the command channel: no busy loop, no
+//! polling sleep.
 //!
 //! A client that leaves is noticed two ways: its stream task sends
 //! `Command::Cancel` (the usual path, also for requests still queued), and a
@@ -29,52 +34,48 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::Instant;
 
+use ember_engine::{
+    AdmissionCost, EngineError, FinishReason, PrefillChunk, SeqId, StepEngine, StepOutput,
+};
 use tokio::sync::mpsc;
 
 use super::admission::{self, AdmissionBudget, Candidate};
 use super::chunking;
+use super::knobs::SchedulerKnobs;
 use super::request::{Admission, CancelReason, Event, FinishKind, QueuedRequest};
+use super::rotation::rotation;
 use super::stats::SchedulerStats;
 use super::Command;
-use crate::cli::SchedulerKnobs;
-use crate::engine::{
-    AdmissionCost, Engine, EngineError, FinishReason, PrefillChunk, SeqId, SequenceRequest,
-    StepOutput,
-};
 
-/// A sequence between admission and its last token.
+/// What the worker keeps of an admitted request: its client's side.
 #[derive(Debug)]
 struct Running {
     events: mpsc::UnboundedSender<Event>,
-    /// Tokens sent so far (the next token's index).
-    generated: u32,
     /// Prefill steps that computed part of its prompt so far.
     chunks: u32,
     /// The request's span, entered for this thread's lines about it.
     span: tracing::Span,
 }
 
-pub(crate) struct Worker {
-    engine: Engine,
+pub(crate) struct Worker<E: StepEngine> {
+    engine: E,
     knobs: SchedulerKnobs,
     commands: mpsc::UnboundedReceiver<Command>,
     /// Submitted, not yet admitted; FIFO.
     pending: VecDeque<QueuedRequest>,
+    /// Admitted and not finished (prefilling or decoding).
     running: HashMap<SeqId, Running>,
-    /// Admitted requests whose prompt is still being prefilled, in admission
-    /// order (the order their chunks get the token budget). May hold ids that
-    /// already ended (dropped when reached).
-    prefilling: VecDeque<SeqId>,
-    /// Decode rotation order. May hold ids that already finished (skipped and
-    /// dropped when reached), so finishing never scans this queue.
-    decode_order: VecDeque<SeqId>,
+    /// Decode rotation: the next step starts at the first decoding id at or
+    /// after this one (wrapping), so with more decoding sequences than
+    /// `--max-batch-size` every one gets its turn.
+    decode_from: SeqId,
     stats: Arc<SchedulerStats>,
     iteration: u64,
 }
 
-impl Worker {
+impl<E: StepEngine> Worker<E> {
     pub(crate) fn new(
-        engine: Engine,
+        engine: E,
         knobs: SchedulerKnobs,
         commands: mpsc::UnboundedReceiver<Command>,
         stats: Arc<SchedulerStats>,
@@ -86,8 +87,7 @@ impl Worker {
             commands,
             pending: VecDeque::new(),
             running: HashMap::new(),
-            prefilling: VecDeque::new(),
-            decode_order: VecDeque::new(),
+            decode_from: 0,
             stats,
             iteration: 0,
         }
@@ -168,29 +168,17 @@ impl Worker {
         if chunks.is_empty() {
             return false;
         }
-        // Which chunks end their prompt, known before the step.
-        let completing: Vec<SeqId> = chunks
-            .iter()
-            .filter(|c| {
-                self.engine
-                    .prompt_remaining(c.id)
-                    .is_some_and(|left| c.tokens >= left)
-            })
-            .map(|c| c.id)
-            .collect();
         let ids: Vec<SeqId> = chunks.iter().map(|c| c.id).collect();
         let result = guarded(|| self.engine.prefill_step(&chunks));
         if result.is_ok() {
+            // Still prefilling after the step: the rest completed their prompt.
+            let unfinished: Vec<SeqId> = self.engine.to_prefill().iter().map(|p| p.0).collect();
             for id in &ids {
                 if let Some(r) = self.running.get_mut(id) {
                     r.chunks += 1;
-                }
-            }
-            self.prefilling.retain(|id| !completing.contains(id));
-            for &id in &completing {
-                if let Some(r) = self.running.get(&id) {
-                    let _ = r.events.send(Event::Prefilled { chunks: r.chunks });
-                    self.decode_order.push_back(id);
+                    if !unfinished.contains(id) {
+                        let _ = r.events.send(Event::Prefilled { chunks: r.chunks });
+                    }
                 }
             }
         }
@@ -200,21 +188,17 @@ impl Worker {
 
     /// The next chunks of prompts admitted in earlier iterations, oldest
     /// first, within the iteration's token budget and row cap.
-    fn continuing_chunks(&mut self) -> Vec<PrefillChunk> {
-        let engine = &self.engine;
-        let running = &self.running;
-        self.prefilling
-            .retain(|id| running.contains_key(id) && engine.prompt_remaining(*id).is_some());
-        let ids: Vec<SeqId> = self.prefilling.iter().copied().collect();
+    fn continuing_chunks(&self) -> Vec<PrefillChunk> {
+        let waiting = self.engine.to_prefill();
         let sizes = chunking::split(
             self.knobs.prefill_max_tokens,
             self.knobs.prefill_max_batch_size,
-            ids.iter()
-                .map(|&id| engine.prompt_remaining(id).unwrap_or(0)),
+            waiting.iter().map(|&(_, left)| left),
         );
-        ids.into_iter()
+        waiting
+            .into_iter()
             .zip(sizes)
-            .map(|(id, tokens)| PrefillChunk { id, tokens })
+            .map(|((id, _), tokens)| PrefillChunk { id, tokens })
             .collect()
     }
 
@@ -222,62 +206,20 @@ impl Worker {
     /// (blocks reserved, cached prefix found) and returns their first chunks,
     /// at most `rows` of them within `budget` tokens.
     fn admit(&mut self, budget: usize, rows: usize) -> Vec<PrefillChunk> {
-        // Requests whose client already left are dropped before planning.
-        self.pending.retain(|r| {
-            let gone = r.events.is_closed();
-            if gone {
-                SchedulerStats::bump(&self.stats.cancelled);
-            }
-            !gone
-        });
-        let plan = AdmissionBudget {
-            max_requests: rows,
-            max_prompt_tokens: budget,
-            free_running_slots: self.knobs.max_running().saturating_sub(self.running.len()),
-            free_blocks: self.engine.kv_blocks_free(),
-        };
-        let engine = &self.engine;
-        let n = admission::plan(
-            plan,
-            self.pending.iter().map(|r| {
-                let AdmissionCost {
-                    blocks,
-                    cached_tokens,
-                } = engine.admission_cost(&r.prompt, r.max_new_tokens);
-                Candidate {
-                    prompt_tokens: r.prompt.len() - cached_tokens,
-                    blocks,
-                }
-            }),
-        );
+        self.drop_gone_clients();
+        let n = self.plan_admission(budget, rows);
         let mut admitted = Vec::with_capacity(n);
         let mut left = budget;
         for _ in 0..n {
             let Some(front) = self.pending.front() else {
                 break;
             };
-            let seq = SequenceRequest {
-                id: front.id,
-                prompt: front.prompt.clone(),
-                max_new_tokens: front.max_new_tokens,
-                ignore_eos: front.ignore_eos,
-                sampling: front.sampling,
-                stop_token_ids: front.stop_token_ids.clone(),
-                logprobs: front.logprobs,
-            };
-            let cached = match guarded(|| self.engine.admit(&seq)) {
+            let cached = match guarded(|| self.engine.admit(&front.seq)) {
                 Ok(cached) => cached,
                 // The plan's estimate was off: wait for blocks like any request.
                 Err(EngineError::OutOfBlocks { .. }) => break,
                 Err(err) => {
-                    if let Some(req) = self.pending.pop_front() {
-                        req.span
-                            .in_scope(|| tracing::error!(%err, id = req.id, "admission failed"));
-                        SchedulerStats::bump(&self.stats.failed);
-                        let _ = req.events.send(Event::Failed {
-                            message: err.to_string(),
-                        });
-                    }
+                    self.fail_front(&err);
                     continue;
                 }
             };
@@ -285,23 +227,71 @@ impl Worker {
             let Some(req) = self.pending.pop_front() else {
                 break;
             };
-            self.record_prefix_lookup(seq.prompt.len(), cached);
-            let tokens = (seq.prompt.len() - cached).min(left).max(1);
+            let prompt_len = req.seq.prompt.len();
+            self.record_prefix_lookup(prompt_len, cached);
+            let tokens = (prompt_len - cached).min(left).max(1);
             left = left.saturating_sub(tokens);
+            let id = req.id();
             self.running.insert(
-                req.id,
+                id,
                 Running {
                     events: req.events,
-                    generated: 0,
                     chunks: 0,
                     span: req.span,
                 },
             );
-            self.prefilling.push_back(req.id);
-            admitted.push((PrefillChunk { id: req.id, tokens }, cached));
+            admitted.push((PrefillChunk { id, tokens }, cached));
         }
         self.announce(&admitted);
         admitted.into_iter().map(|(chunk, _)| chunk).collect()
+    }
+
+    /// Requests whose client already left are dropped before planning.
+    fn drop_gone_clients(&mut self) {
+        let stats = &self.stats;
+        self.pending.retain(|r| {
+            let gone = r.events.is_closed();
+            if gone {
+                SchedulerStats::bump(&stats.cancelled);
+            }
+            !gone
+        });
+    }
+
+    /// How many requests from the front of the queue this iteration admits.
+    fn plan_admission(&self, budget: usize, rows: usize) -> usize {
+        let plan = AdmissionBudget {
+            max_requests: rows,
+            max_prompt_tokens: budget,
+            free_running_slots: self.knobs.max_running().saturating_sub(self.running.len()),
+            free_blocks: self.engine.kv_blocks_free(),
+        };
+        let engine = &self.engine;
+        admission::plan(
+            plan,
+            self.pending.iter().map(|r| {
+                let AdmissionCost {
+                    blocks,
+                    cached_tokens,
+                } = engine.admission_cost(&r.seq.prompt, r.seq.max_new_tokens);
+                Candidate {
+                    prompt_tokens: r.seq.prompt.len() - cached_tokens,
+                    blocks,
+                }
+            }),
+        )
+    }
+
+    /// Fails the request at the front of the queue, which the engine refused.
+    fn fail_front(&mut self, err: &EngineError) {
+        if let Some(req) = self.pending.pop_front() {
+            req.span
+                .in_scope(|| tracing::error!(%err, id = req.id(), "admission failed"));
+            SchedulerStats::bump(&self.stats.failed);
+            let _ = req.events.send(Event::Failed {
+                message: err.to_string(),
+            });
+        }
     }
 
     /// Sends each newly admitted request its `Admitted` event.
@@ -325,9 +315,7 @@ impl Worker {
                 }));
             }
         }
-        self.stats
-            .admitted
-            .fetch_add(admitted.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        SchedulerStats::add(&self.stats.admitted, admitted.len() as u64);
     }
 
     /// Counts one admitted prompt's prefix-cache lookup.
@@ -343,24 +331,15 @@ impl Worker {
         crate::metrics::record_prefix_cache(prompt_tokens as u64, cached as u64);
     }
 
+    /// One decode step over up to `--max-batch-size` decoding sequences,
+    /// starting at the rotation cursor.
     fn decode_step(&mut self) {
-        let max = self.knobs.max_batch_size;
-        let mut ids = Vec::with_capacity(max.min(self.running.len()));
-        for _ in 0..self.decode_order.len() {
-            if ids.len() == max {
-                break;
-            }
-            let Some(id) = self.decode_order.pop_front() else {
-                break;
-            };
-            if self.running.contains_key(&id) {
-                ids.push(id);
-                self.decode_order.push_back(id);
-            }
-        }
-        if ids.is_empty() {
+        let decoding = self.engine.decoding();
+        let ids = rotation(&decoding, self.decode_from, self.knobs.max_batch_size);
+        let Some(&last) = ids.last() else {
             return;
-        }
+        };
+        self.decode_from = last + 1;
         let result = guarded(|| self.engine.decode(&ids));
         self.apply(result, &ids);
     }
@@ -370,33 +349,18 @@ impl Worker {
     fn apply(&mut self, result: Result<StepOutput, EngineError>, ids: &[SeqId]) {
         let out = match result {
             Ok(out) => out,
-            Err(err) => {
-                tracing::error!(%err, batch = ids.len(), "engine step failed");
-                for id in ids {
-                    if let Some(r) = self.running.remove(id) {
-                        r.span
-                            .in_scope(|| tracing::debug!(%err, "failed with its batch"));
-                        self.engine.release(*id);
-                        let _ = r.events.send(Event::Failed {
-                            message: err.to_string(),
-                        });
-                        SchedulerStats::bump(&self.stats.failed);
-                    }
-                }
-                return;
-            }
+            Err(err) => return self.fail_step(&err, ids),
         };
         let now = Instant::now();
         let mut gone = Vec::new();
         for t in out.tokens {
-            if let Some(r) = self.running.get_mut(&t.id) {
+            if let Some(r) = self.running.get(&t.id) {
                 let sent = r.events.send(Event::Token {
-                    index: r.generated,
+                    index: t.index as u32,
                     token_id: t.token,
                     at: now,
                     logprobs: t.logprobs,
                 });
-                r.generated += 1;
                 if sent.is_err() {
                     gone.push(t.id);
                 }
@@ -412,10 +376,10 @@ impl Worker {
                 // Counted before the client can see the end of its stream.
                 SchedulerStats::bump(&self.stats.finished);
                 r.span
-                    .in_scope(|| tracing::debug!(reason = ?kind, tokens = r.generated, "finished"));
+                    .in_scope(|| tracing::debug!(reason = ?kind, tokens = f.generated, "finished"));
                 let _ = r.events.send(Event::Finished {
                     kind,
-                    completion_tokens: r.generated,
+                    completion_tokens: f.generated as u32,
                 });
             }
         }
@@ -430,12 +394,28 @@ impl Worker {
         }
     }
 
+    /// Fails every request of a step the engine could not run.
+    fn fail_step(&mut self, err: &EngineError, ids: &[SeqId]) {
+        tracing::error!(%err, batch = ids.len(), "engine step failed");
+        for id in ids {
+            if let Some(r) = self.running.remove(id) {
+                r.span
+                    .in_scope(|| tracing::debug!(%err, "failed with its batch"));
+                self.engine.release(*id);
+                let _ = r.events.send(Event::Failed {
+                    message: err.to_string(),
+                });
+                SchedulerStats::bump(&self.stats.failed);
+            }
+        }
+    }
+
     /// Removes a request wherever it is; frees its blocks if it was running.
     fn cancel(&mut self, id: SeqId, reason: CancelReason) {
         let (events, generated, span) = if let Some(r) = self.running.remove(&id) {
-            self.engine.release(id);
-            (r.events, r.generated, r.span)
-        } else if let Some(pos) = self.pending.iter().position(|r| r.id == id) {
+            let generated = self.engine.release(id).unwrap_or(0);
+            (r.events, generated as u32, r.span)
+        } else if let Some(pos) = self.pending.iter().position(|r| r.id() == id) {
             match self.pending.remove(pos) {
                 Some(r) => (r.events, 0, r.span),
                 None => return,
@@ -461,7 +441,7 @@ impl Worker {
         let ids: Vec<SeqId> = self
             .pending
             .iter()
-            .map(|r| r.id)
+            .map(QueuedRequest::id)
             .chain(self.running.keys().copied())
             .collect();
         if !ids.is_empty() {
@@ -477,13 +457,14 @@ impl Worker {
 
     fn publish_gauges(&self) {
         let s = &self.stats;
+        let used = self.engine.kv_blocks_used();
         SchedulerStats::set(&s.queue_depth, self.pending.len());
         SchedulerStats::set(&s.active_sequences, self.running.len());
-        SchedulerStats::set(&s.kv_blocks_used, self.engine.kv_blocks_used());
+        SchedulerStats::set(&s.kv_blocks_used, used);
         crate::metrics::record_gauges(
             self.pending.len(),
             self.running.len(),
-            self.engine.kv_blocks_used(),
+            used,
             self.engine.kv_blocks_total(),
         );
     }
@@ -496,7 +477,7 @@ fn guarded<T>(f: impl FnOnce() -> Result<T, EngineError>) -> Result<T, EngineErr
         Ok(r) => r,
         Err(panic) => Err(EngineError::Device(format!(
             "engine panicked: {}",
-            crate::logging::panic_message(panic.as_ref())
+            ember_engine::panics::panic_message(panic.as_ref())
         ))),
     }
 }

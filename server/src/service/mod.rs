@@ -15,6 +15,7 @@
 
 mod ending;
 pub mod error;
+pub mod in_flight;
 pub mod output;
 pub mod stop_strings;
 pub mod stream;
@@ -31,9 +32,10 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 use tracing::{Instrument, Span};
 
-use crate::cli::SchedulerKnobs;
-use crate::scheduler::{ModelInfo, QueuedRequest, SchedulerHandle, SchedulerStats};
+use crate::scheduler::{ModelInfo, QueuedRequest, SchedulerHandle, SchedulerKnobs, SchedulerStats};
+use ember_engine::SequenceRequest;
 use error::ServiceError;
+use in_flight::InFlightTracker;
 use output::OutputText;
 use stream::{OutMessage, Received, RequestStream};
 use validate::PromptInput;
@@ -46,29 +48,15 @@ pub struct ServiceState {
     /// Set on SIGTERM/SIGINT: new requests get UNAVAILABLE.
     pub draining: AtomicBool,
     pub knobs: SchedulerKnobs,
+    /// Tokens per KV block (`--block-size`), reported by `GetServerInfo`.
+    pub block_size: usize,
+    /// Whether the prefix cache is on, reported by `GetServerInfo`.
+    pub prefix_caching: bool,
     pub tokenizer: Gpt2Tokenizer,
     /// Seed mixed into the seed of requests that set none.
     pub seed: u64,
-}
-
-/// Counts one accepted request in `SchedulerStats::in_flight` until dropped
-/// (at the end of its stream task, or when the submit fails).
-struct InFlight(SchedulerHandle);
-
-impl InFlight {
-    fn enter(scheduler: &SchedulerHandle) -> Self {
-        SchedulerStats::bump(&scheduler.stats().in_flight);
-        Self(scheduler.clone())
-    }
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.0
-            .stats()
-            .in_flight
-            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-    }
+    /// Accepted requests whose stream has not ended (the drain waits on it).
+    pub in_flight: InFlightTracker,
 }
 
 #[derive(Debug, Clone)]
@@ -127,15 +115,17 @@ impl InferenceService {
         span.record("prompt_tokens", prompt_tokens);
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         let enqueued = Instant::now();
-        let in_flight = InFlight::enter(&self.scheduler);
+        let in_flight = self.state.in_flight.enter();
         self.scheduler.submit(QueuedRequest {
-            id,
-            prompt,
-            max_new_tokens: checked.max_new_tokens,
-            ignore_eos: checked.ignore_eos,
-            sampling,
-            stop_token_ids: checked.stop_token_ids,
-            logprobs: checked.logprobs,
+            seq: SequenceRequest {
+                id,
+                prompt,
+                max_new_tokens: checked.max_new_tokens,
+                ignore_eos: checked.ignore_eos,
+                sampling,
+                stop_token_ids: checked.stop_token_ids,
+                logprobs: checked.logprobs,
+            },
             enqueued_at: enqueued,
             events: events_tx,
             pending_permit: permit,
@@ -247,7 +237,7 @@ impl Inference for InferenceService {
                 prefill_max_batch_size: k.prefill_max_batch_size as u32,
                 prefill_max_tokens: k.prefill_max_tokens as u32,
                 max_pending: k.max_pending as u32,
-                block_size: k.block_size as u32,
+                block_size: self.state.block_size as u32,
                 max_new_tokens_limit: k.max_new_tokens_limit as u32,
             }),
             queue_depth: get(&s.queue_depth) as u32,
@@ -265,7 +255,7 @@ impl Inference for InferenceService {
                 scheduler_iterations: get(&s.iterations),
             }),
             version: env!("CARGO_PKG_VERSION").to_string(),
-            prefix_cache_enabled: k.prefix_caching,
+            prefix_cache_enabled: self.state.prefix_caching,
             prefix_cache_queried_tokens: get(&s.prefix_cache_queried_tokens),
             prefix_cache_hit_tokens: get(&s.prefix_cache_hit_tokens),
             ..Default::default()

@@ -12,7 +12,7 @@ use ember_common::pb;
 use ember_common::tokenizer::{Gpt2Tokenizer, IncrementalDetokenizer};
 
 use super::stop_strings::{Released, StopStrings};
-use crate::engine::TokenLogprobs;
+use ember_engine::TokenLogprobs;
 
 /// One request's detokenizer and stop strings.
 #[derive(Debug, Clone)]

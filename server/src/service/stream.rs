@@ -29,9 +29,9 @@ use super::ending::{End, Ending};
 use super::error::{deadline_exceeded, engine_failed};
 use super::output::{top_logprobs, OutputText};
 use super::stop_strings::Released;
-use crate::engine::{SeqId, TokenLogprobs};
 use crate::metrics::{self, FinishedReason};
 use crate::scheduler::{Admission, CancelReason, Event, SchedulerHandle};
+use ember_engine::{SeqId, TokenLogprobs};
 
 /// Messages buffered between this task and tonic. Small: tokens should reach
 /// the socket as they come, and a slow client backs up into the (bounded by

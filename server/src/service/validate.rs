@@ -6,15 +6,15 @@
 //! logprobs count), [`check_prompt`] after it (token ids, context length, KV
 //! capacity). A prompt longer than `--prefill-max-tokens` is fine: it is
 //! prefilled in chunks. The limits themselves live in
-//! [`crate::engine::limits`], which the engine checks again.
+//! [`ember_engine::limits`], which the engine checks again.
 
 use ember_common::pb;
 
 use super::error::ServiceError;
-use crate::cli::SchedulerKnobs;
-use crate::engine::limits::{self, LimitViolation};
-use crate::engine::SamplingParams;
 use crate::scheduler::ModelInfo;
+use crate::scheduler::SchedulerKnobs;
+use ember_engine::limits::{self, LimitViolation};
+use ember_engine::SamplingParams;
 
 /// Longest accepted client request id.
 pub const MAX_REQUEST_ID_LEN: usize = 256;
@@ -158,8 +158,8 @@ pub fn check_prompt(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::limits::RequestLimits;
-    use crate::model::Gpt2Config;
+    use ember_engine::limits::RequestLimits;
+    use ember_engine::model::Gpt2Config;
 
     fn knobs() -> SchedulerKnobs {
         SchedulerKnobs {
@@ -168,8 +168,6 @@ mod tests {
             prefill_max_tokens: 512,
             max_pending: 16,
             max_new_tokens_limit: 256,
-            block_size: 16,
-            prefix_caching: true,
         }
     }
 
@@ -185,6 +183,7 @@ mod tests {
                 kv_blocks_total: 64,
             },
             config,
+            prefix_caching: true,
             load_seconds: 0.0,
         }
     }

@@ -1,0 +1,286 @@
+//! `--check-kernels`: the CubeCL paged decode attention and KV write (and the
+//! projections, LayerNorm and causal prefill attention) against
+//! the tensor-op reference (gather through the block tables + mask + Burn's
+//! attention; `select_assign`), on random data on the device. Ragged context
+//! lengths (1 to the full table), blocks in scattered order, f16 on CUDA.
+
+use ember_engine::EngineDevice;
+
+/// Runs the checks and returns their numbers.
+pub fn run(device: &EngineDevice) -> anyhow::Result<serde_json::Value> {
+    #[cfg(feature = "cuda")]
+    {
+        cuda::run(device)
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = device;
+        anyhow::bail!("--check-kernels needs a CUDA build (--features ember-engine-bench/cuda)")
+    }
+}
+
+#[cfg(feature = "cuda")]
+mod cuda {
+    use burn::prelude::*;
+    use burn::tensor::{DType, Distribution};
+    use ember_engine::model::LayerKv;
+    use ember_engine::ops::cuda::{
+        decode_linear, kv_write, layer_norm_rows, paged_decode_attention, prefill_attention,
+    };
+    use ember_engine::ops::plan::{self, LinearPlan};
+    use ember_engine::ops::{reference, PagedContext};
+    use ember_engine::{EngineDevice, KernelTuning};
+    use serde_json::json;
+
+    /// Positions per cache block in these checks.
+    const BLOCK: usize = 16;
+
+    fn floats<const D: usize>(t: Tensor<D>) -> Vec<f32> {
+        t.cast(DType::F32).into_data().iter::<f32>().collect()
+    }
+
+    fn max_diff(a: Vec<f32>, b: Vec<f32>) -> f32 {
+        a.iter()
+            .zip(&b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0, f32::max)
+    }
+
+    fn ints<const D: usize>(v: Vec<i32>, shape: [usize; D], dev: &Device) -> Tensor<D, Int> {
+        Tensor::from_data(TensorData::new(v, shape), dev)
+    }
+
+    /// Max |kernel - reference| of paged decode attention for one batch.
+    fn attention_check(
+        tuning: &KernelTuning,
+        qkv: &Tensor<2>,
+        cache: &LayerKv,
+        paged: &PagedContext,
+        h: usize,
+    ) -> f32 {
+        let [b, e3] = qkv.dims();
+        let got = paged_decode_attention(tuning, qkv.clone(), &cache.k, &cache.v, paged, h);
+        let q = qkv.clone().slice([0..b, 0..e3 / 3]);
+        let want = reference::decode_attention(q, &cache.k, &cache.v, paged, h);
+        max_diff(floats(got), floats(want))
+    }
+
+    /// Max |kernel - reference| of causal prefill attention over `b`
+    /// sequences of `q` rows (`h` heads of 64): the reference is softmax
+    /// with a causal mask in f32 tensor ops.
+    fn prefill_check(b: usize, q: usize, h: usize, dev: &Device) -> f32 {
+        let e = h * 64;
+        let qkv = Tensor::<2>::random([b * q, 3 * e], Distribution::Normal(0.0, 1.0), dev);
+        let got = prefill_attention(qkv.clone(), q);
+        let x = qkv.cast(DType::F32);
+        let heads = |t: Tensor<2>| t.reshape([b, q, h, 64]).swap_dims(1, 2); // [B, H, Q, D]
+        let n = b * q;
+        let (qh, kh) = (
+            heads(x.clone().slice([0..n, 0..e])),
+            heads(x.clone().slice([0..n, e..2 * e])),
+        );
+        let vh = heads(x.slice([0..n, 2 * e..3 * e]));
+        let scores = qh.matmul(kh.transpose()).mul_scalar(0.125); // [B, H, Q, Q]
+        let i = Tensor::<1, Int>::arange(0..q as i64, dev)
+            .reshape([q, 1])
+            .expand([q, q]);
+        let j = Tensor::<1, Int>::arange(0..q as i64, dev)
+            .reshape([1, q])
+            .expand([q, q]);
+        let future = j.greater(i).reshape([1, 1, q, q]).expand([b, h, q, q]);
+        let p = burn::tensor::activation::softmax(scores.mask_fill(future, -1.0e30), 3);
+        let want = p.matmul(vh).swap_dims(1, 2).reshape([n, e]);
+        max_diff(floats(got), floats(want))
+    }
+
+    pub fn run(device: &EngineDevice) -> anyhow::Result<serde_json::Value> {
+        let dev = &device.device;
+        let tuning = device.ops.tuning();
+        let (h, d) = (12usize, 64usize);
+        let lens = vec![256i32, 1, 17, 100, 255, 16, 33];
+        let (attention_diff, split_diff, counters_left) = attention_checks(tuning, &lens, dev);
+        let (write_diff, in_place) = kv_write_check(lens.len(), h, d, dev);
+        let gemv_diff = projection_check(tuning, dev);
+        let ln_diff = layer_norm_check(dev);
+        // Causal prefill attention: a partial cube (48 rows), several cubes
+        // per sequence, one tile.
+        let prefill_diff = [(3, 48), (2, 256), (1, 16)]
+            .into_iter()
+            .map(|(b, q)| prefill_check(b, q, h, dev))
+            .fold(0.0f32, f32::max);
+
+        println!(
+            "device {}: kernel check (H {h}, D {d}, block {BLOCK}, lens {lens:?}, and x10)",
+            device.name
+        );
+        println!("  paged decode attention: max |kernel - reference| = {attention_diff:e}");
+        println!("  paged decode attention, contexts split across cubes: max |kernel - reference| = {split_diff:e}; counters left at zero: {}", counters_left == 0);
+        println!("  decode GEMV and tensor-core projection (bias, GELU, residual): max |kernel - tensor ops| = {gemv_diff:e}");
+        println!("  layer norm: max |kernel - tensor ops| = {ln_diff:e}");
+        println!("  causal prefill attention (3x48, 2x256, 1x16): max |kernel - f32 reference| = {prefill_diff:e}");
+        println!(
+            "  kv write: max |kernel - select_assign| = {write_diff:e}; in place: {}",
+            in_place
+        );
+        Ok(json!({
+            "device": device.name,
+            "attention_max_abs_diff": attention_diff,
+            "split_attention_max_abs_diff": split_diff,
+            "split_attention_counters_zero": counters_left == 0,
+            "kv_write_max_abs_diff": write_diff,
+            "kv_write_in_place": in_place,
+            "gemv_max_abs_diff": gemv_diff,
+            "layer_norm_max_abs_diff": ln_diff,
+            "prefill_attention_max_abs_diff": prefill_diff,
+        }))
+    }
+
+    /// Paged decode attention against the reference: unsplit, split across
+    /// cubes (twice on the same counters, then one sequence), and a batch
+    /// ten times larger. Returns (unsplit diff, split diff, counters left).
+    fn attention_checks(tuning: &KernelTuning, lens: &[i32], dev: &Device) -> (f32, f32, i64) {
+        let (h, d, bs, blocks, w) = (12usize, 64usize, BLOCK, 80usize, 16usize);
+        let e = h * d;
+        let lens = lens.to_vec();
+        let b = lens.len();
+        let random =
+            |shape: [usize; 3]| Tensor::<3>::random(shape, Distribution::Normal(0.0, 1.0), dev);
+        let cache = LayerKv {
+            k: random([h, blocks * bs, d]),
+            v: random([h, blocks * bs, d]),
+        };
+        // Row i's table: blocks (7 * (i * w + j) + 3) mod blocks, scattered.
+        let tables: Vec<i32> = (0..b * w).map(|i| ((7 * i + 3) % blocks) as i32).collect();
+        let unsplit = PagedContext {
+            tables: ints(tables, [b, w], dev),
+            lens: ints(lens.clone(), [b], dev),
+            block_size: bs,
+            max_context: w * bs,
+            arrivals: None,
+        };
+        let qkv = Tensor::<2>::random([b, 3 * e], Distribution::Normal(0.0, 1.0), dev);
+
+        let mut attention_diff = attention_check(tuning, &qkv, &cache, &unsplit, h);
+        // The same batch with each context split across cubes (84 pairs: 4
+        // splits by default), twice on the same counters: the second launch
+        // only finds its last cube if the first left the counters at zero.
+        let paged = PagedContext {
+            arrivals: Some(Tensor::zeros([b * h], dev)),
+            ..unsplit
+        };
+        let mut split_diff = attention_check(tuning, &qkv, &cache, &paged, h);
+        split_diff = split_diff.max(attention_check(tuning, &qkv, &cache, &paged, h));
+        // One sequence (12 pairs: 16 splits), full and one-token contexts.
+        for len in [256, 1, 40] {
+            let one = PagedContext {
+                tables: paged.tables.clone().slice([0..1, 0..w]),
+                lens: ints(vec![len], [1], dev),
+                ..paged.clone()
+            };
+            let q1 = qkv.clone().slice([0..1, 0..3 * e]);
+            split_diff = split_diff.max(attention_check(tuning, &q1, &cache, &one, h));
+        }
+        let counters_left: i64 = paged
+            .arrivals
+            .clone()
+            .map_or(0, |c| c.abs().sum().into_scalar::<i64>());
+        // A large batch (the kernel's other warp count): the same rows, ten times.
+        let big = 10 * b;
+        let big_lens: Vec<i32> = (0..big).map(|i| lens[i % b]).collect();
+        let big_tables: Vec<i32> = (0..big * w)
+            .map(|i| ((7 * i + 3) % blocks) as i32)
+            .collect();
+        let big_paged = PagedContext {
+            tables: ints(big_tables, [big, w], dev),
+            lens: ints(big_lens, [big], dev),
+            block_size: bs,
+            max_context: w * bs,
+            arrivals: Some(Tensor::zeros([big * h], dev)),
+        };
+        let big_qkv = Tensor::<2>::random([big, 3 * e], Distribution::Normal(0.0, 1.0), dev);
+        attention_diff =
+            attention_diff.max(attention_check(tuning, &big_qkv, &cache, &big_paged, h));
+
+        (attention_diff, split_diff, counters_left)
+    }
+
+    /// KV write of `b` rows (`h` heads of `d`): the kernel on the cache
+    /// itself against `select_assign` on a copy. Returns (max diff, whether
+    /// the caller's storage was written in place).
+    fn kv_write_check(b: usize, h: usize, d: usize, dev: &Device) -> (f32, bool) {
+        let e = h * d;
+        let slots_total = 80 * BLOCK;
+        let random =
+            |shape: [usize; 3]| Tensor::<3>::random(shape, Distribution::Normal(0.0, 1.0), dev);
+        let cache = LayerKv {
+            k: random([h, slots_total, d]),
+            v: random([h, slots_total, d]),
+        };
+        let qkv = Tensor::<2>::random([b, 3 * e], Distribution::Normal(0.0, 1.0), dev);
+        let slots: Vec<i32> = (0..b).map(|i| (i * 37 + 5) as i32).collect();
+        let slots = ints(slots, [b], dev);
+        let copy = |t: &Tensor<3>| t.clone().mul_scalar(1.0);
+        let (ref_k, ref_v) =
+            reference::kv_write(copy(&cache.k), copy(&cache.v), qkv.clone(), slots.clone());
+        let (k, v) = kv_write(cache.k.clone(), cache.v.clone(), qkv, slots);
+        let write_diff =
+            max_diff(floats(k), floats(ref_k.clone())).max(max_diff(floats(v), floats(ref_v)));
+        // The kernel wrote the caller's storage in place (no copy).
+        let in_place_diff = max_diff(floats(cache.k.clone()), floats(ref_k));
+        let _ = e;
+
+        (write_diff, in_place_diff == 0.0)
+    }
+
+    /// The decode GEMV and tensor-core projection against tensor ops, with
+    /// and without bias, GELU and residual; returns the max diff.
+    fn projection_check(tuning: &KernelTuning, dev: &Device) -> f32 {
+        let mut gemv_diff = 0.0f32;
+        for (rows, k, n) in [
+            (1, 768, 2304),
+            (1, 768, 50257),
+            (3, 768, 768),
+            (16, 3072, 768),
+            (32, 768, 2304),
+            (48, 768, 768),
+            (256, 3072, 768),
+            (8, 3072, 768),
+            (64, 768, 3072),
+            (48, 768, 50257),
+        ] {
+            let x = Tensor::<2>::random([rows, k], Distribution::Normal(0.0, 1.0), dev);
+            let w = Tensor::<2>::random([n, k], Distribution::Normal(0.0, 0.05), dev);
+            let bias = Tensor::<1>::random([n], Distribution::Normal(0.0, 1.0), dev);
+            // The kernel the server would pick (never the matmul at these rows).
+            let plan = match plan::linear(tuning, rows, n, k, false) {
+                LinearPlan::Matmul => LinearPlan::Gemv,
+                p => p,
+            };
+            let want = x.clone().matmul(w.clone().transpose());
+            let got = decode_linear(x.clone(), &w, None, false, None, plan);
+            gemv_diff = gemv_diff.max(max_diff(floats(got), floats(want.clone())));
+            let got = decode_linear(x.clone(), &w, Some(&bias), false, None, plan);
+            let want = want + bias.clone().unsqueeze();
+            gemv_diff = gemv_diff.max(max_diff(floats(got), floats(want.clone())));
+            // GELU then a residual, as the MLP and attention outputs use them.
+            let residual = Tensor::<2>::random([rows, n], Distribution::Normal(0.0, 1.0), dev);
+            let got = decode_linear(x, &w, Some(&bias), true, Some(residual.clone()), plan);
+            let want = residual + reference::gelu_tanh(want);
+            gemv_diff = gemv_diff.max(max_diff(floats(got), floats(want)));
+        }
+
+        gemv_diff
+    }
+
+    /// The LayerNorm kernel against the tensor-op LayerNorm on GPT-2-like
+    /// rows with a few large dimensions; returns the max diff.
+    fn layer_norm_check(dev: &Device) -> f32 {
+        let x = Tensor::<2>::random([37, 768], Distribution::Normal(0.0, 3.0), dev);
+        let x = x.clone() + x.slice([0..37, 0..1]).mul_scalar(100.0);
+        let gamma = Tensor::<1>::random([768], Distribution::Normal(1.0, 0.1), dev);
+        let beta = Tensor::<1>::random([768], Distribution::Normal(0.0, 0.1), dev);
+        let got = layer_norm_rows(x.clone(), gamma.clone(), beta.clone(), 1e-5);
+        let want = reference::layer_norm(x, &gamma, &beta, 1e-5);
+        max_diff(floats(got), floats(want))
+    }
+}

@@ -1,0 +1,151 @@
+//! `--reference DIR`: the engine on this device against transformers'
+//! numbers (a fixture made by `scripts/make_reference_fixtures.py`): the
+//! prefill logits, the greedy continuations, and with `--graphs` the same
+//! continuations with every decode step replayed from a captured graph.
+
+use std::time::Instant;
+
+use anyhow::Context;
+use ember_engine::model::ModelSource;
+use ember_engine::{Engine, EngineConfig, EngineDevice, KvBudget, SeqId, SequenceRequest};
+use serde_json::json;
+
+/// Runs a reference fixture's prompts through the engine on `device`.
+pub fn check_reference(
+    dir: &std::path::Path,
+    device: EngineDevice,
+    graphs: bool,
+) -> anyhow::Result<serde_json::Value> {
+    let device_name = device.name.clone();
+    let text = std::fs::read_to_string(dir.join("reference.json"))
+        .with_context(|| format!("reading {}/reference.json", dir.display()))?;
+    let reference: serde_json::Value = serde_json::from_str(&text)?;
+    let cases = reference["cases"]
+        .as_array()
+        .context("reference.json: no cases")?;
+    let engine_config = EngineConfig {
+        kv: KvBudget::Blocks(64),
+        max_batch: 8,
+        prefix_caching: false,
+        // Greedy continuations of fixed length: nothing ends them early.
+        eos_token_id: u32::MAX,
+        ..EngineConfig::new(ModelSource::Dir(dir.to_path_buf()))
+    };
+    let mut engine = Engine::new(&engine_config, &device)?;
+    let config = engine.model_config().clone();
+
+    // Prefill logits, all prompts in one batch (one read of the logits: a check, not a step).
+    let prompts: Vec<Vec<u32>> = cases.iter().map(|c| ids(&c["prompt"])).collect();
+    let t = Instant::now();
+    let logits: Vec<f32> = engine
+        .prompt_logits(&prompts)?
+        .into_data()
+        .iter::<f32>()
+        .collect();
+    eprintln!(
+        "reference prefill: {:.0} ms",
+        t.elapsed().as_secs_f64() * 1e3
+    );
+    let (max_diff, max_ref) = logit_diff(cases, &logits, config.vocab_size);
+
+    // Greedy continuations, all sequences batched; then again with every
+    // decode step replayed from captured graphs, which must give the same tokens.
+    let n = reference["new_tokens"].as_u64().unwrap_or(16) as usize;
+    let t = Instant::now();
+    let got = greedy_tokens(&mut engine, &prompts, n)?;
+    eprintln!(
+        "reference generation: {:.0} ms",
+        t.elapsed().as_secs_f64() * 1e3
+    );
+    let mut graph_check = serde_json::Value::Null;
+    if graphs {
+        let hardware = engine.capture_decode_graphs(&[1, 2, 4, 8]);
+        let replayed = greedy_tokens(&mut engine, &prompts, n)?;
+        let same = replayed == got;
+        println!(
+            "  graph replays ({hardware} hardware graphs): tokens identical to eager steps: {same}"
+        );
+        graph_check = json!({"hardware_graphs": hardware, "tokens_identical": same});
+    }
+    let matching: Vec<usize> = cases
+        .iter()
+        .zip(&got)
+        .map(|(c, g)| {
+            ids(&c["greedy"])
+                .iter()
+                .zip(g)
+                .take_while(|(a, b)| a == b)
+                .count()
+        })
+        .collect();
+    println!("device {device_name}: reference {}", dir.display());
+    println!(
+        "  prefill logits: max |engine - transformers| = {max_diff:e} (max |logit| {max_ref:.3})"
+    );
+    println!("  greedy tokens matching before first divergence: {matching:?} of {n} each");
+    println!("  blocks in use after: {}", engine.kv_blocks_used());
+    Ok(json!({
+        "device": device_name,
+        "reference": dir.display().to_string(),
+        "max_abs_logit_diff": max_diff,
+        "max_abs_logit": max_ref,
+        "greedy_tokens": n,
+        "greedy_matching_prefix": matching,
+        "graph_check": graph_check,
+    }))
+}
+
+/// The ids in JSON array `v` (non-integers skipped).
+fn ids(v: &serde_json::Value) -> Vec<u32> {
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|x| x.as_u64())
+        .map(|x| x as u32)
+        .collect()
+}
+
+/// Max |engine - reference| over each case's `last_logits` against its row
+/// of `logits` (`[cases, vocab]`), and the largest reference logit.
+fn logit_diff(cases: &[serde_json::Value], logits: &[f32], vocab: usize) -> (f32, f32) {
+    let (mut max_diff, mut max_ref) = (0.0f32, 0.0f32);
+    for (i, c) in cases.iter().enumerate() {
+        let want = c["last_logits"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|x| x.as_f64());
+        for (a, b) in logits[i * vocab..(i + 1) * vocab].iter().zip(want) {
+            max_diff = max_diff.max((a - b as f32).abs());
+            max_ref = max_ref.max((b as f32).abs());
+        }
+    }
+    (max_diff, max_ref)
+}
+
+/// `n` greedy tokens for each prompt, all decoded in one batch.
+fn greedy_tokens(
+    engine: &mut Engine,
+    prompts: &[Vec<u32>],
+    n: usize,
+) -> anyhow::Result<Vec<Vec<u32>>> {
+    let reqs = prompts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| SequenceRequest::greedy(i as SeqId, p.clone(), n))
+        .collect();
+    let mut got: Vec<Vec<u32>> = vec![Vec::new(); prompts.len()];
+    let mut out = engine.prefill(reqs)?;
+    loop {
+        for t in &out.tokens {
+            got[t.id as usize].push(t.token);
+        }
+        let active: Vec<SeqId> = (0..prompts.len() as SeqId)
+            .filter(|&id| got[id as usize].len() < n)
+            .collect();
+        if active.is_empty() {
+            return Ok(got);
+        }
+        out = engine.decode(&active)?;
+    }
+}

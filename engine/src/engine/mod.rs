@@ -1,0 +1,454 @@
+//! [`Engine`]: runs many GPT-2 sequences at once over a paged KV cache.
+//!
+//! It is two halves with one owner each:
+//! - [`Sequences`] (host): every admitted sequence, its block table, its
+//!   tokens and stop rules, and the block pool with the prefix cache;
+//! - [`StepRunner`] (device): the model, the K/V storage, the decode
+//!   buffers and graphs; it turns a step's rows into sampled ids.
+//!
+//! Each step (prefill or decode) is one batched forward pass, one sampling
+//! pass and one device->host read of the chosen ids (plus, only when some
+//! row asked for logprobs, one more read). A finished sequence's blocks are
+//! freed inside the step (stop rules: [`sequence`]).
+//!
+//! Admission reserves a sequence's whole budget of blocks,
+//! `ceil((prompt + max_new_tokens) / block_size)` (cached prefix blocks
+//! included, shared), so a running sequence never runs out of cache and never
+//! needs preemption; refusing admission is the scheduler's back-pressure
+//! signal ([`EngineError::OutOfBlocks`]). Long prompts are prefilled in
+//! chunks ([`prefill`]): a sequence decodes once its whole prompt is in the
+//! cache.
+//!
+//! Layout: [`config`] (what an engine is built from), [`sequences`] and
+//! [`sequence`] (host state), [`prefill`] (planning a prefill step),
+//! [`warmup`] (every step shape before SERVING), [`step_engine`] (the
+//! [`crate::StepEngine`] trait the scheduler drives).
+
+pub mod config;
+mod prefill;
+mod sequence;
+mod sequences;
+mod step_engine;
+pub mod warmup;
+
+#[cfg(test)]
+mod control_tests;
+#[cfg(test)]
+mod prefill_tests;
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashSet;
+
+use burn::prelude::*;
+
+use crate::device::EngineDevice;
+use crate::error::EngineError;
+use crate::limits::RequestLimits;
+use crate::model::{load_model, Gpt2Config};
+use crate::sampling::RowChoice;
+use crate::step::{DecodeRow, PrefillSeq, RunnerShape, StepRunner};
+use crate::types::*;
+use config::{num_blocks, EngineConfig};
+use sequence::{Sequence, Verdict};
+use sequences::Sequences;
+use warmup::WarmupReport;
+
+/// Runs many GPT-2 sequences at once over a paged KV cache (see the module
+/// docs).
+pub struct Engine {
+    /// The device half: model, K/V storage, buffers, graphs.
+    runner: StepRunner,
+    /// The host half: every admitted sequence and the block pool.
+    seqs: Sequences,
+    /// Token that ends a sequence (unless `ignore_eos`).
+    eos_token_id: u32,
+    /// Capture decode graphs at warmup ([`EngineConfig::decode_graphs`]).
+    decode_graphs: bool,
+}
+
+impl Engine {
+    /// Loads the model `config` names onto `device`, sizes and allocates the
+    /// KV cache.
+    pub fn new(config: &EngineConfig, device: &EngineDevice) -> Result<Self, EngineError> {
+        let (model, model_config) = load_model(&config.model, &device.device)?;
+        model_config
+            .validate()
+            .map_err(|e| EngineError::InvalidConfig(e.to_string()))?;
+        let num_blocks = num_blocks(
+            config.kv,
+            &model_config,
+            config.block_size.max(1),
+            device.float_bytes,
+        );
+        let shape = RunnerShape {
+            block_size: config.block_size,
+            num_blocks,
+            max_batch: config.max_batch,
+            bucketed: config.bucketed.unwrap_or(device.bucketed),
+        };
+        tracing::info!(
+            num_blocks,
+            block_size = config.block_size,
+            prefix_caching = config.prefix_caching,
+            "allocating the paged KV cache"
+        );
+        let runner = StepRunner::new(
+            model,
+            model_config,
+            device.ops.clone(),
+            shape,
+            device.device.clone(),
+        )?;
+        Ok(Self {
+            runner,
+            seqs: Sequences::new(num_blocks, config.block_size, config.prefix_caching),
+            eos_token_id: config.eos_token_id,
+            decode_graphs: config.decode_graphs,
+        })
+    }
+
+    pub fn model_config(&self) -> &Gpt2Config {
+        self.runner.model_config()
+    }
+
+    pub fn block_size(&self) -> usize {
+        self.runner.shape().block_size
+    }
+
+    /// Blocks reserved when a request is admitted:
+    /// `ceil((prompt + max_new_tokens) / block_size)`.
+    pub fn blocks_required(&self, prompt_len: usize, max_new_tokens: usize) -> usize {
+        self.limits().blocks_required(prompt_len, max_new_tokens)
+    }
+
+    pub fn kv_blocks_total(&self) -> usize {
+        self.seqs.blocks().total()
+    }
+
+    /// Blocks admission can count on: empty ones and cached ones no sequence
+    /// holds (evicted when needed).
+    pub fn kv_blocks_free(&self) -> usize {
+        self.seqs.blocks().free()
+    }
+
+    /// Blocks held by at least one sequence.
+    pub fn kv_blocks_used(&self) -> usize {
+        self.seqs.blocks().used()
+    }
+
+    /// Blocks whose content the prefix cache can reuse (held or not).
+    pub fn kv_blocks_cached(&self) -> usize {
+        self.seqs.blocks().cached()
+    }
+
+    pub fn prefix_caching(&self) -> bool {
+        self.seqs.blocks().prefix_caching()
+    }
+
+    /// Sequences admitted and not yet finished or released.
+    pub fn num_active(&self) -> usize {
+        self.seqs.len()
+    }
+
+    /// Whether `id` is active (prefilling or decoding).
+    pub fn contains(&self, id: SeqId) -> bool {
+        self.seqs.contains(id)
+    }
+
+    /// Decode buckets with a captured graph.
+    pub fn captured_graphs(&self) -> usize {
+        self.runner.captured_buckets()
+    }
+
+    /// What a request must fit into.
+    pub fn limits(&self) -> RequestLimits {
+        let config = self.runner.model_config();
+        RequestLimits {
+            vocab_size: config.vocab_size,
+            context: config.n_positions,
+            block_size: self.block_size(),
+            kv_blocks_total: self.kv_blocks_total(),
+        }
+    }
+
+    /// Checks a request against the model's limits (not against free blocks).
+    pub fn validate(&self, req: &SequenceRequest) -> Result<(), EngineError> {
+        let limits = self.limits();
+        limits
+            .check(&req.prompt, req.max_new_tokens)
+            .and_then(|()| limits.check_controls(&req.stop_token_ids, req.logprobs))
+            .map_err(|v| {
+                let field = v.field.name("prompt");
+                EngineError::InvalidRequest(format!("sequence {}: {field} {}", req.id, v.message))
+            })
+    }
+
+    /// What admitting a request would take now (for the scheduler's plan;
+    /// [`Engine::admit`] takes exactly this if nothing changes in between).
+    pub fn admission_cost(&self, prompt: &[u32], max_new_tokens: usize) -> AdmissionCost {
+        let total = self.blocks_required(prompt.len(), max_new_tokens);
+        self.seqs.admission_cost(prompt, total)
+    }
+
+    /// Admits a sequence: reserves its whole block budget, the cached prefix
+    /// first, and returns how many prompt tokens were found cached. Nothing is
+    /// computed until [`Engine::prefill_step`]. On any error the engine is
+    /// unchanged ([`EngineError::OutOfBlocks`]: keep the request waiting).
+    pub fn admit(&mut self, req: &SequenceRequest) -> Result<usize, EngineError> {
+        self.validate(req)?;
+        let total = self.blocks_required(req.prompt.len(), req.max_new_tokens);
+        self.seqs.admit(req, total)
+    }
+
+    /// Prompt tokens still to compute for an admitted sequence; None once it
+    /// decodes (or if unknown).
+    pub fn prompt_remaining(&self, id: SeqId) -> Option<usize> {
+        self.seqs
+            .get(id)
+            .filter(|s| !s.is_decoding())
+            .map(Sequence::prompt_remaining)
+    }
+
+    /// Sequences still prefilling, in admission order, with the prompt
+    /// tokens each has left.
+    pub fn to_prefill(&self) -> Vec<(SeqId, usize)> {
+        self.seqs.to_prefill().collect()
+    }
+
+    /// Decoding sequences, in admission order.
+    pub fn decoding(&self) -> Vec<SeqId> {
+        self.seqs.decoding_ids().collect()
+    }
+
+    /// One batched prefill step: for each chunk, computes the next tokens of
+    /// its sequence's prompt over everything before them. Sequences whose
+    /// prompt this completes sample their first token (and may finish at
+    /// once). On an error no sequence advances.
+    pub fn prefill_step(&mut self, chunks: &[PrefillChunk]) -> Result<StepOutput, EngineError> {
+        if chunks.is_empty() {
+            return Ok(StepOutput::default());
+        }
+        let rows = prefill::plan(chunks, &self.seqs)?;
+        let sampled = rows.iter().filter(|r| r.completes).count();
+        let mut choices = Vec::with_capacity(sampled);
+        let mut top_n = Vec::with_capacity(sampled);
+        for row in &rows[..sampled] {
+            if let Some(seq) = self.seqs.get_mut(row.id) {
+                choices.push(seq.choice());
+                top_n.push(seq.logprobs());
+            }
+        }
+        let views = prefill::views(&rows, &self.seqs);
+        let (tokens, mut lps) = self.runner.prefill(&views, &choices, &top_n)?;
+
+        let mut out = StepOutput::default();
+        for (i, row) in rows.iter().enumerate() {
+            let Some(seq) = self.seqs.get_mut(row.id) else {
+                continue;
+            };
+            seq.cached += row.tokens;
+            self.seqs.key_full_blocks(row.id);
+            if let (true, Some(&token)) = (row.completes, tokens.get(i)) {
+                let lp = lps.get_mut(i).and_then(Option::take);
+                self.judge_and_record(row.id, token, lp, &mut out);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Batched prefill of new sequences, whole prompts in one step (different
+    /// lengths, cached prefixes reused); samples each one's first token.
+    /// All-or-nothing: any error leaves the engine unchanged.
+    pub fn prefill(&mut self, reqs: Vec<SequenceRequest>) -> Result<StepOutput, EngineError> {
+        let mut ids = HashSet::with_capacity(reqs.len());
+        for req in &reqs {
+            self.validate(req)?;
+            if self.contains(req.id) || !ids.insert(req.id) {
+                return Err(EngineError::DuplicateSequence(req.id));
+            }
+        }
+        // Sharing between the new requests is not counted: an upper bound.
+        let needed: usize = reqs
+            .iter()
+            .map(|r| self.admission_cost(&r.prompt, r.max_new_tokens).blocks)
+            .sum();
+        let free = self.kv_blocks_free();
+        if needed > free {
+            return Err(EngineError::OutOfBlocks { needed, free });
+        }
+        let mut chunks = Vec::with_capacity(reqs.len());
+        for req in &reqs {
+            if let Err(e) = self.admit(req) {
+                self.abandon(&chunks);
+                return Err(e);
+            }
+            chunks.push(PrefillChunk {
+                id: req.id,
+                tokens: req.prompt.len(),
+            });
+        }
+        self.prefill_step(&chunks)
+            .inspect_err(|_| self.abandon(&chunks))
+    }
+
+    /// Logits `[B, vocab]` at the last position of each prompt, computed
+    /// through the paged cache (blocks taken and given back): the check
+    /// against transformers' numbers.
+    pub fn prompt_logits(&mut self, prompts: &[Vec<u32>]) -> Result<Tensor<2>, EngineError> {
+        for (i, p) in prompts.iter().enumerate() {
+            self.validate(&SequenceRequest::greedy(i as SeqId, p.clone(), 1))?;
+        }
+        let bs = self.block_size();
+        let counts: Vec<usize> = prompts.iter().map(|p| p.len().div_ceil(bs)).collect();
+        let tables = self.seqs.reserve_tables(&counts)?;
+        let rows: Vec<PrefillSeq<'_>> = prompts
+            .iter()
+            .zip(&tables)
+            .map(|(p, t)| PrefillSeq {
+                tokens: p,
+                start: 0,
+                table: t,
+            })
+            .collect();
+        let logits = self.runner.logits(&rows);
+        self.seqs.release_tables(&tables);
+        Ok(logits)
+    }
+
+    /// One batched decode step for exactly these decoding sequences (each at
+    /// its own position, at most `max_batch`): feeds each one's last sampled
+    /// token, samples the next.
+    pub fn decode(&mut self, ids: &[SeqId]) -> Result<StepOutput, EngineError> {
+        if ids.is_empty() {
+            return Ok(StepOutput::default());
+        }
+        let max_batch = self.runner.shape().max_batch;
+        if ids.len() > max_batch {
+            return Err(EngineError::InvalidRequest(format!(
+                "decode batch of {} exceeds max_batch {max_batch}",
+                ids.len()
+            )));
+        }
+        let mut seen = HashSet::with_capacity(ids.len());
+        for &id in ids {
+            self.seqs.decoding(id)?;
+            if !seen.insert(id) {
+                return Err(EngineError::InvalidRequest(format!(
+                    "sequence {id} listed twice in one decode step"
+                )));
+            }
+        }
+        let mut choices: Vec<RowChoice> = Vec::with_capacity(ids.len());
+        let mut top_n = Vec::with_capacity(ids.len());
+        for &id in ids {
+            if let Some(seq) = self.seqs.get_mut(id) {
+                choices.push(seq.choice());
+                top_n.push(seq.logprobs());
+            }
+        }
+        let rows = decode_rows(&self.seqs, ids);
+        let (tokens, mut lps) = self.runner.decode(&rows, &choices, &top_n)?;
+
+        let mut out = StepOutput::default();
+        for (i, (&id, token)) in ids.iter().zip(tokens).enumerate() {
+            let Some(seq) = self.seqs.get_mut(id) else {
+                continue;
+            };
+            seq.cached += 1;
+            let lp = lps.get_mut(i).and_then(Option::take);
+            self.judge_and_record(id, token, lp, &mut out);
+        }
+        Ok(out)
+    }
+
+    /// Ends a sequence, prefilling or decoding (cancel, finish): offers its
+    /// computed full blocks to the prefix cache and drops its hold on its
+    /// blocks. Returns the tokens it emitted, or `None` if unknown.
+    pub fn release(&mut self, id: SeqId) -> Option<usize> {
+        self.seqs.release(id).map(|seq| seq.generated)
+    }
+
+    /// Runs every step shape the server will use (see [`warmup`]), with
+    /// prefill batches of at most `prefill_max_batch` prompts and
+    /// `prefill_max_tokens` tokens, then captures the decode graphs if asked.
+    pub fn warmup(
+        &mut self,
+        prefill_max_batch: usize,
+        prefill_max_tokens: usize,
+    ) -> Result<WarmupReport, EngineError> {
+        warmup::run(
+            &mut self.runner,
+            warmup::Limits {
+                prefill_max_batch,
+                prefill_max_tokens,
+                decode_graphs: self.decode_graphs,
+            },
+        )
+    }
+
+    /// Captures the decode step of the bucket of each of `batch_sizes` as a
+    /// CUDA graph (`crate::step::graphs`; on the CPU the "graph" re-runs the
+    /// step). Returns the hardware graphs captured.
+    pub fn capture_decode_graphs(&mut self, batch_sizes: &[usize]) -> usize {
+        let mut buckets: Vec<usize> = batch_sizes
+            .iter()
+            .map(|&n| self.runner.decode_bucket(n))
+            .collect();
+        buckets.sort_unstable();
+        buckets.dedup();
+        self.runner.capture_decode_graphs(&buckets)
+    }
+
+    /// Applies the stop rules to a sampled token of `id` and records it (and
+    /// its logprobs) in the step's output; frees a finished sequence.
+    fn judge_and_record(
+        &mut self,
+        id: SeqId,
+        token: u32,
+        logprobs: Option<TokenLogprobs>,
+        out: &mut StepOutput,
+    ) {
+        let Some(seq) = self.seqs.get_mut(id) else {
+            return;
+        };
+        let Verdict { emit, finish } = seq.judge(token, self.eos_token_id);
+        let generated = seq.generated;
+        if emit {
+            out.tokens.push(SampledToken {
+                id,
+                index: generated.saturating_sub(1),
+                token,
+                logprobs,
+            });
+        }
+        if let Some(reason) = finish {
+            self.seqs.release(id);
+            out.finished.push(FinishedSeq {
+                id,
+                reason,
+                generated,
+            });
+        }
+    }
+
+    /// Releases sequences admitted by a failed [`Engine::prefill`].
+    fn abandon(&mut self, chunks: &[PrefillChunk]) {
+        for c in chunks {
+            self.release(c.id);
+        }
+    }
+}
+
+/// Each of `ids`' decode row: its last sampled token, at its position, with
+/// its block table.
+fn decode_rows<'a>(seqs: &'a Sequences, ids: &[SeqId]) -> Vec<DecodeRow<'a>> {
+    ids.iter()
+        .filter_map(|&id| seqs.get(id))
+        .map(|s| DecodeRow {
+            token: s.last_token,
+            pos: s.cached,
+            table: &s.table,
+        })
+        .collect()
+}

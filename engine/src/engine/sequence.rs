@@ -1,0 +1,217 @@
+//! Per-sequence state between steps and the stop rules.
+//!
+//! A sequence is created at admission with its whole block budget reserved
+//! (the cached prefix's shared blocks first), is prefilled over one or more
+//! steps (`cached` counts the prompt tokens in the cache so far), then decodes
+//! until a stop rule ends it or the caller releases it. It keeps every token
+//! it has seen, so the full blocks it computed can be keyed in the prefix
+//! cache when it ends (see [`super::sequences`]). The stop rules:
+//! a sampled EOS (unless `ignore_eos`) finishes the sequence without emitting
+//! it; so does a sampled stop token id (whatever `ignore_eos` says; EOS is
+//! checked first); the token that reaches `max_new_tokens` is emitted and
+//! finishes it. Stop *strings* are matched where the text is produced, in the
+//! service's stream task, which cancels the sequence when one matches.
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::kv::BlockHash;
+use crate::sampling::RowChoice;
+use crate::types::{FinishReason, SamplingParams, SequenceRequest};
+
+/// One active sequence.
+#[derive(Debug)]
+pub(crate) struct Sequence {
+    /// Blocks reserved for the sequence's whole budget, in position order.
+    pub table: Vec<u32>,
+    /// Tokens whose K/V are in the cache: during prefill, the prompt tokens
+    /// computed or found cached so far; after it, the position of `last_token`.
+    pub cached: usize,
+    /// The prompt, then every emitted token: the input at each position.
+    pub tokens: Vec<u32>,
+    pub prompt_len: usize,
+    /// Content keys of the leading full blocks of `tokens` computed so far
+    /// (empty with prefix caching off).
+    pub hashes: Vec<BlockHash>,
+    /// Leading blocks of `table` already offered to the prefix cache.
+    pub keyed: usize,
+    /// The last sampled token, fed at the next decode step.
+    pub last_token: u32,
+    /// Tokens emitted so far.
+    pub generated: usize,
+    max_new_tokens: usize,
+    ignore_eos: bool,
+    /// Tokens that end the sequence like EOS (a handful: a linear scan).
+    stop_token_ids: Vec<u32>,
+    /// Top-n of the logprobs to report; `None` = none asked.
+    logprobs: Option<usize>,
+    sampling: SamplingParams,
+    /// The sequence's own RNG, seeded from `sampling.seed`, one draw per step.
+    rng: StdRng,
+}
+
+/// What the stop rules made of one sampled token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Verdict {
+    /// Whether the token is emitted to the client.
+    pub emit: bool,
+    /// Set when the sequence ends with this token.
+    pub finish: Option<FinishReason>,
+}
+
+impl Sequence {
+    /// A newly admitted sequence holding `table`, whose first `cached` prompt
+    /// tokens (`keyed` blocks, found in the prefix cache) need no compute.
+    /// `hashes` are the keys of the prompt's full blocks.
+    pub fn new(
+        req: &SequenceRequest,
+        table: Vec<u32>,
+        cached: usize,
+        keyed: usize,
+        hashes: Vec<BlockHash>,
+    ) -> Self {
+        Self {
+            table,
+            cached,
+            tokens: req.prompt.clone(),
+            prompt_len: req.prompt.len(),
+            hashes,
+            keyed,
+            last_token: 0,
+            generated: 0,
+            max_new_tokens: req.max_new_tokens,
+            ignore_eos: req.ignore_eos,
+            stop_token_ids: req.stop_token_ids.clone(),
+            logprobs: req.logprobs,
+            sampling: req.sampling,
+            rng: StdRng::seed_from_u64(req.sampling.seed),
+        }
+    }
+
+    /// Prompt tokens still to compute (0 once the prompt is in the cache).
+    pub fn prompt_remaining(&self) -> usize {
+        self.prompt_len.saturating_sub(self.cached)
+    }
+
+    /// Whether the sequence decodes: its prompt is in the cache and it has
+    /// sampled its first token (its last prefill chunk did that).
+    pub fn is_decoding(&self) -> bool {
+        self.prompt_remaining() == 0
+    }
+
+    /// How this sequence picks its next token (draws its next uniform).
+    pub fn choice(&mut self) -> RowChoice {
+        let p = self.sampling;
+        if p.is_greedy() {
+            RowChoice::Greedy
+        } else {
+            RowChoice::Sample {
+                temperature: p.temperature,
+                top_k: p.top_k,
+                top_p: p.top_p,
+                uniform: self.rng.random::<f32>(),
+            }
+        }
+    }
+
+    /// Top-n of the logprobs this sequence asked for (`None`: not asked).
+    pub fn logprobs(&self) -> Option<usize> {
+        self.logprobs
+    }
+
+    /// Applies the stop rules to `token` and records it as the next input.
+    pub fn judge(&mut self, token: u32, eos_token_id: u32) -> Verdict {
+        let finish = if token == eos_token_id && !self.ignore_eos {
+            Some(FinishReason::Eos)
+        } else if self.stop_token_ids.contains(&token) {
+            Some(FinishReason::StopToken(token))
+        } else {
+            None
+        };
+        if finish.is_some() {
+            return Verdict {
+                emit: false,
+                finish,
+            };
+        }
+        self.last_token = token;
+        self.tokens.push(token);
+        self.generated += 1;
+        Verdict {
+            emit: true,
+            finish: (self.generated >= self.max_new_tokens).then_some(FinishReason::Length),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seq(max_new_tokens: usize, ignore_eos: bool) -> Sequence {
+        seq_stopping_at(max_new_tokens, ignore_eos, &[])
+    }
+
+    fn seq_stopping_at(max_new_tokens: usize, ignore_eos: bool, stops: &[u32]) -> Sequence {
+        let req = SequenceRequest {
+            id: 1,
+            prompt: vec![1, 2, 3],
+            max_new_tokens,
+            ignore_eos,
+            sampling: SamplingParams::greedy(),
+            stop_token_ids: stops.to_vec(),
+            logprobs: None,
+        };
+        let mut s = Sequence::new(&req, vec![0], 0, 0, Vec::new());
+        s.cached = 3;
+        s
+    }
+
+    #[test]
+    fn a_stop_token_finishes_without_emitting_even_with_ignore_eos() {
+        let mut s = seq_stopping_at(8, true, &[7, 11]);
+        assert_eq!(s.judge(5, 9).finish, None);
+        let v = s.judge(11, 9);
+        assert_eq!(
+            (v.emit, v.finish),
+            (false, Some(FinishReason::StopToken(11)))
+        );
+        assert_eq!((s.last_token, s.generated), (5, 1));
+        // EOS is judged first when it is also a stop token.
+        let mut s = seq_stopping_at(8, false, &[9]);
+        assert_eq!(s.judge(9, 9).finish, Some(FinishReason::Eos));
+        // A stop token on the last budgeted step still wins over LENGTH.
+        let mut s = seq_stopping_at(1, true, &[4]);
+        assert_eq!(s.judge(4, 9).finish, Some(FinishReason::StopToken(4)));
+    }
+
+    #[test]
+    fn eos_finishes_without_emitting_unless_ignored() {
+        let mut s = seq(4, false);
+        let v = s.judge(9, 9);
+        assert_eq!((v.emit, v.finish), (false, Some(FinishReason::Eos)));
+        assert_eq!(s.generated, 0);
+        let mut s = seq(4, true);
+        assert_eq!(
+            s.judge(9, 9),
+            Verdict {
+                emit: true,
+                finish: None
+            }
+        );
+        assert_eq!((s.last_token, s.generated, s.cached), (9, 1, 3));
+    }
+
+    #[test]
+    fn the_last_budgeted_token_is_emitted_and_finishes() {
+        let mut s = seq(2, false);
+        assert_eq!(s.judge(5, 9).finish, None);
+        assert_eq!(
+            s.judge(6, 9),
+            Verdict {
+                emit: true,
+                finish: Some(FinishReason::Length)
+            }
+        );
+    }
+}

@@ -1,0 +1,207 @@
+//! [`Sequences`]: the host half of the engine. Every admitted sequence (one
+//! owner of sequence state) and the block pool its tables come from.
+//!
+//! A request enters in two moves:
+//! 1. [`Sequences::admit`] looks the prompt's full blocks up in the prefix
+//!    cache (chained content keys, [`crate::kv::prefix_cache`]), takes the
+//!    longest run of cached blocks as the head of its block table (shared,
+//!    read-only) and fresh blocks for the rest of its budget. The last prompt
+//!    token is never taken from the cache: its logits give the first sampled
+//!    token, so the hit stops at the last full block before it. No compute
+//!    happens here.
+//! 2. Prefill steps compute the rest of the prompt in one or more chunks
+//!    (`super::prefill`); a prompt's full blocks are keyed in the prefix cache
+//!    as soon as they are computed ([`Sequences::key_full_blocks`]), so
+//!    requests arriving meanwhile already share them. The step that completes
+//!    the prompt samples the first token: from then on the sequence decodes.
+//!
+//! When a sequence ends ([`Sequences::release`]) the full blocks of its
+//! generated tokens are keyed too (a follow-up request that repeats the
+//! conversation reuses them), then its holds are dropped: unshared cached
+//! blocks are parked in the LRU order, the rest become empty.
+//!
+//! Sequences are kept by id in a `BTreeMap`: ids rise with submission (the
+//! scheduler hands them out), so iteration order is admission order, which is
+//! the order prefill chunks get the token budget and decode rotates.
+
+use std::collections::BTreeMap;
+
+use super::sequence::Sequence;
+use crate::error::EngineError;
+use crate::kv::{BlockHash, BlockPool};
+use crate::types::{AdmissionCost, SeqId, SequenceRequest};
+
+/// A prompt's match against the prefix cache.
+struct PrefixMatch {
+    /// Keys of the prompt's full blocks.
+    hashes: Vec<BlockHash>,
+    /// Cached blocks of its longest reusable prefix.
+    hits: Vec<u32>,
+}
+
+/// Every admitted sequence and the block pool (see the module docs).
+pub(crate) struct Sequences {
+    /// Which blocks are free, held or cached (the prefix cache).
+    blocks: BlockPool,
+    block_size: usize,
+    /// Admitted and not yet finished or released, prefilling or decoding.
+    seqs: BTreeMap<SeqId, Sequence>,
+}
+
+impl Sequences {
+    pub fn new(num_blocks: usize, block_size: usize, prefix_caching: bool) -> Self {
+        Self {
+            blocks: BlockPool::new(num_blocks, prefix_caching),
+            block_size,
+            seqs: BTreeMap::new(),
+        }
+    }
+
+    pub fn blocks(&self) -> &BlockPool {
+        &self.blocks
+    }
+
+    pub fn len(&self) -> usize {
+        self.seqs.len()
+    }
+
+    pub fn contains(&self, id: SeqId) -> bool {
+        self.seqs.contains_key(&id)
+    }
+
+    pub fn get(&self, id: SeqId) -> Option<&Sequence> {
+        self.seqs.get(&id)
+    }
+
+    pub fn get_mut(&mut self, id: SeqId) -> Option<&mut Sequence> {
+        self.seqs.get_mut(&id)
+    }
+
+    /// The decoding sequence `id`, or [`EngineError::UnknownSequence`] (also
+    /// for one still prefilling: decode refuses it).
+    pub fn decoding(&self, id: SeqId) -> Result<&Sequence, EngineError> {
+        self.seqs
+            .get(&id)
+            .filter(|s| s.is_decoding())
+            .ok_or(EngineError::UnknownSequence(id))
+    }
+
+    /// The prefilling sequence `id`, or [`EngineError::UnknownSequence`].
+    pub fn prefilling(&self, id: SeqId) -> Result<&Sequence, EngineError> {
+        self.seqs
+            .get(&id)
+            .filter(|s| !s.is_decoding())
+            .ok_or(EngineError::UnknownSequence(id))
+    }
+
+    /// Sequences whose prompt is not all in the cache, in admission order,
+    /// with the prompt tokens each has left.
+    pub fn to_prefill(&self) -> impl Iterator<Item = (SeqId, usize)> + '_ {
+        self.seqs
+            .iter()
+            .filter(|(_, s)| !s.is_decoding())
+            .map(|(&id, s)| (id, s.prompt_remaining()))
+    }
+
+    /// Decoding sequences, in admission order.
+    pub fn decoding_ids(&self) -> impl Iterator<Item = SeqId> + '_ {
+        self.seqs
+            .iter()
+            .filter(|(_, s)| s.is_decoding())
+            .map(|(&id, _)| id)
+    }
+
+    /// What admitting a prompt with a budget of `total_blocks` would take now.
+    pub fn admission_cost(&self, prompt: &[u32], total_blocks: usize) -> AdmissionCost {
+        let m = self.match_prefix(prompt);
+        AdmissionCost {
+            blocks: self
+                .blocks
+                .cost(&m.hits, total_blocks.saturating_sub(m.hits.len())),
+            cached_tokens: m.hits.len() * self.block_size,
+        }
+    }
+
+    /// Admits `req` (already validated) with `total_blocks` reserved, the
+    /// cached prefix first; returns the prompt tokens found cached. On any
+    /// error nothing changed ([`EngineError::OutOfBlocks`]: keep it waiting).
+    pub fn admit(
+        &mut self,
+        req: &SequenceRequest,
+        total_blocks: usize,
+    ) -> Result<usize, EngineError> {
+        if self.contains(req.id) {
+            return Err(EngineError::DuplicateSequence(req.id));
+        }
+        let PrefixMatch { hashes, hits } = self.match_prefix(&req.prompt);
+        let table = self
+            .blocks
+            .acquire(&hits, total_blocks.saturating_sub(hits.len()))?;
+        let cached = hits.len() * self.block_size;
+        self.seqs.insert(
+            req.id,
+            Sequence::new(req, table, cached, hits.len(), hashes),
+        );
+        Ok(cached)
+    }
+
+    /// Ends a sequence, prefilling or decoding (cancel, finish): offers its
+    /// computed full blocks to the prefix cache and drops its hold on its
+    /// blocks. Returns it, or `None` if unknown.
+    pub fn release(&mut self, id: SeqId) -> Option<Sequence> {
+        let mut seq = self.seqs.remove(&id)?;
+        key_blocks(&mut self.blocks, self.block_size, &mut seq);
+        self.blocks.release(&seq.table);
+        Some(seq)
+    }
+
+    /// Offers the full blocks sequence `id` computed since the last call to
+    /// the prefix cache, in chain order (content already cached elsewhere
+    /// stays private).
+    pub fn key_full_blocks(&mut self, id: SeqId) {
+        if let Some(seq) = self.seqs.get_mut(&id) {
+            key_blocks(&mut self.blocks, self.block_size, seq);
+        }
+    }
+
+    /// Reserves a fresh table of `counts[i]` blocks for each of a batch of
+    /// rows that are not sequences (the prompt-logits check); all or nothing.
+    pub fn reserve_tables(&mut self, counts: &[usize]) -> Result<Vec<Vec<u32>>, EngineError> {
+        self.blocks.reserve_tables(counts)
+    }
+
+    /// Gives back tables from [`Sequences::reserve_tables`].
+    pub fn release_tables(&mut self, tables: &[Vec<u32>]) {
+        for t in tables {
+            self.blocks.release(t);
+        }
+    }
+
+    /// The prompt's full-block keys and its longest cached prefix, stopping
+    /// before the block of the last token (which must be computed).
+    fn match_prefix(&self, prompt: &[u32]) -> PrefixMatch {
+        let hashes = self.blocks.block_hashes(prompt, self.block_size);
+        let reusable = prompt.len().saturating_sub(1) / self.block_size;
+        let hits = self.blocks.lookup(&hashes[..reusable.min(hashes.len())]);
+        PrefixMatch { hashes, hits }
+    }
+}
+
+/// Keys `seq`'s full blocks computed since the last call in `blocks`' prefix
+/// cache (see [`Sequences::key_full_blocks`]).
+fn key_blocks(blocks: &mut BlockPool, bs: usize, seq: &mut Sequence) {
+    let full = seq.cached / bs;
+    if full <= seq.keyed || !blocks.prefix_caching() {
+        return;
+    }
+    if seq.hashes.len() < full {
+        let from = seq.hashes.len() * bs;
+        let more =
+            blocks.extend_hashes(seq.hashes.last().copied(), &seq.tokens[from..full * bs], bs);
+        seq.hashes.extend(more);
+    }
+    for i in seq.keyed..full {
+        blocks.register(seq.table[i], seq.hashes[i]);
+    }
+    seq.keyed = full;
+}

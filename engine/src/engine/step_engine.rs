@@ -1,0 +1,53 @@
+//! [`Engine`] as the scheduler's [`StepEngine`]: each method is the engine's
+//! own of the same name.
+
+use super::Engine;
+use crate::error::EngineError;
+use crate::step_engine::StepEngine;
+use crate::types::{AdmissionCost, PrefillChunk, SeqId, SequenceRequest, StepOutput};
+
+impl StepEngine for Engine {
+    fn kv_blocks_total(&self) -> usize {
+        Engine::kv_blocks_total(self)
+    }
+
+    fn kv_blocks_free(&self) -> usize {
+        Engine::kv_blocks_free(self)
+    }
+
+    fn kv_blocks_used(&self) -> usize {
+        Engine::kv_blocks_used(self)
+    }
+
+    fn prefix_caching(&self) -> bool {
+        Engine::prefix_caching(self)
+    }
+
+    fn admission_cost(&self, prompt: &[u32], max_new_tokens: usize) -> AdmissionCost {
+        Engine::admission_cost(self, prompt, max_new_tokens)
+    }
+
+    fn admit(&mut self, req: &SequenceRequest) -> Result<usize, EngineError> {
+        Engine::admit(self, req)
+    }
+
+    fn to_prefill(&self) -> Vec<(SeqId, usize)> {
+        Engine::to_prefill(self)
+    }
+
+    fn decoding(&self) -> Vec<SeqId> {
+        Engine::decoding(self)
+    }
+
+    fn prefill_step(&mut self, chunks: &[PrefillChunk]) -> Result<StepOutput, EngineError> {
+        Engine::prefill_step(self, chunks)
+    }
+
+    fn decode(&mut self, ids: &[SeqId]) -> Result<StepOutput, EngineError> {
+        Engine::decode(self, ids)
+    }
+
+    fn release(&mut self, id: SeqId) -> Option<usize> {
+        Engine::release(self, id)
+    }
+}

@@ -1,0 +1,44 @@
+//! Test-only access to the transformers reference fixture
+//! (`engine/tests/fixtures/tiny-gpt2`, made by `scripts/make_reference_fixtures.py`).
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+/// The fixture model directory.
+pub fn tiny_gpt2_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-gpt2")
+}
+
+/// One prompt and what transformers computed for it.
+#[derive(Debug, Deserialize)]
+pub struct Case {
+    pub prompt: Vec<u32>,
+    /// Logits at the prompt's last position.
+    pub last_logits: Vec<f32>,
+    /// Greedy continuation (no EOS stopping).
+    pub greedy: Vec<u32>,
+    /// Logits that chose the last token of `greedy`.
+    pub final_logits: Vec<f32>,
+}
+
+/// `reference.json`.
+#[derive(Debug, Deserialize)]
+pub struct Reference {
+    pub new_tokens: usize,
+    pub cases: Vec<Case>,
+}
+
+pub fn reference() -> Reference {
+    let text = std::fs::read_to_string(tiny_gpt2_dir().join("reference.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+/// Largest absolute elementwise difference.
+pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}

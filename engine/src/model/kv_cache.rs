@@ -1,0 +1,86 @@
+//! Paged key/value storage and the per-step attention metadata.
+//!
+//! The cache is a plain struct (not a Module): per layer one K and one V tensor
+//! shaped `[n_head, num_slots, head_dim]` (head-major), allocated once, where
+//! `num_slots = (num_blocks + 1) * block_size`. Which slots belong to which
+//! sequence is the engine's business (block tables, `crate::kv`); the model
+//! only sees slot indices and the step's [`AttentionContext`]:
+//!
+//! - new K/V rows are written at `write_slots` ([`Ops::kv_write`]): in place,
+//!   because each layer's tensors are moved through the forward pass uniquely
+//!   owned (the CPU's `select_assign`), or by a kernel that writes the buffers
+//!   whoever holds them (CUDA);
+//! - a decode step's attention reads each sequence's context in place through
+//!   its block table and length (no gather, no mask); a prefill step attends
+//!   over its fresh K/V or over context gathered by slot, with a mask
+//!   ([`AttentionContext`]). Head-major storage means a gather of a batch's
+//!   context slots yields `[H, B*T, D]`, whose `[T, D]` tiles attention reads
+//!   as they are.
+
+use burn::prelude::*;
+
+use crate::ops::{AttentionContext, Ops};
+
+/// K and V storage of one layer, each `[n_head, num_slots, head_dim]`.
+#[derive(Debug)]
+pub struct LayerKv {
+    pub k: Tensor<3>,
+    pub v: Tensor<3>,
+}
+
+impl LayerKv {
+    /// Writes the K and V thirds of the fused projection `qkv` (`[N, 3E]`,
+    /// `E = H * D`) at `slots` (`[N]`), in place (see the module docs).
+    pub fn write_rows(self, ops: &Ops, slots: Tensor<1, Int>, qkv: Tensor<2>) -> Self {
+        let (k, v) = ops.kv_write(self.k, self.v, qkv, slots);
+        Self { k, v }
+    }
+}
+
+/// The paged KV cache of a whole model.
+#[derive(Debug, Default)]
+pub struct KvCache {
+    /// One entry per transformer block. Taken out for the duration of a forward
+    /// pass so each layer's tensors are uniquely owned while written.
+    pub layers: Vec<LayerKv>,
+    /// Total token slots (`(num_blocks + 1) * block_size`).
+    pub num_slots: usize,
+}
+
+impl KvCache {
+    /// Bytes of one stored element (the device's float dtype).
+    pub fn elem_bytes(&self) -> usize {
+        self.layers
+            .first()
+            .map_or(4, |layer| layer.k.dtype().size())
+    }
+
+    /// Allocates zeroed storage for `num_slots` tokens in each of `n_layer`
+    /// layers of `n_head` heads of `head_dim`.
+    pub fn new(
+        n_layer: usize,
+        n_head: usize,
+        head_dim: usize,
+        num_slots: usize,
+        device: &Device,
+    ) -> Self {
+        let layers = (0..n_layer)
+            .map(|_| LayerKv {
+                k: Tensor::zeros([n_head, num_slots, head_dim], device),
+                v: Tensor::zeros([n_head, num_slots, head_dim], device),
+            })
+            .collect();
+        Self { layers, num_slots }
+    }
+}
+
+/// Where a forward pass writes and reads K/V, shared by all layers of one
+/// step (`B` rows of `Q` new tokens each).
+#[derive(Debug, Clone)]
+pub struct AttentionMeta {
+    /// `[B*Q]`: cache slot of each new token, row-major over `[B, Q]`.
+    /// Padding tokens point at the padding block, which nothing real reads.
+    pub write_slots: Tensor<1, Int>,
+    /// Where each row's queries find their keys and values.
+    pub context: AttentionContext,
+}

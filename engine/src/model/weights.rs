@@ -1,0 +1,144 @@
+//! Building a [`Gpt2`] from named tensors, whatever their origin.
+//!
+//! Both loaders go through [`Gpt2::from_weights`]: it walks the model in a
+//! fixed order and asks a `fetch(name, shape)` callback for each tensor by its
+//! Hugging Face name without the `transformer.` prefix (`wte.weight`,
+//! `h.0.attn.c_attn.weight`, ...). The safetensors loader answers from the
+//! file; the preset loader answers with seeded random numbers. GPT-2's Conv1D
+//! stores weights `[in, out]`; where [`Ops::out_major_weights`] says so (CUDA)
+//! they are transposed once here to the out-major layout the decode kernels
+//! read ([`super::linear`]).
+
+use burn::module::Param;
+use burn::nn::Embedding;
+use burn::prelude::*;
+use burn::tensor::TensorData;
+
+use super::attention::Attention;
+use super::block::Block;
+use super::config::Gpt2Config;
+use super::error::ModelError;
+use super::gpt2::Gpt2;
+use super::layer_norm::LayerNorm;
+use super::linear::Linear;
+use super::mlp::Mlp;
+use crate::ops::Ops;
+
+/// What a tensor is, so a random source knows how to initialize it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TensorRole {
+    /// A weight matrix or embedding (GPT-2 init: normal, std 0.02).
+    Weight,
+    /// A bias (init 0).
+    Bias,
+    /// A LayerNorm scale (init 1).
+    NormScale,
+}
+
+/// Callback answering `(name, role, expected shape)` with f32 data of exactly that shape.
+pub type Fetch<'a> = dyn FnMut(&str, TensorRole, &[usize]) -> Result<TensorData, ModelError> + 'a;
+
+struct Builder<'a, 'f> {
+    fetch: &'a mut Fetch<'f>,
+    device: &'a Device,
+    /// Store projection weights `[out, in]` (CUDA).
+    out_major: bool,
+}
+
+impl Builder<'_, '_> {
+    fn tensor<const D: usize>(
+        &mut self,
+        name: &str,
+        role: TensorRole,
+        shape: [usize; D],
+    ) -> Result<Param<Tensor<D>>, ModelError> {
+        let data = (self.fetch)(name, role, &shape)?;
+        if data.shape().as_slice() != shape.as_slice() {
+            return Err(ModelError::ShapeMismatch {
+                name: name.to_string(),
+                expected: shape.to_vec(),
+                actual: data.shape().to_vec(),
+            });
+        }
+        Ok(Param::from_tensor(Tensor::from_data(data, self.device)))
+    }
+
+    fn linear(&mut self, prefix: &str, d_in: usize, d_out: usize) -> Result<Linear, ModelError> {
+        let weight = self.tensor(
+            &format!("{prefix}.weight"),
+            TensorRole::Weight,
+            [d_in, d_out],
+        )?;
+        let weight = if self.out_major {
+            // A contiguous `[out, in]` copy (not a transposed view).
+            let t = weight.val().transpose();
+            Param::from_tensor(Tensor::from_data(t.into_data(), self.device))
+        } else {
+            weight
+        };
+        Ok(Linear {
+            weight,
+            bias: Some(self.tensor(&format!("{prefix}.bias"), TensorRole::Bias, [d_out])?),
+            out_major: self.out_major,
+        })
+    }
+
+    fn layer_norm(&mut self, prefix: &str, d: usize, eps: f64) -> Result<LayerNorm, ModelError> {
+        Ok(LayerNorm {
+            gamma: self.tensor(&format!("{prefix}.weight"), TensorRole::NormScale, [d])?,
+            beta: self.tensor(&format!("{prefix}.bias"), TensorRole::Bias, [d])?,
+            epsilon: eps,
+        })
+    }
+
+    fn embedding(&mut self, name: &str, rows: usize, d: usize) -> Result<Embedding, ModelError> {
+        Ok(Embedding {
+            weight: self.tensor(name, TensorRole::Weight, [rows, d])?,
+        })
+    }
+}
+
+impl Gpt2 {
+    /// Builds the model tensor by tensor from `fetch` (see the module docs).
+    pub fn from_weights(
+        config: &Gpt2Config,
+        device: &Device,
+        fetch: &mut Fetch<'_>,
+    ) -> Result<Self, ModelError> {
+        config.validate()?;
+        let e = config.n_embd;
+        let eps = config.layer_norm_epsilon;
+        let out_major = Ops::out_major_weights(device);
+        let mut b = Builder {
+            fetch,
+            device,
+            out_major,
+        };
+        let wte = b.embedding("wte.weight", config.vocab_size, e)?;
+        let wpe = b.embedding("wpe.weight", config.n_positions, e)?;
+        let mut blocks = Vec::with_capacity(config.n_layer);
+        for i in 0..config.n_layer {
+            let p = format!("h.{i}");
+            blocks.push(Block {
+                ln_1: b.layer_norm(&format!("{p}.ln_1"), e, eps)?,
+                attn: Attention {
+                    c_attn: b.linear(&format!("{p}.attn.c_attn"), e, 3 * e)?,
+                    c_proj: b.linear(&format!("{p}.attn.c_proj"), e, e)?,
+                    n_head: config.n_head,
+                },
+                ln_2: b.layer_norm(&format!("{p}.ln_2"), e, eps)?,
+                mlp: Mlp {
+                    c_fc: b.linear(&format!("{p}.mlp.c_fc"), e, 4 * e)?,
+                    c_proj: b.linear(&format!("{p}.mlp.c_proj"), 4 * e, e)?,
+                },
+            });
+        }
+        let ln_f = b.layer_norm("ln_f", e, eps)?;
+        Ok(Gpt2 {
+            wte,
+            wpe,
+            blocks,
+            ln_f,
+        })
+    }
+}

@@ -1,0 +1,178 @@
+//! Ember's kernels as a Burn backend extension ([`CudaOps`]), for CubeCL and
+//! for fusion: the extension is how a `Tensor` on Burn's CUDA device (behind
+//! fusion) reaches a CubeCL launch. Each method makes its inputs contiguous
+//! and calls its kernel's `launch` (one file per kernel, [`super::kernels`]).
+//!
+//! Every knob arrives as a plain argument (planned by the caller from the
+//! `KernelTuning`, `crate::ops::plan`); the `#[fusion(..)]` attributes tell
+//! fusion each output's dtype and shape.
+
+use burn::backend::tensor::{FloatTensor, IntTensor};
+use burn::backend::{backend_extension, Backend};
+use burn::prelude::*;
+use burn_cubecl::kernel::into_contiguous;
+use burn_cubecl::CubeBackend;
+
+use super::kernels::{attention, cache_write, gemv, layer_norm, mma, prefill_attention};
+
+/// Ember's CUDA kernels as a Burn backend extension (CubeCL, fused or not).
+#[backend_extension(Cube, Fusion)]
+pub trait CudaOps: Backend {
+    /// Writes rows of `qkv` (`[N, 3E]`: its K and V thirds) at `slots`
+    /// (`[N]`) of `k_cache`/`v_cache` (`[H, S, D]`) in place; returns the caches.
+    #[fusion(meta = |k_cache, v_cache, _qkv, _slots| (k_cache.clone(), v_cache.clone()))]
+    fn kv_write(
+        k_cache: FloatTensor<Self>,
+        v_cache: FloatTensor<Self>,
+        qkv: FloatTensor<Self>,
+        slots: IntTensor<Self>,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>);
+
+    /// One query per sequence (the Q third of `qkv`, `[B, 3E]`) over its paged
+    /// context: `tables` `[B, W]` blocks, `lens` `[B]` positions. Returns `[B, E]`.
+    /// When `can_split`, `arrivals` holds at least `B * H` zeroed 32-bit
+    /// counters and a context may be split across cubes (`fixed_splits` of
+    /// them, or planned when 0; left at zero afterwards); otherwise it is not
+    /// read.
+    #[fusion(dtype = qkv, shape = { let [b, e3] = qkv.dims::<2>(); Shape::new([b, e3 / 3]) })]
+    #[allow(clippy::too_many_arguments)]
+    fn paged_decode_attention(
+        qkv: FloatTensor<Self>,
+        k_cache: FloatTensor<Self>,
+        v_cache: FloatTensor<Self>,
+        tables: IntTensor<Self>,
+        lens: IntTensor<Self>,
+        arrivals: IntTensor<Self>,
+        can_split: bool,
+        fixed_splits: usize,
+        block_size: usize,
+        max_context: usize,
+    ) -> FloatTensor<Self>;
+
+    /// `x` `[B, K]` times the out-major weight `w` `[N, K]` transposed, plus
+    /// `bias` `[N]` when `has_bias`, through tanh-GELU when `gelu`, plus
+    /// `residual` `[B, N]` when `has_residual` (unread operands may be any
+    /// tensor): the tensor-core kernel with `mma_row_tiles` tiles and
+    /// `mma_warps` warps per cube, or the GEMV when `mma_row_tiles` is 0.
+    /// Returns `[B, N]`.
+    #[fusion(dtype = x, shape = { let [b, _] = x.dims::<2>(); let [n, _] = w.dims::<2>(); Shape::new([b, n]) })]
+    #[allow(clippy::too_many_arguments)]
+    fn decode_linear(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        residual: FloatTensor<Self>,
+        has_bias: bool,
+        gelu: bool,
+        has_residual: bool,
+        mma_row_tiles: usize,
+        mma_warps: usize,
+    ) -> FloatTensor<Self>;
+
+    /// Causal attention of a right-padded prefill batch straight from `qkv`
+    /// (`[B*Q, 3E]`, `seq_len` = Q rows per sequence, head_dim 64). Returns
+    /// `[B*Q, E]`.
+    #[fusion(dtype = qkv, shape = { let [n, e3] = qkv.dims::<2>(); Shape::new([n, e3 / 3]) })]
+    fn prefill_attention(qkv: FloatTensor<Self>, seq_len: usize) -> FloatTensor<Self>;
+
+    /// LayerNorm over the rows of `x` `[R, E]` with `gamma`, `beta` `[E]`.
+    #[fusion(dtype = x, shape = x)]
+    fn layer_norm_rows(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        eps: f32,
+    ) -> FloatTensor<Self>;
+}
+
+impl CudaOps for CubeBackend {
+    fn kv_write(
+        k_cache: FloatTensor<Self>,
+        v_cache: FloatTensor<Self>,
+        qkv: FloatTensor<Self>,
+        slots: IntTensor<Self>,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        cache_write::launch(
+            k_cache,
+            v_cache,
+            into_contiguous(qkv),
+            into_contiguous(slots),
+        )
+    }
+
+    fn paged_decode_attention(
+        qkv: FloatTensor<Self>,
+        k_cache: FloatTensor<Self>,
+        v_cache: FloatTensor<Self>,
+        tables: IntTensor<Self>,
+        lens: IntTensor<Self>,
+        arrivals: IntTensor<Self>,
+        can_split: bool,
+        fixed_splits: usize,
+        block_size: usize,
+        max_context: usize,
+    ) -> FloatTensor<Self> {
+        attention::launch(
+            into_contiguous(qkv),
+            k_cache,
+            v_cache,
+            into_contiguous(tables),
+            into_contiguous(lens),
+            arrivals,
+            can_split,
+            fixed_splits,
+            block_size,
+            max_context,
+        )
+    }
+
+    fn decode_linear(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        residual: FloatTensor<Self>,
+        has_bias: bool,
+        gelu: bool,
+        has_residual: bool,
+        mma_row_tiles: usize,
+        mma_warps: usize,
+    ) -> FloatTensor<Self> {
+        let (x, w, residual) = (
+            into_contiguous(x),
+            into_contiguous(w),
+            into_contiguous(residual),
+        );
+        match mma_row_tiles {
+            0 => gemv::launch(x, w, bias, residual, has_bias, gelu, has_residual),
+            tiles => mma::launch(
+                x,
+                w,
+                bias,
+                residual,
+                has_bias,
+                gelu,
+                has_residual,
+                tiles,
+                mma_warps,
+            ),
+        }
+    }
+
+    fn prefill_attention(qkv: FloatTensor<Self>, seq_len: usize) -> FloatTensor<Self> {
+        prefill_attention::launch(into_contiguous(qkv), seq_len)
+    }
+
+    fn layer_norm_rows(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        eps: f32,
+    ) -> FloatTensor<Self> {
+        layer_norm::launch(
+            into_contiguous(x),
+            into_contiguous(gamma),
+            into_contiguous(beta),
+            eps,
+        )
+    }
+}

@@ -1,0 +1,489 @@
+//! The paged decode attention kernel: one query per sequence over its paged
+//! K/V context, read in place through the block table.
+//!
+//! One cube per (head, sequence, split), `warps` warps. A sequence's visible
+//! positions are cut into `splits` contiguous chunks, one per cube along
+//! `CUBE_POS_Z`, so that a small batch (12 (head, sequence) pairs at batch 1)
+//! still fills the GPU (flash-decoding). A warp is split into groups of
+//! `lanes_per_pos` lanes; a group takes one position at a time and each of
+//! its lanes loads `vectors_per_lane` 16-byte vectors of that position's K
+//! (or V) row, so a warp reads whole rows with wide, coalesced loads
+//! (head_dim 64 in f16: 8 lanes per position, 4 positions per warp per
+//! round). Over its chunk a cube runs three passes:
+//!
+//! 1. scores: each lane dots its slice of the row with its slice of the
+//!    (pre-scaled) query, a `plane_shuffle_xor` butterfly sums the group, the
+//!    score goes to shared memory; the max is reduced over the cube;
+//! 2. `exp(s - max)` in shared memory, the sum reduced over the cube;
+//! 3. each lane accumulates `p * V` for its slice in registers over its
+//!    group's positions, a butterfly across the groups of the warp gives the
+//!    warp's partial, and the warps' partials are added in shared memory.
+//!
+//! With one split the cube writes `sum(p V) / sum(p)`. With several, each
+//! cube publishes its chunk's unnormalized output, max and sum to `partials`
+//! (f32, `D + 2` per split), then counts itself in on `arrivals[pair]`
+//! (device-scope fence first, `sync_storage`); the cube that arrives last
+//! rescales the chunks to their common max, writes the output and sets the
+//! counter back to zero for the next launch (or graph replay). No second
+//! kernel, no host involvement.
+//!
+//! Every loop that contains a shuffle runs the same number of rounds on all
+//! lanes of a warp (positions past the chunk are masked, not skipped), as
+//! `__shfl_xor_sync` needs.
+
+use burn::backend::cubecl::dtype_to_storage_type;
+use burn::backend::TensorMetadata;
+use burn::prelude::Shape;
+use burn::tensor::DType;
+use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
+use burn_cubecl::tensor::CubeTensor;
+use cubecl::prelude::*;
+
+use super::reduce::{cube_max, cube_sum, sum_warps};
+use crate::ops::cuda::launch::{empty_like, vector_size};
+use crate::ops::plan::{self, attention_lanes};
+
+/// See the module doc. `qkv` `[B, 3E]`, caches `[H, S, D]`, both read as
+/// vectors of `N` (`vs` elements; `width = vectors_per_lane * vs` per lane);
+/// `tables` `[B, W]`, `lens` `[B]`; `out` `[B, E]` contiguous. With
+/// `splits > 1`: `partials` holds `B * H * splits * (D + 2)` f32 and
+/// `arrivals` `B * H` counters that are zero on entry (and left at zero);
+/// with one split neither is touched.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+pub fn paged_decode_attention_kernel<F: Float, I: Numeric, N: Size>(
+    qkv: &Tensor<Vector<F, N>>,
+    k_cache: &Tensor<Vector<F, N>>,
+    v_cache: &Tensor<Vector<F, N>>,
+    tables: &Tensor<I>,
+    lens: &Tensor<I>,
+    out: &mut Tensor<F>,
+    partials: &mut Tensor<f32>,
+    arrivals: &mut Tensor<Atomic<u32>>,
+    scale: f32,
+    #[comptime] block_size: usize,
+    #[comptime] head_dim: usize,
+    #[comptime] max_context: usize,
+    #[comptime] warps: usize,
+    #[comptime] lanes_per_pos: usize,
+    #[comptime] vectors_per_lane: usize,
+    #[comptime] vs: usize,
+    #[comptime] width: usize,
+    #[comptime] splits: usize,
+    #[define(F, I)] _dtypes: [ElemType; 2],
+) {
+    let h = CUBE_POS_X as usize;
+    let b = CUBE_POS_Y as usize;
+    let lane = UNIT_POS_X as usize;
+    let warp = UNIT_POS_Y as usize;
+    let tid = warp * 32 + lane;
+    let heads = k_cache.shape(0);
+    let len = visible_len(lens, b, max_context);
+    // This cube's chunk of positions, `lo..hi`.
+    let chunk = (len + comptime!(splits - 1)) / splits;
+    let mut lo = CUBE_POS_Z as usize * chunk;
+    if lo > len {
+        lo = len;
+    }
+    let mut hi = lo + chunk;
+    if hi > len {
+        hi = len;
+    }
+    let mut p = Shared::<[f32]>::new_slice(max_context);
+    let mut per_warp = Shared::<[f32]>::new_slice(warps);
+    let mut partial = Shared::<[f32]>::new_slice(warps * head_dim);
+
+    // This lane's slice of the query, pre-scaled, in registers.
+    let mut q = Array::<f32>::new(width);
+    let q_at = (b * qkv.stride(0) + h * head_dim) / vs + (lane % lanes_per_pos) * vectors_per_lane;
+    load_scaled(qkv, &mut q, q_at, scale, vectors_per_lane, vs);
+
+    let lane_max = scores(
+        &q,
+        k_cache,
+        tables,
+        &mut p,
+        b,
+        h,
+        lo,
+        hi,
+        block_size,
+        warps,
+        lanes_per_pos,
+        vectors_per_lane,
+        vs,
+    );
+    let m = cube_max(lane_max, &mut per_warp, warps);
+
+    let sum = exponentials(&mut p, m, lo, hi, warps);
+    let total = cube_sum(sum, &mut per_warp, warps);
+
+    weighted_values(
+        v_cache,
+        tables,
+        &p,
+        &mut partial,
+        b,
+        h,
+        lo,
+        hi,
+        block_size,
+        warps,
+        lanes_per_pos,
+        vectors_per_lane,
+        vs,
+        width,
+    );
+    sync_cube();
+    let row_at = b * heads * head_dim + h * head_dim;
+    if comptime![splits == 1] {
+        let mut d = tid;
+        while d < head_dim {
+            let v = sum_warps(&partial, d, warps, head_dim);
+            out[row_at + d] = F::cast_from(v / total);
+            d += comptime!(warps * 32);
+        }
+    } else {
+        let pair = b * heads + h;
+        publish_and_combine(
+            &partial, partials, arrivals, out, pair, row_at, m, total, warps, head_dim, splits,
+        );
+    }
+}
+
+/// Positions sequence `b` attends over: its length, at most `max_context`.
+#[cube]
+fn visible_len<I: Numeric>(lens: &Tensor<I>, b: usize, #[comptime] max_context: usize) -> usize {
+    let mut len = u32::cast_from(lens[b * lens.stride(0)]) as usize;
+    if len > max_context {
+        len = max_context;
+    }
+    len
+}
+
+/// `vectors_per_lane` vectors of `qkv` from vector `at`, times `scale`, into `q`.
+#[cube]
+fn load_scaled<F: Float, N: Size>(
+    qkv: &Tensor<Vector<F, N>>,
+    q: &mut Array<f32>,
+    at: usize,
+    scale: f32,
+    #[comptime] vectors_per_lane: usize,
+    #[comptime] vs: usize,
+) {
+    #[unroll]
+    for c in 0..vectors_per_lane {
+        let v = qkv[at + c];
+        #[unroll]
+        for j in 0..vs {
+            q[c * vs + j] = f32::cast_from(v.extract(j)) * scale;
+        }
+    }
+}
+
+/// Pass 2 over positions `lo..hi`: `p[t] = exp(p[t] - m)`; returns this
+/// unit's sum of them.
+#[cube]
+fn exponentials(
+    p: &mut Shared<[f32]>,
+    m: f32,
+    lo: usize,
+    hi: usize,
+    #[comptime] warps: usize,
+) -> f32 {
+    let mut sum = f32::new(0.0);
+    let mut t = lo + (UNIT_POS_Y * 32 + UNIT_POS_X) as usize;
+    while t < hi {
+        let e_t = (p[t] - m).exp();
+        p[t] = e_t;
+        sum += e_t;
+        t += comptime!(warps * 32);
+    }
+    sum
+}
+
+/// The cache slot of position `t` of sequence `b`, through its block table.
+#[cube]
+fn slot_of<I: Numeric>(
+    tables: &Tensor<I>,
+    b: usize,
+    t: usize,
+    #[comptime] block_size: usize,
+) -> usize {
+    let block = u32::cast_from(tables[b * tables.stride(0) + (t / block_size) * tables.stride(1)]);
+    block as usize * block_size + t % block_size
+}
+
+/// Pass 1 over positions `lo..hi`: the scores into `p[t]`; returns this
+/// lane's max (`-1e30` if it saw none).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn scores<F: Float, I: Numeric, N: Size>(
+    q: &Array<f32>,
+    k_cache: &Tensor<Vector<F, N>>,
+    tables: &Tensor<I>,
+    p: &mut Shared<[f32]>,
+    b: usize,
+    h: usize,
+    lo: usize,
+    hi: usize,
+    #[comptime] block_size: usize,
+    #[comptime] warps: usize,
+    #[comptime] lanes_per_pos: usize,
+    #[comptime] vectors_per_lane: usize,
+    #[comptime] vs: usize,
+) -> f32 {
+    let lane = UNIT_POS_X as usize;
+    let group = lane / lanes_per_pos;
+    let sub = lane % lanes_per_pos;
+    let groups_per_warp = comptime!(32 / lanes_per_pos);
+    let k_head = h * k_cache.stride(0);
+    let mut m = f32::new(-1.0e30);
+    let mut t0 = lo + UNIT_POS_Y as usize * groups_per_warp;
+    while t0 < hi {
+        let t = t0 + group;
+        let mut s = f32::new(0.0);
+        if t < hi {
+            let slot = slot_of(tables, b, t, block_size);
+            let base = (k_head + slot * k_cache.stride(1)) / vs + sub * vectors_per_lane;
+            #[unroll]
+            for c in 0..vectors_per_lane {
+                let k = k_cache[base + c];
+                #[unroll]
+                for j in 0..vs {
+                    s += q[c * vs + j] * f32::cast_from(k.extract(j));
+                }
+            }
+        }
+        let mut mask = 1u32;
+        while mask < comptime!(lanes_per_pos as u32) {
+            s += plane_shuffle_xor(s, mask);
+            mask *= 2;
+        }
+        if t < hi {
+            if sub == 0 {
+                p[t] = s;
+            }
+            if s > m {
+                m = s;
+            }
+        }
+        t0 += comptime!(warps * groups_per_warp);
+    }
+    m
+}
+
+/// Pass 3 over positions `lo..hi`: `sum(p[t] * V[t])`, one row of `D` per
+/// warp in `partial` (`[warps, D]`; the caller syncs before reading it).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn weighted_values<F: Float, I: Numeric, N: Size>(
+    v_cache: &Tensor<Vector<F, N>>,
+    tables: &Tensor<I>,
+    p: &Shared<[f32]>,
+    partial: &mut Shared<[f32]>,
+    b: usize,
+    h: usize,
+    lo: usize,
+    hi: usize,
+    #[comptime] block_size: usize,
+    #[comptime] warps: usize,
+    #[comptime] lanes_per_pos: usize,
+    #[comptime] vectors_per_lane: usize,
+    #[comptime] vs: usize,
+    #[comptime] width: usize,
+) {
+    let lane = UNIT_POS_X as usize;
+    let warp = UNIT_POS_Y as usize;
+    let group = lane / lanes_per_pos;
+    let sub = lane % lanes_per_pos;
+    let groups_per_warp = comptime!(32 / lanes_per_pos);
+    let v_head = h * v_cache.stride(0);
+    let mut acc = Array::<f32>::new(width);
+    #[unroll]
+    for i in 0..width {
+        acc[i] = f32::new(0.0);
+    }
+    let mut t0 = lo + warp * groups_per_warp;
+    while t0 < hi {
+        let t = t0 + group;
+        if t < hi {
+            let slot = slot_of(tables, b, t, block_size);
+            let base = (v_head + slot * v_cache.stride(1)) / vs + sub * vectors_per_lane;
+            let weight = p[t];
+            #[unroll]
+            for c in 0..vectors_per_lane {
+                let v = v_cache[base + c];
+                #[unroll]
+                for j in 0..vs {
+                    acc[c * vs + j] += weight * f32::cast_from(v.extract(j));
+                }
+            }
+        }
+        t0 += comptime!(warps * groups_per_warp);
+    }
+    // Butterfly across the groups of the warp (lanes with the same `sub`).
+    #[unroll]
+    for i in 0..width {
+        let mut mask = 16u32;
+        while mask >= comptime!(lanes_per_pos as u32) {
+            acc[i] += plane_shuffle_xor(acc[i], mask);
+            mask /= 2;
+        }
+    }
+    if group == 0 {
+        #[unroll]
+        for i in 0..width {
+            partial[warp * comptime!(vectors_per_lane * vs * lanes_per_pos) + sub * width + i] =
+                acc[i];
+        }
+    }
+}
+
+/// Split mode: publish this cube's chunk (`sum(p V)` from `partial`, its max
+/// `m` and sum `total`) to `partials`; the last of the pair's `splits` cubes
+/// to arrive combines them into `out[row_at..row_at + D]` and resets the
+/// pair's counter. Every unit of the cube calls it.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn publish_and_combine<F: Float>(
+    partial: &Shared<[f32]>,
+    partials: &mut Tensor<f32>,
+    arrivals: &mut Tensor<Atomic<u32>>,
+    out: &mut Tensor<F>,
+    pair: usize,
+    row_at: usize,
+    m: f32,
+    total: f32,
+    #[comptime] warps: usize,
+    #[comptime] head_dim: usize,
+    #[comptime] splits: usize,
+) {
+    let tid = (UNIT_POS_Y * 32 + UNIT_POS_X) as usize;
+    let stride = comptime!(head_dim + 2);
+    let pair_at = pair * comptime!(splits * (head_dim + 2));
+    let at = pair_at + CUBE_POS_Z as usize * stride;
+    let mut d = tid;
+    while d < head_dim {
+        partials[at + d] = sum_warps(partial, d, warps, head_dim);
+        d += comptime!(warps * 32);
+    }
+    if tid == 0 {
+        partials[at + head_dim] = m;
+        partials[at + head_dim + 1] = total;
+    }
+    let mut arrived = Shared::<[u32]>::new_slice(1usize);
+    // Release this cube's partial at device scope, then count it in.
+    sync_storage();
+    if tid == 0 {
+        arrived[0] = arrivals[pair].fetch_add(1u32);
+    }
+    sync_cube();
+    if arrived[0] == comptime!(splits as u32 - 1) {
+        // Acquire every other split's partial.
+        sync_storage();
+        let mut max = f32::new(-1.0e30);
+        #[unroll]
+        for s in 0..splits {
+            let ms = partials[pair_at + s * stride + head_dim];
+            if ms > max {
+                max = ms;
+            }
+        }
+        let mut sum = f32::new(0.0);
+        #[unroll]
+        for s in 0..splits {
+            let base = pair_at + s * stride + head_dim;
+            sum += partials[base + 1] * (partials[base] - max).exp();
+        }
+        let mut d = tid;
+        while d < head_dim {
+            let mut v = f32::new(0.0);
+            #[unroll]
+            for s in 0..splits {
+                let base = pair_at + s * stride;
+                v += partials[base + d] * (partials[base + head_dim] - max).exp();
+            }
+            out[row_at + d] = F::cast_from(v / sum);
+            d += comptime!(warps * 32);
+        }
+        if tid == 0 {
+            arrivals[pair].store(0u32);
+        }
+    }
+}
+
+/// Launches [`paged_decode_attention_kernel`]: one query per sequence (the Q
+/// third of contiguous `qkv` `[B, 3E]`) over its paged context (`tables`
+/// `[B, W]`, `lens` `[B]`). With `can_split`, `arrivals` holds at least
+/// `B * H` zeroed 32-bit counters and contexts may be split across cubes
+/// (`fixed_splits`: the `--attention-splits` knob, 0 = planned); the split
+/// also needs device-scope fences from the runtime. Returns `[B, E]`.
+#[allow(clippy::too_many_arguments)]
+pub fn launch(
+    qkv: CubeTensor,
+    k_cache: CubeTensor,
+    v_cache: CubeTensor,
+    tables: CubeTensor,
+    lens: CubeTensor,
+    arrivals: CubeTensor,
+    can_split: bool,
+    fixed_splits: usize,
+    block_size: usize,
+    max_context: usize,
+) -> CubeTensor {
+    let [b, e3] = qkv.shape().dims::<2>();
+    let [h, _, d] = k_cache.shape().dims::<3>();
+    let out = empty_like(&qkv, [b, e3 / 3]);
+    let (f, i) = (qkv.dtype, tables.dtype);
+    // Splitting hands partials between cubes, which needs device-scope
+    // fences (`sync_storage`) the runtime promises.
+    let counters_fit = arrivals.dtype.size() == 4
+        && arrivals.is_contiguous()
+        && arrivals.shape().num_elements() >= b * h
+        && qkv.client.features().device_memory_scope;
+    let plan = plan::attention(fixed_splits, b * h, can_split && counters_fit);
+    let partials = empty_device_contiguous_dtype(
+        qkv.client.clone(),
+        qkv.device.clone(),
+        Shape::new([if plan.splits > 1 {
+            b * h * plan.splits * (d + 2)
+        } else {
+            1
+        }]),
+        DType::F32,
+    );
+    let cache_strides = k_cache.meta.strides();
+    assert!(
+        cache_strides[2] == 1 && v_cache.meta.strides() == cache_strides,
+        "paged attention: the K/V caches must be row-major [H, S, D] storage"
+    );
+    let vs = vector_size(&qkv, &[d, e3, cache_strides[0], cache_strides[1]]);
+    let (lanes_per_pos, vectors_per_lane) = attention_lanes(d / vs);
+    paged_decode_attention_kernel::launch(
+        &qkv.client,
+        CubeCount::Static(h as u32, b as u32, plan.splits as u32),
+        CubeDim::new_2d(32, plan.warps as u32),
+        vs,
+        qkv.clone().into_tensor_arg(),
+        k_cache.into_tensor_arg(),
+        v_cache.into_tensor_arg(),
+        tables.into_tensor_arg(),
+        lens.into_tensor_arg(),
+        out.clone().into_tensor_arg(),
+        partials.into_tensor_arg(),
+        arrivals.into_tensor_arg(),
+        1.0 / (d as f32).sqrt(),
+        block_size,
+        d,
+        max_context,
+        plan.warps,
+        lanes_per_pos,
+        vectors_per_lane,
+        vs,
+        vectors_per_lane * vs,
+        plan.splits,
+        [dtype_to_storage_type(f), dtype_to_storage_type(i)],
+    );
+    out
+}

@@ -1,0 +1,20 @@
+//! Ember's CubeCL kernels, one file each: the `#[cube]` kernel and the
+//! function that plans and launches it on `CubeTensor`s.
+//!
+//! - [`cache_write`]: each new token's K and V rows from the fused `qkv`
+//!   projection into its cache slot, in place.
+//! - [`attention`]: decode attention over the paged cache (block tables and
+//!   lengths read from device buffers; optionally split across cubes).
+//! - [`gemv`]: the decode GEMV with the bias / GELU / residual epilogue.
+//! - [`mma`]: the tensor-core (`wmma`) projection for 16 to 256 rows.
+//! - [`layer_norm`]: one warp per row.
+//! - [`prefill_attention`]: causal tensor-core attention straight from `qkv`.
+//! - `reduce`: the cube-wide max and sum the attention kernel shares.
+
+pub mod attention;
+pub mod cache_write;
+pub mod gemv;
+pub mod layer_norm;
+pub mod mma;
+pub mod prefill_attention;
+mod reduce;

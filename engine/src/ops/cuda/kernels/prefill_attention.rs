@@ -1,0 +1,345 @@
+//! Causal prefill attention on tensor cores, straight from the fused `qkv`
+//! projection: no permute of Q, K or V, no mask tensor, no `[Q, T]` scores
+//! in global memory.
+//!
+//! A prefill batch is `B` right-padded prompts of `Q` rows each (`qkv`
+//! `[B*Q, 3E]`, row `b*Q + i`). For a real token `i` the causal rule
+//! `j <= i` already hides every padding key (they all sit after the
+//! prompt's end), so no per-sequence lengths are needed; padding rows get
+//! finite values that nothing reads.
+//!
+//! One cube per (64 queries, head, sequence), 4 warps of 16 queries each.
+//! The cube stages its Q tile, then 64-key chunks of K (and V) in shared
+//! memory with 16-byte loads shared by all four warps (rows past the
+//! sequence read as zeros). Each warp keeps its Q rows as four 16x16 `wmma`
+//! A fragments and walks the chunks up to the cube's diagonal once, with an
+//! online softmax (flash attention):
+//!
+//! 1. `S = Q K^T` (16 x 64) goes to the warp's shared score tile, where two
+//!    lanes per row (32 columns each) update the row's max and sum of `exp`
+//!    and write `P = exp(S - max)` (masked above the diagonal, f16);
+//! 2. `P V` goes through fresh accumulators back to the score tile, and each
+//!    lane folds it into its 32 values of `O`, held in registers, after
+//!    rescaling them to the new max (`wmma` accumulators cannot be scaled
+//!    per row in place, so `O` does not live in fragments).
+//!
+//! At the end each lane divides its `O` by the row's sum and writes it, as
+//! `F`, into `out` `[B*Q, E]`.
+//! Shared tiles have padded rows (`LD`, `SLD`) against bank conflicts.
+
+use cubecl::prelude::*;
+
+use burn::backend::cubecl::dtype_to_storage_type;
+use burn::backend::TensorMetadata;
+use burn_cubecl::tensor::CubeTensor;
+
+use super::mma::{fragment, zeroed_accumulator};
+use crate::ops::cuda::launch::{empty_like, vector_size};
+
+/// Warps per cube, 16 queries each.
+pub const PREFILL_WARPS: usize = 4;
+/// Queries per cube, and keys per staged chunk.
+pub const QUERIES_PER_CUBE: usize = 16 * PREFILL_WARPS;
+/// Row stride of the f16 shared tiles (64 columns + 8 padding).
+const LD: usize = 72;
+/// Row stride of the f32 score tiles (64 columns + 4 padding).
+const SLD: usize = 68;
+
+/// See the module doc. `qkv` `[B*Q, 3E]` (read as vectors of `vs`
+/// elements) and `out` `[B*Q, E]` contiguous, `Q % 16 == 0`, head_dim 64.
+/// `CUBE_POS_X` picks the 64 queries, `CUBE_POS_Y` the head, `CUBE_POS_Z`
+/// the sequence.
+#[cube(launch)]
+pub fn prefill_attention_kernel<F: Float, N: Size>(
+    qkv: &Tensor<Vector<F, N>>,
+    out: &mut Tensor<F>,
+    seq_len: u32,
+    scale: f32,
+    #[comptime] n_embd: usize,
+    #[comptime] vs: usize,
+    #[define(F)] _dtype: ElemType,
+) {
+    let warp = UNIT_POS_Y as usize;
+    let lane = UNIT_POS_X as usize;
+    let q_len = seq_len as usize;
+    let qc0 = CUBE_POS_X as usize * QUERIES_PER_CUBE;
+    let head = CUBE_POS_Y as usize * 64;
+    let first_row = CUBE_POS_Z as usize * q_len;
+    let seq_end = first_row + q_len;
+
+    let mut q_s = Shared::<[F]>::new_slice(comptime!(64 * LD));
+    let mut k_s = Shared::<[F]>::new_slice(comptime!(64 * LD));
+    let mut v_s = Shared::<[F]>::new_slice(comptime!(64 * LD));
+    let mut s_s = Shared::<[f32]>::new_slice(comptime!(PREFILL_WARPS * 16 * SLD));
+    let s_tile = warp * comptime!(16 * SLD);
+
+    stage(qkv, &mut q_s, first_row + qc0, seq_end, head, n_embd, vs);
+    sync_cube();
+    let q_at = warp * comptime!(16 * LD);
+    let qa0 = load_a(&q_s, q_at);
+    let qa1 = load_a(&q_s, q_at + 16);
+    let qa2 = load_a(&q_s, q_at + 32);
+    let qa3 = load_a(&q_s, q_at + 48);
+    // Once in fragments, the warp's Q rows make room for its P tile.
+    let mut p_s = q_s;
+    let p_tile = q_at;
+
+    // This lane's share of the warp's rows: row `r`, columns `c0..c0 + 32`;
+    // its slice of `O` lives in registers.
+    let r = lane / 2;
+    let c0 = (lane % 2) * 32;
+    let query = qc0 + warp * 16 + r;
+    let at = s_tile + r * SLD + c0;
+    let mut o = Array::<f32>::new(32usize);
+    #[unroll]
+    for j in 0..32 {
+        o[j] = f32::new(0.0);
+    }
+    let mut m = f32::new(-1.0e30);
+    let mut l = f32::new(0.0);
+    for ch in 0..CUBE_POS_X as usize + 1 {
+        let row0 = first_row + ch * 64;
+        sync_cube();
+        stage(qkv, &mut k_s, row0, seq_end, n_embd + head, n_embd, vs);
+        stage(qkv, &mut v_s, row0, seq_end, 2 * n_embd + head, n_embd, vs);
+        sync_cube();
+        scores(&k_s, &mut s_s, s_tile, &qa0, &qa1, &qa2, &qa3);
+        sync_plane();
+
+        // Online softmax: the row's new max, the rescale of what came
+        // before, and this chunk's unnormalized P.
+        let key0 = ch * 64 + c0;
+        let mx = visible_row_max(&s_s, at, key0, query, scale);
+        let mut m_new = m;
+        if mx > m_new {
+            m_new = mx;
+        }
+        let alpha = (m - m_new).exp();
+        let mut sum = f32::new(0.0);
+        #[unroll]
+        for j in 0..32 {
+            let mut w = f32::new(0.0);
+            if key0 + j <= query {
+                w = (s_s[at + j] * scale - m_new).exp();
+            }
+            sum += w;
+            p_s[p_tile + r * LD + c0 + j] = F::cast_from(w);
+        }
+        sum += plane_shuffle_xor(sum, 1u32);
+        l = l * alpha + sum;
+        m = m_new;
+        sync_plane();
+
+        rescale_add_pv(&v_s, &p_s, &mut s_s, &mut o, s_tile, p_tile, at, alpha);
+    }
+
+    if query < q_len {
+        let inv_l = f32::new(1.0) / l;
+        let row_out = (first_row + query) * n_embd + head + c0;
+        #[unroll]
+        for j in 0..32 {
+            out[row_out + j] = F::cast_from(o[j] * inv_l);
+        }
+    }
+}
+
+/// The max over this lane's 32 scores at `s_s[at..]` (keys `key0..`) that
+/// `query` may see, scaled, combined with its partner lane's (the row's
+/// other 32 keys).
+#[cube]
+fn visible_row_max(s_s: &Shared<[f32]>, at: usize, key0: usize, query: usize, scale: f32) -> f32 {
+    let mut mx = f32::new(-1.0e30);
+    #[unroll]
+    for j in 0..32 {
+        let v = s_s[at + j] * scale;
+        if key0 + j <= query && v > mx {
+            mx = v;
+        }
+    }
+    let other = plane_shuffle_xor(mx, 1u32);
+    if other > mx {
+        mx = other;
+    }
+    mx
+}
+
+/// `O = O * alpha + P V` for this chunk: the warp's `P` tile (at `p_tile`
+/// of `p_s`) times the staged `V`, through the warp's score tile (at
+/// `s_tile`), into this lane's 32 columns of `O` (its row and columns at
+/// `at` of the score tile).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn rescale_add_pv<F: Float>(
+    v_s: &Shared<[F]>,
+    p_s: &Shared<[F]>,
+    s_s: &mut Shared<[f32]>,
+    o: &mut Array<f32>,
+    s_tile: usize,
+    p_tile: usize,
+    at: usize,
+    alpha: f32,
+) {
+    let pv0 = zeroed_accumulator();
+    let pv1 = zeroed_accumulator();
+    let pv2 = zeroed_accumulator();
+    let pv3 = zeroed_accumulator();
+    #[unroll]
+    for kc in 0..4 {
+        let pa = load_a(p_s, p_tile + kc * 16);
+        accumulate_pv(v_s, kc * 16 * LD, &pa, &pv0, &pv1, &pv2, &pv3);
+    }
+    store_s(s_s, s_tile, &pv0);
+    store_s(s_s, s_tile + 16, &pv1);
+    store_s(s_s, s_tile + 32, &pv2);
+    store_s(s_s, s_tile + 48, &pv3);
+    sync_plane();
+    #[unroll]
+    for j in 0..32 {
+        o[j] = o[j] * alpha + s_s[at + j];
+    }
+    sync_plane();
+}
+
+/// Copies 64 rows of 64 columns of `qkv` (rows from `row0`, columns from
+/// `col`) into `tile` (row stride `LD`), 16 bytes per load, all the cube's
+/// threads at once; rows at or past `row_end` become zeros.
+#[cube]
+fn stage<F: Float, N: Size>(
+    qkv: &Tensor<Vector<F, N>>,
+    tile: &mut Shared<[F]>,
+    row0: usize,
+    row_end: usize,
+    col: usize,
+    #[comptime] n_embd: usize,
+    #[comptime] vs: usize,
+) {
+    let tid = (UNIT_POS_Y * 32 + UNIT_POS_X) as usize;
+    let per_row = comptime!(64 / vs);
+    #[unroll]
+    for i in 0..comptime!(64 * 64 / vs / (32 * PREFILL_WARPS)) {
+        let idx = tid + i * comptime!(32 * PREFILL_WARPS);
+        let r = idx / per_row;
+        let c = (idx % per_row) * vs;
+        let row = row0 + r;
+        if row < row_end {
+            let v = qkv[(row * comptime!(3 * n_embd) + col + c) / vs];
+            #[unroll]
+            for j in 0..vs {
+                tile[r * LD + c + j] = v.extract(j);
+            }
+        } else {
+            #[unroll]
+            for j in 0..vs {
+                tile[r * LD + c + j] = F::new(0.0);
+            }
+        }
+    }
+}
+
+/// A row-major 16x16 A fragment of a shared tile at `at` (row stride `LD`).
+#[cube]
+fn load_a<F: Float>(tile: &Shared<[F]>, at: usize) -> cmma::Matrix<F> {
+    let mut a = fragment::<F>(cmma::MatrixIdent::A, cmma::MatrixLayout::RowMajor);
+    cmma::load(
+        &mut a,
+        tile.slice(at, at + comptime!(15 * LD + 16)),
+        comptime!(LD as u32),
+    );
+    a
+}
+
+/// `S = Q K^T` for the warp's 16 queries and the 64 staged keys, into the
+/// warp's score tile at `s_tile` (row stride `SLD`).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn scores<F: Float>(
+    k_s: &Shared<[F]>,
+    s_s: &mut Shared<[f32]>,
+    s_tile: usize,
+    qa0: &cmma::Matrix<F>,
+    qa1: &cmma::Matrix<F>,
+    qa2: &cmma::Matrix<F>,
+    qa3: &cmma::Matrix<F>,
+) {
+    let span = comptime!(15 * LD + 16);
+    let ld = comptime!(LD as u32);
+    let mut kb = fragment::<F>(cmma::MatrixIdent::B, cmma::MatrixLayout::ColMajor);
+    #[unroll]
+    for t in 0..4 {
+        let s = zeroed_accumulator();
+        let at = t * 16 * LD;
+        cmma::load(&mut kb, k_s.slice(at, at + span), ld);
+        cmma::execute(qa0, &kb, &s, &s);
+        cmma::load(&mut kb, k_s.slice(at + 16, at + 16 + span), ld);
+        cmma::execute(qa1, &kb, &s, &s);
+        cmma::load(&mut kb, k_s.slice(at + 32, at + 32 + span), ld);
+        cmma::execute(qa2, &kb, &s, &s);
+        cmma::load(&mut kb, k_s.slice(at + 48, at + 48 + span), ld);
+        cmma::execute(qa3, &kb, &s, &s);
+        store_s(s_s, s_tile + t * 16, &s);
+    }
+}
+
+/// `O[:, 16c..16c+16] += P V[:, 16c..16c+16]` for the four blocks of dims,
+/// with `p` one 16-key block of P and V's matching 16 rows at `v_at`.
+#[cube]
+fn accumulate_pv<F: Float>(
+    v_s: &Shared<[F]>,
+    v_at: usize,
+    p: &cmma::Matrix<F>,
+    o0: &cmma::Matrix<f32>,
+    o1: &cmma::Matrix<f32>,
+    o2: &cmma::Matrix<f32>,
+    o3: &cmma::Matrix<f32>,
+) {
+    let span = comptime!(15 * LD + 16);
+    let ld = comptime!(LD as u32);
+    let mut vb = fragment::<F>(cmma::MatrixIdent::B, cmma::MatrixLayout::RowMajor);
+    cmma::load(&mut vb, v_s.slice(v_at, v_at + span), ld);
+    cmma::execute(p, &vb, o0, o0);
+    cmma::load(&mut vb, v_s.slice(v_at + 16, v_at + 16 + span), ld);
+    cmma::execute(p, &vb, o1, o1);
+    cmma::load(&mut vb, v_s.slice(v_at + 32, v_at + 32 + span), ld);
+    cmma::execute(p, &vb, o2, o2);
+    cmma::load(&mut vb, v_s.slice(v_at + 48, v_at + 48 + span), ld);
+    cmma::execute(p, &vb, o3, o3);
+}
+
+/// Stores a 16x16 f32 fragment into a score tile at `at` (row stride `SLD`).
+#[cube]
+fn store_s(s_s: &mut Shared<[f32]>, at: usize, frag: &cmma::Matrix<f32>) {
+    cmma::store(
+        s_s.slice_mut(at, at + comptime!(15 * SLD + 16)),
+        frag,
+        comptime!(SLD as u32),
+        cmma::MatrixLayout::RowMajor,
+    );
+}
+
+/// Launches [`prefill_attention_kernel`] over contiguous `qkv` `[B*Q, 3E]`
+/// with `seq_len` = Q; returns `[B*Q, E]`.
+pub fn launch(qkv: CubeTensor, seq_len: usize) -> CubeTensor {
+    let [rows, e3] = qkv.shape().dims::<2>();
+    let e = e3 / 3;
+    let out = empty_like(&qkv, [rows, e]);
+    let dtype = qkv.dtype;
+    let vs = vector_size(&qkv, &[64, e3]);
+    prefill_attention_kernel::launch(
+        &qkv.client,
+        CubeCount::Static(
+            seq_len.div_ceil(QUERIES_PER_CUBE) as u32,
+            (e / 64) as u32,
+            (rows / seq_len) as u32,
+        ),
+        CubeDim::new_2d(32, PREFILL_WARPS as u32),
+        vs,
+        qkv.clone().into_tensor_arg(),
+        out.clone().into_tensor_arg(),
+        seq_len as u32,
+        1.0 / 64f32.sqrt(), // head_dim 64
+        e,
+        vs,
+        dtype_to_storage_type(dtype),
+    );
+    out
+}

@@ -1,0 +1,145 @@
+//! Everything CUDA in the crate (built with the `cuda` feature only).
+//!
+//! - [`extension`]: Ember's CubeCL kernels as a Burn backend extension, and
+//!   [`kernels`]: one file per kernel (the `#[cube]` code and its launch).
+//! - This file: the kernels as functions of plain `Tensor`s, which
+//!   [`crate::ops::Ops`] calls when a tensor lives on CUDA.
+//! - [`inplace`]: host bytes into an existing device buffer (decode inputs
+//!   rewritten before each graph replay).
+//! - [`runtime`]: opening a CUDA device and pointing CubeCL's kernel and
+//!   autotune caches at `--kernel-cache-dir`.
+//! - [`launch`]: helpers the launches share.
+//!
+//! `qkv` is read as it is by the kernels that take it, so no slice, permute
+//! or copy of Q, K or V is launched. The tensor-op paths in
+//! [`crate::ops::reference`] are what each kernel is checked against
+//! (`ember-engine-bench --check-kernels`).
+
+pub mod extension;
+pub mod inplace;
+pub mod kernels;
+pub mod launch;
+pub mod runtime;
+
+use burn::backend::{Dispatch, DispatchDevice};
+use burn::prelude::*;
+
+use extension::CudaOps;
+
+use crate::ops::attention::PagedContext;
+use crate::ops::plan::LinearPlan;
+use crate::tuning::KernelTuning;
+
+/// Whether `device` is a CubeCL (CUDA) device.
+pub fn is_cube_device(device: &Device) -> bool {
+    matches!(device.as_dispatch(), DispatchDevice::Cube(_))
+}
+
+/// Whether `tensor` lives on a CubeCL (CUDA) device, where these kernels run.
+pub fn on_cube<const D: usize>(tensor: &Tensor<D>) -> bool {
+    tensor
+        .clone()
+        .try_into_primitive::<burn::backend::Cube>()
+        .is_ok()
+}
+
+/// Writes the K/V thirds of `qkv` (`[N, 3E]`) at `slots` (`[N]`) of the
+/// layer's `[H, S, D]` storage, in place; returns the same storage.
+pub fn kv_write(
+    k_cache: Tensor<3>,
+    v_cache: Tensor<3>,
+    qkv: Tensor<2>,
+    slots: Tensor<1, Int>,
+) -> (Tensor<3>, Tensor<3>) {
+    let (k, v) = Dispatch::kv_write(
+        k_cache.into_dispatch(),
+        v_cache.into_dispatch(),
+        qkv.into_dispatch(),
+        slots.into_dispatch(),
+    );
+    (Tensor::from_dispatch(k), Tensor::from_dispatch(v))
+}
+
+/// Decode attention over the paged cache: `qkv` `[B, 3E]` against the
+/// layer's `[H, S, D]` storage, through `paged`'s block tables and lengths
+/// (splitting contexts per `tuning.attention_splits` where `paged` carries
+/// counters); returns `[B, E]`.
+pub fn paged_decode_attention(
+    tuning: &KernelTuning,
+    qkv: Tensor<2>,
+    k_cache: &Tensor<3>,
+    v_cache: &Tensor<3>,
+    paged: &PagedContext,
+    n_head: usize,
+) -> Tensor<2> {
+    debug_assert_eq!(k_cache.dims()[0], n_head);
+    let (arrivals, can_split) = match &paged.arrivals {
+        Some(counters) => (counters.clone(), true),
+        None => (paged.lens.clone(), false),
+    };
+    Tensor::from_dispatch(Dispatch::paged_decode_attention(
+        qkv.into_dispatch(),
+        k_cache.clone().into_dispatch(),
+        v_cache.clone().into_dispatch(),
+        paged.tables.clone().into_dispatch(),
+        paged.lens.clone().into_dispatch(),
+        arrivals.into_dispatch(),
+        can_split,
+        tuning.attention_splits,
+        paged.block_size,
+        paged.max_context,
+    ))
+}
+
+/// `x` `[B, K]` times `w` `[N, K]` (out-major) transposed, plus `bias`, then
+/// tanh-GELU when `gelu`, then `residual` `[B, N]`: the kernel `plan` names
+/// (GEMV or tensor cores; not [`LinearPlan::Matmul`], which the caller runs).
+/// Returns `[B, N]`.
+pub fn decode_linear(
+    x: Tensor<2>,
+    w: &Tensor<2>,
+    bias: Option<&Tensor<1>>,
+    gelu: bool,
+    residual: Option<Tensor<2>>,
+    plan: LinearPlan,
+) -> Tensor<2> {
+    let (row_tiles, warps) = match plan {
+        LinearPlan::Mma { row_tiles, warps } => (row_tiles, warps),
+        LinearPlan::Gemv | LinearPlan::Matmul => (0, 0),
+    };
+    let (bias, has_bias) = match bias {
+        Some(b) => (b.clone().into_dispatch(), true),
+        None => (w.clone().into_dispatch(), false),
+    };
+    let (residual, has_residual) = match residual {
+        Some(r) => (r.into_dispatch(), true),
+        None => (w.clone().into_dispatch(), false),
+    };
+    Tensor::from_dispatch(Dispatch::decode_linear(
+        x.into_dispatch(),
+        w.clone().into_dispatch(),
+        bias,
+        residual,
+        has_bias,
+        gelu,
+        has_residual,
+        row_tiles,
+        warps,
+    ))
+}
+
+/// Causal attention of a right-padded prefill batch, `qkv` `[B*Q, 3E]` with
+/// `seq_len` = Q (head_dim 64, Q a multiple of 16); returns `[B*Q, E]`.
+pub fn prefill_attention(qkv: Tensor<2>, seq_len: usize) -> Tensor<2> {
+    Tensor::from_dispatch(Dispatch::prefill_attention(qkv.into_dispatch(), seq_len))
+}
+
+/// LayerNorm over the last dimension of `x` `[R, E]` (one kernel).
+pub fn layer_norm_rows(x: Tensor<2>, gamma: Tensor<1>, beta: Tensor<1>, eps: f32) -> Tensor<2> {
+    Tensor::from_dispatch(Dispatch::layer_norm_rows(
+        x.into_dispatch(),
+        gamma.into_dispatch(),
+        beta.into_dispatch(),
+        eps,
+    ))
+}

@@ -1,0 +1,276 @@
+//! The tensor-op path of every op: Burn's own ops, on any backend and dtype.
+//!
+//! This is what the CPU runs (except decode attention, which has a native
+//! kernel in [`super::cpu`]), what CUDA runs where Ember's kernels do not
+//! apply (prefill over cached context, large projections), and the reference
+//! every hand-written kernel is checked against: the CPU kernel in unit
+//! tests, the CUDA kernels by `ember-engine-bench --check-kernels`.
+
+use burn::prelude::*;
+use burn::tensor::module::attention;
+use burn::tensor::ops::AttentionModuleOptions;
+use burn::tensor::{DType, IndexingUpdateOp};
+
+use super::attention::{AttentionShape, PagedContext};
+use super::Epilogue;
+
+/// `x W + b`, then the epilogue; `w` is `[d_in, d_out]`, or `[d_out, d_in]`
+/// when `out_major` (read through a transposed view, no copy).
+pub fn linear<const D: usize>(
+    x: Tensor<D>,
+    w: &Tensor<2>,
+    bias: Option<&Tensor<1>>,
+    out_major: bool,
+    epilogue: Epilogue<D>,
+) -> Tensor<D> {
+    let w = if out_major {
+        w.clone().transpose()
+    } else {
+        w.clone()
+    };
+    let mut y = x.matmul(w.unsqueeze());
+    if let Some(b) = bias {
+        y = y + b.clone().unsqueeze();
+    }
+    if epilogue.gelu {
+        y = gelu_tanh(y);
+    }
+    match epilogue.residual {
+        Some(r) => r + y,
+        None => y,
+    }
+}
+
+/// `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`: GPT-2's GELU
+/// (`gelu_new` in transformers), written with `x * x * x` rather than Burn's
+/// `gelu_approximate`, whose `powf` makes it several times slower on the CPU.
+pub fn gelu_tanh<const D: usize>(x: Tensor<D>) -> Tensor<D> {
+    const SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;
+    let cube = x.clone() * x.clone() * x.clone();
+    let inner = (x.clone() + cube * 0.044715) * SQRT_2_OVER_PI;
+    x * (inner.tanh() + 1.0) * 0.5
+}
+
+/// `(x - mean) / sqrt(var + eps) * gamma + beta` over the last dimension
+/// (biased variance, as PyTorch), with the statistics in f32: GPT-2's
+/// residual stream has dimensions in the thousands, whose squares overflow
+/// f16. The normalized values (order 1) are cast back, so `gamma`/`beta` are
+/// used in the model's dtype as stored.
+pub fn layer_norm<const D: usize>(
+    x: Tensor<D>,
+    gamma: &Tensor<1>,
+    beta: &Tensor<1>,
+    eps: f64,
+) -> Tensor<D> {
+    let dtype = x.dtype();
+    let x = x.cast(DType::F32);
+    let mean = x.clone().mean_dim(D - 1);
+    let centered = x - mean;
+    let var = (centered.clone() * centered.clone()).mean_dim(D - 1);
+    let normed = (centered / (var + eps).sqrt()).cast(dtype);
+    normed * gamma.clone().unsqueeze::<D>() + beta.clone().unsqueeze::<D>()
+}
+
+/// Writes the K and V thirds of `qkv` (`[N, 3E]`) at `slots` (`[N]`) of the
+/// `[H, S, D]` storage with `select_assign`: in place when the storage is
+/// uniquely owned (the engine moves each layer's tensors through the forward
+/// pass for that), a copy otherwise.
+pub fn kv_write(
+    k_cache: Tensor<3>,
+    v_cache: Tensor<3>,
+    qkv: Tensor<2>,
+    slots: Tensor<1, Int>,
+) -> (Tensor<3>, Tensor<3>) {
+    let [h, _, d] = k_cache.dims();
+    let [n, _] = qkv.dims();
+    let e = h * d;
+    let heads = |x: Tensor<2>| x.reshape([n, h, d]).swap_dims(0, 1); // [H, N, D]
+    let k = heads(qkv.clone().slice([0..n, e..2 * e]));
+    let v = heads(qkv.slice([0..n, 2 * e..3 * e]));
+    (
+        k_cache.select_assign(1, slots.clone(), k, IndexingUpdateOp::Assign),
+        v_cache.select_assign(1, slots, v, IndexingUpdateOp::Assign),
+    )
+}
+
+/// Head-major `[H, B, len, D]` view of `[B*len, E]` rows.
+fn heads(x: Tensor<2>, shape: AttentionShape, len: usize) -> Tensor<4> {
+    let [_, e] = x.dims();
+    let (b, h) = (shape.batch, shape.n_head);
+    x.reshape([b, len, h, e / h]).permute([2, 0, 1, 3])
+}
+
+/// Burn's fused attention (Flex: a native kernel; CUDA: the flash kernel,
+/// which a boolean mask and the default scale keep it on) of `q`
+/// `[H, B, Q, D]` over `k`, `v` `[H, B, T, D]`, the `[B, 1, Q, T]` mask
+/// shared by every head; returns `[B*Q, E]`.
+fn masked_attention(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, mask: Tensor<4, Bool>) -> Tensor<2> {
+    let [h, b, q_len, d] = q.dims();
+    let t = k.dims()[2];
+    let mask = mask.reshape([1, b, q_len, t]).expand([h, b, q_len, t]);
+    let options = AttentionModuleOptions {
+        scale: None, // 1/sqrt(D), GPT-2's
+        softcap: None,
+        is_causal: false, // the mask carries causality and padding
+    };
+    attention(q, k, v, Some(mask), None, options) // [H, B, Q, D]
+        .permute([1, 2, 0, 3])
+        .reshape([b * q_len, h * d])
+}
+
+/// Prefill without a cached prefix: each row over its own new K/V (the K
+/// and V thirds of `qkv`), `mask` `[B, 1, Q, Q]`.
+pub fn fresh_attention(qkv: Tensor<2>, shape: AttentionShape, mask: Tensor<4, Bool>) -> Tensor<2> {
+    let [n, e3] = qkv.dims();
+    let e = e3 / 3;
+    let q_len = shape.q_len;
+    let q = heads(qkv.clone().slice([0..n, 0..e]), shape, q_len);
+    let k = heads(qkv.clone().slice([0..n, e..2 * e]), shape, q_len);
+    let v = heads(qkv.slice([0..n, 2 * e..3 * e]), shape, q_len);
+    masked_attention(q, k, v, mask)
+}
+
+/// Prefill over cached context: each row's `len` positions gathered from the
+/// `[H, S, D]` storage at `slots` (`[B*len]`), `mask` `[B, 1, Q, len]`.
+pub fn gathered_attention(
+    qkv: Tensor<2>,
+    k_cache: &Tensor<3>,
+    v_cache: &Tensor<3>,
+    shape: AttentionShape,
+    slots: Tensor<1, Int>,
+    len: usize,
+    mask: Tensor<4, Bool>,
+) -> Tensor<2> {
+    let [n, e3] = qkv.dims();
+    let (b, h, d) = (shape.batch, shape.n_head, e3 / 3 / shape.n_head);
+    let q = heads(qkv.slice([0..n, 0..e3 / 3]), shape, shape.q_len);
+    let k = k_cache.clone().select(1, slots.clone()); // [H, B*T, D]
+    let v = v_cache.clone().select(1, slots);
+    masked_attention(
+        q,
+        k.reshape([h, b, len, d]),
+        v.reshape([h, b, len, d]),
+        mask,
+    )
+}
+
+/// Decode attention by tensor ops: gathers every sequence's context through
+/// its block table (`[H, B*T, D]`, `T = W * block_size`), masks positions
+/// past its length, and runs Burn's fused attention. `q` is `[B, E]`;
+/// returns `[B, E]`.
+pub fn decode_attention(
+    q: Tensor<2>,
+    k_cache: &Tensor<3>,
+    v_cache: &Tensor<3>,
+    paged: &PagedContext,
+    n_head: usize,
+) -> Tensor<2> {
+    let [b, e] = q.dims();
+    let (h, d) = (n_head, e / n_head);
+    let [_, w] = paged.tables.dims();
+    let bs = paged.block_size;
+    let t = w * bs;
+    let device = q.device();
+    let offsets = Tensor::<1, Int>::arange(0..bs as i64, &device).reshape([1, 1, bs]);
+    let slots = (paged.tables.clone().reshape([b, w, 1]) * bs as i64 + offsets).reshape([b * t]);
+    let k = k_cache
+        .clone()
+        .select(1, slots.clone())
+        .reshape([h, b, t, d]);
+    let v = v_cache.clone().select(1, slots).reshape([h, b, t, d]);
+    let j = Tensor::<1, Int>::arange(0..t as i64, &device).reshape([1, 1, 1, t]);
+    let lens = paged
+        .lens
+        .clone()
+        .reshape([1, b, 1, 1])
+        .expand([1, b, 1, t]);
+    let mask = j
+        .expand([1, b, 1, t])
+        .greater_equal(lens)
+        .reshape([b, 1, 1, t]);
+    let qh = q.reshape([b, 1, h, d]).permute([2, 0, 1, 3]); // [H, B, 1, D]
+    masked_attention(qh, k, v, mask)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::tensor::activation::gelu_approximate;
+    use burn::tensor::TensorData;
+
+    fn floats<const D: usize>(t: Tensor<D>) -> Vec<f32> {
+        t.into_data().iter::<f32>().collect()
+    }
+
+    #[test]
+    fn both_weight_layouts_compute_the_same_product() {
+        let dev = Device::flex();
+        let w = Tensor::<2>::from_data([[1.0f32, 2.0, 3.0], [4.0, 5.0, 6.0]], &dev); // [in 2, out 3]
+        let b = Tensor::<1>::from_data([0.5f32, -1.0, 2.0], &dev);
+        let x = Tensor::<3>::from_data([[[1.0f32, 1.0]], [[2.0, -1.0]]], &dev); // [2, 1, 2]
+        let in_major = linear(x.clone(), &w, Some(&b), false, Epilogue::none());
+        let out_major = linear(x, &w.transpose(), Some(&b), true, Epilogue::none());
+        let a = floats(in_major);
+        assert_eq!(a, [5.5, 6.0, 11.0, -1.5, -2.0, 2.0]);
+        assert_eq!(a, floats(out_major));
+    }
+
+    #[test]
+    fn gelu_tanh_matches_burns_gelu_approximate() {
+        let dev = Device::flex();
+        let x = Tensor::<1>::from_data([-6.0f32, -2.5, -0.3, 0.0, 0.7, 3.0, 9.0], &dev);
+        let a = floats(gelu_tanh(x.clone()));
+        let b = floats(gelu_approximate(x));
+        for (x, y) in a.iter().zip(&b) {
+            assert!((x - y).abs() < 1e-5, "{a:?} vs {b:?}");
+        }
+    }
+
+    #[test]
+    fn layer_norm_normalizes_the_last_dimension() {
+        let dev = Device::flex();
+        let gamma = Tensor::ones([4], &dev);
+        let beta = Tensor::from_data([0.0, 0.0, 0.0, 1.0], &dev);
+        let x = Tensor::<2>::from_data(
+            TensorData::new(
+                vec![1.0f32, 2.0, 3.0, 4.0, 3000.0, -3000.0, 0.0, 0.0],
+                [2, 4],
+            ),
+            &dev,
+        );
+        let y = floats(layer_norm(x, &gamma, &beta, 1e-5));
+        // Row 0: mean 2.5, biased var 1.25.
+        let s = 1.25f32.sqrt();
+        let expected = [-1.5 / s, -0.5 / s, 0.5 / s, 1.5 / s + 1.0];
+        for (a, b) in y[..4].iter().zip(expected) {
+            assert!((a - b).abs() < 1e-5, "{y:?}");
+        }
+        assert!(y.iter().all(|v| v.is_finite()));
+    }
+
+    #[test]
+    fn kv_write_puts_each_rows_k_and_v_at_its_slot() {
+        let dev = Device::flex();
+        let (h, d, slots) = (2, 2, 4);
+        // One row: q = 0..4, k = 10..14, v = 20..24.
+        let qkv = Tensor::<2>::from_data(
+            TensorData::new(
+                (0..4)
+                    .chain(10..14)
+                    .chain(20..24)
+                    .map(|x| x as f32)
+                    .collect::<Vec<_>>(),
+                [1, 12],
+            ),
+            &dev,
+        );
+        let at = Tensor::<1, Int>::from_data(TensorData::new(vec![2i32], [1]), &dev);
+        let zeros = || Tensor::<3>::zeros([h, slots, d], &dev);
+        let (k, v) = kv_write(zeros(), zeros(), qkv, at);
+        let k = floats(k);
+        // Head 0 slot 2 = [10, 11]; head 1 slot 2 = [12, 13].
+        assert_eq!(&k[4..6], &[10.0, 11.0]);
+        assert_eq!(&k[12..14], &[12.0, 13.0]);
+        assert_eq!(floats(v)[12..14], [22.0, 23.0]);
+    }
+}

@@ -1,0 +1,15 @@
+//! Choosing each row's next token on the device, and the logprobs of the
+//! choices.
+//!
+//! - [`sampler`]: per-row sampling (greedy fast path; temperature, top-k,
+//!   top-p with per-sequence seeded uniforms), ending in one device->host read
+//!   of the chosen ids; [`SamplingParamsRows`] holds the per-row parameters as
+//!   device buffers a decode bucket rewrites in place.
+//! - [`logprobs`]: log-probabilities of the sampled tokens and their top-n
+//!   alternatives, from the same logits, only for steps where some row asked.
+
+pub mod logprobs;
+pub mod sampler;
+
+pub use logprobs::{any_asked, logprobs};
+pub use sampler::{sample, RowChoice, SamplingParamsRows};

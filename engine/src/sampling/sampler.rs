@@ -1,0 +1,263 @@
+//! Per-row token choice on the device, ending in ONE device->host read of the
+//! `[B]` chosen ids (never the logits).
+//!
+//! - A batch of only greedy rows takes the fast path: `argmax`.
+//! - Otherwise (in f32): `probs = softmax(logits / temperature)`; top-k and
+//!   top-p keep `{i : probs_i >= tau}` where `tau` is the largest threshold that
+//!   still keeps at least `k` tokens and at least `top_p` of the mass. `tau` is
+//!   found per row by bisection (a fixed number of vectorized compare+sum
+//!   passes), because Burn's sort falls back to a host round trip on CubeCL.
+//!   Then inverse-CDF sampling: `cumsum` of the kept probabilities in vocab
+//!   order, and the first index whose cumsum reaches `u * total`, where `u` is
+//!   the row's uniform draw from its sequence's seeded host RNG. Greedy rows in
+//!   a mixed batch get the argmax.
+//! - The per-row parameters live in [`SamplingParamsRows`], device buffers a
+//!   decode bucket rewrites in place each step.
+
+use burn::prelude::*;
+use burn::tensor::activation::softmax;
+use burn::tensor::DType;
+
+use crate::error::EngineError;
+use crate::ops::InputBuffer;
+
+/// Bisection passes for the top-k/top-p threshold (f32 resolution).
+const THRESHOLD_ITERS: usize = 24;
+
+/// How one row picks its token.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum RowChoice {
+    Greedy,
+    Sample {
+        temperature: f32,
+        /// 0 = off.
+        top_k: usize,
+        /// >= 1.0 = off.
+        top_p: f32,
+        /// Uniform draw in (0, 1) for this row and step.
+        uniform: f32,
+    },
+}
+
+/// Per-row sampling parameters as `[B, 1]` device tensors (f32), written from
+/// the rows' [`RowChoice`]s. Decode keeps one per bucket and rewrites it in
+/// place each step; prefill builds a fresh one.
+#[derive(Debug)]
+pub struct SamplingParamsRows {
+    temperatures: InputBuffer<2, Float>,
+    /// Tokens the threshold must keep (V = no top-k).
+    top_ks: InputBuffer<2, Float>,
+    /// Mass the kept tokens must reach (0 = no top-p).
+    top_ps: InputBuffer<2, Float>,
+    uniforms: InputBuffer<2, Float>,
+    /// 1 for rows that take the argmax, 0 for sampled rows.
+    greedy: InputBuffer<2, Int>,
+    /// Host-side summary of the last write: every row greedy (the argmax fast path).
+    all_greedy: bool,
+    /// Some row filters by top-k or top-p (the threshold search runs).
+    filtering: bool,
+    rows: usize,
+    vocab: usize,
+}
+
+impl SamplingParamsRows {
+    /// Buffers for `rows` rows over a vocabulary of `vocab` tokens, all greedy.
+    pub fn new(rows: usize, vocab: usize, device: &Device) -> Self {
+        let f = || InputBuffer::zeros_dtype([rows, 1], device, DType::F32);
+        Self {
+            temperatures: f(),
+            top_ks: f(),
+            top_ps: f(),
+            uniforms: f(),
+            greedy: InputBuffer::zeros([rows, 1], device),
+            all_greedy: true,
+            filtering: false,
+            rows,
+            vocab,
+        }
+    }
+
+    /// Writes `choices` (rows past them are greedy padding). When every row is
+    /// greedy nothing is uploaded: the argmax path reads no parameters.
+    pub fn write(&mut self, choices: &[RowChoice]) {
+        debug_assert!(choices.len() <= self.rows);
+        self.all_greedy = choices.iter().all(|c| matches!(c, RowChoice::Greedy));
+        if self.all_greedy {
+            self.filtering = false;
+            return;
+        }
+        let (n, v) = (self.rows, self.vocab);
+        let mut temps = vec![1.0f32; n];
+        let mut ks = vec![v as f32; n];
+        let mut ps = vec![0.0f32; n];
+        let mut us = vec![0.5f32; n];
+        let mut greedy = vec![1i32; n];
+        let mut filtering = false;
+        for (i, choice) in choices.iter().enumerate() {
+            let RowChoice::Sample {
+                temperature,
+                top_k,
+                top_p,
+                uniform,
+            } = *choice
+            else {
+                continue;
+            };
+            let top_k_on = top_k > 0 && top_k < v;
+            let p = if top_p >= 1.0 { 0.0 } else { top_p.max(0.0) };
+            // The threshold keeps >= k tokens: with top-k off, k = 1 lets
+            // top-p alone decide, and k = V (with p = 0) keeps every token.
+            let k = match (top_k_on, p > 0.0) {
+                (true, _) => top_k,
+                (false, true) => 1,
+                (false, false) => v,
+            };
+            filtering |= k < v;
+            temps[i] = temperature.max(1e-6);
+            ks[i] = k as f32;
+            ps[i] = p;
+            us[i] = uniform.clamp(f32::MIN_POSITIVE, 1.0);
+            greedy[i] = 0;
+        }
+        self.temperatures.write(temps);
+        self.top_ks.write(ks);
+        self.top_ps.write(ps);
+        self.uniforms.write(us);
+        self.greedy.write(greedy);
+        self.filtering = filtering;
+    }
+}
+
+/// Picks one token per row of `logits` (`[B, vocab]`, B = the parameters'
+/// rows) and reads back the first `take` ids: the step's one device->host read.
+pub fn sample(
+    logits: Tensor<2>,
+    params: &SamplingParamsRows,
+    take: usize,
+) -> Result<Vec<u32>, EngineError> {
+    let [b, _] = logits.dims();
+    debug_assert_eq!(b, params.rows);
+    let ids = if params.all_greedy {
+        logits.argmax(1)
+    } else {
+        sample_rows(logits.cast(DType::F32), params)
+    };
+    let data = ids
+        .reshape([b])
+        .narrow(0, 0, take.min(b))
+        .try_into_data()
+        .map_err(|e| EngineError::Device(format!("{e:?}")))?;
+    Ok(data
+        .iter::<i64>()
+        .map(|x| x.clamp(0, u32::MAX as i64) as u32)
+        .collect())
+}
+
+/// The sampling path; `logits` is f32 `[B, V]`; returns ids `[B, 1]`.
+fn sample_rows(logits: Tensor<2>, params: &SamplingParamsRows) -> Tensor<2, Int> {
+    let [b, v] = logits.dims();
+    let shape = [b, v];
+    let mut probs = softmax(logits.clone() / params.temperatures.tensor(), 1);
+
+    if params.filtering {
+        let k = params.top_ks.tensor();
+        let p = params.top_ps.tensor();
+        // Invariant: `lo` satisfies both constraints; the answer lies in [lo, hi].
+        let mut lo = Tensor::<2>::zeros([b, 1], (&logits.device(), DType::F32));
+        let mut hi = probs.clone().max_dim(1);
+        for _ in 0..THRESHOLD_ITERS {
+            let mid = (lo.clone() + hi.clone()) * 0.5;
+            let keep = probs.clone().greater_equal(mid.clone().expand(shape));
+            let count = keep.clone().float().cast(DType::F32).sum_dim(1);
+            let mass = probs.clone().mask_fill(keep.bool_not(), 0.0).sum_dim(1);
+            let ok = count
+                .greater_equal(k.clone())
+                .bool_and(mass.greater_equal(p.clone()));
+            lo = lo.mask_where(ok.clone(), mid.clone());
+            hi = hi.mask_where(ok.bool_not(), mid);
+        }
+        probs = probs.clone().mask_fill(probs.lower(lo.expand(shape)), 0.0);
+    }
+
+    let cum = probs.cumsum(1);
+    let total = cum.clone().slice([0..b, v - 1..v]);
+    let threshold = params.uniforms.tensor() * total;
+    let picked = cum
+        .lower(threshold.expand(shape))
+        .int()
+        .sum_dim(1)
+        .clamp_max(v as i64 - 1); // [B, 1]
+
+    let greedy = params.greedy.tensor().equal_elem(1);
+    picked.mask_where(greedy, logits.argmax(1))
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use super::*;
+
+    /// A Flex `[rows, V]` logits tensor (also used by the logprobs tests).
+    pub(crate) fn logits(rows: &[&[f32]]) -> Tensor<2> {
+        let v = rows[0].len();
+        let flat: Vec<f32> = rows.iter().flat_map(|r| r.iter().copied()).collect();
+        Tensor::from_data(TensorData::new(flat, [rows.len(), v]), &Device::flex())
+    }
+
+    fn s(temperature: f32, top_k: usize, top_p: f32, uniform: f32) -> RowChoice {
+        RowChoice::Sample {
+            temperature,
+            top_k,
+            top_p,
+            uniform,
+        }
+    }
+
+    fn pick(l: Tensor<2>, rows: &[RowChoice]) -> Vec<u32> {
+        let [b, v] = l.dims();
+        let mut params = SamplingParamsRows::new(b, v, &Device::flex());
+        params.write(rows);
+        sample(l, &params, rows.len()).unwrap()
+    }
+
+    #[test]
+    fn greedy_is_argmax() {
+        let l = logits(&[&[0.1, 3.0, 0.2], &[5.0, 1.0, 0.0]]);
+        assert_eq!(pick(l, &[RowChoice::Greedy; 2]), [1, 0]);
+    }
+
+    #[test]
+    fn inverse_cdf_follows_the_uniform() {
+        // probs = [0.25, 0.25, 0.5] (log-probs), cumsum [0.25, 0.5, 1.0].
+        let row: &[f32] = &[0.25f32.ln(), 0.25f32.ln(), 0.5f32.ln()];
+        let l = logits(&[row, row, row, row]);
+        let rows = [
+            s(1.0, 0, 1.0, 0.1),
+            s(1.0, 0, 1.0, 0.4),
+            s(1.0, 0, 1.0, 0.9),
+            RowChoice::Greedy,
+        ];
+        assert_eq!(pick(l, &rows), [0, 1, 2, 2]);
+    }
+
+    #[test]
+    fn top_k_and_top_p_drop_the_tail() {
+        // probs = [0.1, 0.6, 0.3]
+        let row: &[f32] = &[0.1f32.ln(), 0.6f32.ln(), 0.3f32.ln()];
+        let l = logits(&[row, row, row, row]);
+        let rows = [
+            s(1.0, 1, 1.0, 0.99), // top-1 -> token 1
+            s(1.0, 2, 1.0, 0.99), // {1, 2}: cum [0, .6, .9] of .9 -> u .99 -> token 2
+            s(1.0, 2, 1.0, 0.01), // first kept token in vocab order -> 1
+            s(1.0, 0, 0.5, 0.99), // nucleus 0.5 -> {1}
+        ];
+        assert_eq!(pick(l, &rows), [1, 2, 1, 1]);
+    }
+
+    #[test]
+    fn padding_rows_are_greedy_and_not_read_back() {
+        let row: &[f32] = &[0.1f32.ln(), 0.6f32.ln(), 0.3f32.ln()];
+        let pad: &[f32] = &[9.0, 0.0, 0.0];
+        let l = logits(&[row, pad, pad]);
+        assert_eq!(pick(l, &[s(1.0, 0, 1.0, 0.05)]), [0]);
+    }
+}

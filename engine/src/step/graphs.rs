@@ -1,0 +1,126 @@
+//! Decode steps replayed as captured CUDA graphs, one per decode bucket.
+//!
+//! An eager decode step launches hundreds of kernels and the host spends
+//! milliseconds issuing them; a CUDA graph records the launches once and
+//! replays them with one driver call. What makes that possible here:
+//!
+//! - every input of a step lives in the bucket's persistent device buffers
+//!   ([`super::buffers`]), rewritten in place before each replay;
+//! - decode attention reads block tables and context lengths from those
+//!   buffers, so a step's kernels and shapes do not depend on the context;
+//! - the KV write is a kernel that writes the cache buffers in place, so the
+//!   graph writes the memory the engine (and every other graph) reads.
+//!
+//! The graph is captured by [`burn::tensor::capture`] around a closure that
+//! runs the step. The closure takes the step's inputs and the KV cache from a
+//! [`StepSlot`] shared with the engine rather than owning copies: on a backend
+//! without graphs (the CPU) `replay` re-runs the closure, and it must then see
+//! this step's inputs and move the engine's cache through the model like an
+//! eager step does. On CUDA the slot only carries the same buffers every time.
+//!
+//! A capture that did not produce a hardware graph is reported by
+//! [`DecodeGraph::is_hardware`]; the engine then logs it once and runs eager
+//! steps (never a wrong result).
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use burn::prelude::*;
+use burn::tensor::{capture, Graph};
+
+use super::forward::forward;
+use super::inputs::StepInputs;
+use crate::model::{Gpt2, KvCache};
+use crate::ops::Ops;
+
+/// What one step hands the captured closure, and what it hands back.
+#[derive(Default)]
+struct StepSlot {
+    inputs: Option<StepInputs>,
+    cache: Option<KvCache>,
+}
+
+type StepClosure = Box<dyn FnMut() -> Option<Tensor<2>> + Send>;
+
+/// One decode bucket's captured step.
+pub struct DecodeGraph {
+    /// Shared with the closure. Only the engine's thread ever locks it (the
+    /// `Arc<Mutex>` is what lets an engine be built on one thread and moved
+    /// to its scheduler thread).
+    slot: Arc<Mutex<StepSlot>>,
+    graph: Graph<Option<Tensor<2>>, StepClosure>,
+    device: Device,
+}
+
+impl DecodeGraph {
+    /// Captures the step `inputs` describe (the bucket's buffers, holding
+    /// padding rows: the warmup and capture runs write only the padding block).
+    pub fn capture(
+        model: &Gpt2,
+        ops: &Ops,
+        cache: &mut KvCache,
+        inputs: StepInputs,
+        device: &Device,
+    ) -> Self {
+        let slot = Arc::new(Mutex::new(StepSlot::default()));
+        let shared = Arc::clone(&slot);
+        let (model, ops) = (model.clone(), ops.clone());
+        let closure: StepClosure = Box::new(move || {
+            let mut slot = lock(&shared);
+            let inputs = slot.inputs.clone()?;
+            let mut cache = slot.cache.take()?;
+            let logits = forward(&model, &ops, &mut cache, inputs);
+            slot.cache = Some(cache);
+            Some(logits)
+        });
+        {
+            let mut filled = lock(&slot);
+            filled.inputs = Some(inputs);
+            filled.cache = Some(std::mem::take(cache));
+        }
+        let mut this = Self {
+            slot,
+            graph: capture(device, closure),
+            device: device.clone(),
+        };
+        this.take_cache(cache);
+        this
+    }
+
+    /// Whether replays are one hardware dispatch (not closure re-runs).
+    pub fn is_hardware(&self) -> bool {
+        self.graph.is_hardware()
+    }
+
+    /// Runs the step with `inputs` (the bucket's buffers, already written for
+    /// this step). Returns logits `[bucket, vocab]`, complete on the device,
+    /// or `None` if the slot lost the cache (a bug; the caller goes eager).
+    pub fn replay(&mut self, cache: &mut KvCache, inputs: StepInputs) -> Option<Tensor<2>> {
+        {
+            let mut slot = lock(&self.slot);
+            slot.inputs = Some(inputs);
+            slot.cache = Some(std::mem::take(cache));
+        }
+        // Safety: every buffer the graph touches is alive: the weights are
+        // owned by the closure, the cache and input buffers by the engine for
+        // as long as this graph (the engine drops its graphs first), and all
+        // work runs on the engine thread's one stream.
+        let logits = unsafe { self.graph.replay() }.clone();
+        self.take_cache(cache);
+        // Reading a replayed graph's output does not wait for the replay.
+        self.device.sync().ok()?;
+        logits
+    }
+
+    /// Moves the cache back from the slot into `cache`.
+    fn take_cache(&mut self, cache: &mut KvCache) {
+        if let Some(back) = lock(&self.slot).cache.take() {
+            *cache = back;
+        }
+    }
+}
+
+/// The slot, whatever a panicking holder left in it (it holds no invariant
+/// beyond its two options).
+fn lock(slot: &Mutex<StepSlot>) -> MutexGuard<'_, StepSlot> {
+    slot.lock().unwrap_or_else(PoisonError::into_inner)
+}

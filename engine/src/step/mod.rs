@@ -1,0 +1,22 @@
+//! One step on the device: its inputs, the buffers they live in, the forward
+//! pass, and the decode graphs that replay it.
+//!
+//! - [`inputs`]: a step's model inputs (prefill built on the host, decode
+//!   derived on the device from the buffers) and the prefill shapes.
+//! - [`buffers`]: the persistent device buffers a decode step's inputs are
+//!   written into, one set per decode bucket (in place on CUDA).
+//! - [`forward`]: the model over a step's inputs (eager steps and graphs).
+//! - [`graphs`]: decode steps captured once per bucket and replayed as CUDA
+//!   graphs.
+//! - [`runner`]: [`StepRunner`], which owns the model, the KV storage, the
+//!   buffers and the graphs, and runs prefill and decode steps to sampled ids.
+
+pub mod buffers;
+pub mod forward;
+pub mod graphs;
+pub mod inputs;
+pub mod runner;
+
+pub use buffers::DecodeRow;
+pub use inputs::{PrefillSeq, PrefillShape, StepInputs};
+pub use runner::{RunnerShape, StepRunner, MIN_PREFILL_BUCKET};

@@ -1,0 +1,364 @@
+//! [`StepRunner`]: the device half of the engine. It owns the model, the KV
+//! storage, the persistent decode buffers and the captured decode graphs,
+//! and runs one step at a time: build the step's inputs, run the forward
+//! pass (or replay the bucket's graph), sample, and read the chosen ids back.
+//!
+//! It knows nothing about sequences: a step arrives as rows (tokens,
+//! positions, block tables) and sampling choices, and leaves as ids (and
+//! logprobs where asked). The host half (which sequence holds which blocks,
+//! the stop rules) is `crate::engine`'s.
+//!
+//! Step shapes: with `bucketed` on (CUDA), decode batches are padded to
+//! power-of-two buckets up to `max_batch`, prefill batches to power-of-two
+//! rows and lengths (at least [`MIN_PREFILL_BUCKET`]), and the context of a
+//! prefill over cached positions to a power-of-two number of blocks, so the
+//! set of shapes is small and known in advance (autotune and compilation run
+//! once per shape). Padding rows read and write only the padding block (one
+//! past the pool's last).
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use burn::prelude::*;
+
+use super::buffers::{DecodeBuffers, DecodeRow};
+use super::forward::forward;
+use super::graphs::DecodeGraph;
+use super::inputs::{
+    decode_inputs, prefill_inputs, prefill_inputs_over, PrefillSeq, PrefillShape, StepInputs,
+};
+use crate::error::EngineError;
+use crate::model::{Gpt2, Gpt2Config, KvCache};
+use crate::ops::Ops;
+use crate::sampling::{any_asked, logprobs, sample, RowChoice, SamplingParamsRows};
+use crate::types::TokenLogprobs;
+
+/// Shortest padded prompt length when prefill shapes are bucketed.
+pub const MIN_PREFILL_BUCKET: usize = 16;
+
+/// What a sampled step returns: one id per real row, and each row's logprobs
+/// where it asked.
+pub type Sampled = (Vec<u32>, Vec<Option<TokenLogprobs>>);
+
+/// The cache layout and step shapes a runner is built for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunnerShape {
+    pub block_size: usize,
+    /// Blocks in the pool (the padding block is one more).
+    pub num_blocks: usize,
+    /// Largest decode batch (and decode bucket).
+    pub max_batch: usize,
+    /// Pad step shapes to buckets (CUDA).
+    pub bucketed: bool,
+}
+
+/// The device half of the engine (see the module docs).
+pub struct StepRunner {
+    /// Captured decode steps per bucket (declared first: dropped before the
+    /// buffers and the cache they replay against).
+    graphs: BTreeMap<usize, DecodeGraph>,
+    model: Gpt2,
+    config: Gpt2Config,
+    ops: Ops,
+    /// K/V storage of all layers, `(num_blocks + 1) * block_size` slots each.
+    cache: KvCache,
+    /// Persistent decode inputs, one set per decode bucket, made on first use.
+    decode_buffers: BTreeMap<usize, DecodeBuffers>,
+    shape: RunnerShape,
+    device: Device,
+}
+
+impl StepRunner {
+    /// Allocates the K/V storage for `shape` (`(num_blocks + 1) * block_size`
+    /// slots per layer, K and V).
+    pub fn new(
+        model: Gpt2,
+        config: Gpt2Config,
+        ops: Ops,
+        shape: RunnerShape,
+        device: Device,
+    ) -> Result<Self, EngineError> {
+        let RunnerShape {
+            block_size,
+            num_blocks,
+            max_batch,
+            ..
+        } = shape;
+        if block_size == 0 || num_blocks == 0 || max_batch == 0 {
+            return Err(EngineError::InvalidConfig(format!(
+                "block_size ({block_size}), num_blocks ({num_blocks}) and max_batch ({max_batch}) must be > 0"
+            )));
+        }
+        // Slot ids travel as 32-bit ints on the device.
+        let num_slots = block_size
+            .checked_mul(num_blocks + 1)
+            .filter(|&n| n <= i32::MAX as usize)
+            .ok_or_else(|| {
+                EngineError::InvalidConfig("block_size * (num_blocks + 1) exceeds i32".into())
+            })?;
+        let head_dim = config.n_embd / config.n_head;
+        let cache = KvCache::new(config.n_layer, config.n_head, head_dim, num_slots, &device);
+        tracing::info!(
+            block_size,
+            num_blocks,
+            max_batch,
+            bucketed = shape.bucketed,
+            kv_bytes = num_slots * config.n_layer * config.n_embd * 2 * cache.elem_bytes(),
+            "allocated the paged KV cache"
+        );
+        Ok(Self {
+            graphs: BTreeMap::new(),
+            model,
+            config,
+            ops,
+            cache,
+            decode_buffers: BTreeMap::new(),
+            shape,
+            device,
+        })
+    }
+
+    pub fn model_config(&self) -> &Gpt2Config {
+        &self.config
+    }
+
+    pub fn shape(&self) -> RunnerShape {
+        self.shape
+    }
+
+    /// The slot padding rows write to (the padding block's first).
+    fn pad_slot(&self) -> usize {
+        self.shape.num_blocks * self.shape.block_size
+    }
+
+    /// The decode bucket of a batch of `n` rows.
+    pub fn decode_bucket(&self, n: usize) -> usize {
+        if self.shape.bucketed {
+            n.max(1).next_power_of_two().min(self.shape.max_batch)
+        } else {
+            n.max(1)
+        }
+    }
+
+    /// The padded shape of a prefill batch of `n` prompts, the longest `longest`.
+    pub fn prefill_shape(&self, n: usize, longest: usize) -> PrefillShape {
+        if self.shape.bucketed {
+            PrefillShape {
+                rows: n.max(1).next_power_of_two(),
+                len: longest
+                    .max(MIN_PREFILL_BUCKET)
+                    .next_power_of_two()
+                    .min(self.config.n_positions)
+                    .max(longest),
+            }
+        } else {
+            PrefillShape {
+                rows: n.max(1),
+                len: longest.max(1),
+            }
+        }
+    }
+
+    /// One decode step over `rows` (at most `max_batch`), each sampled by its
+    /// choice; `top_n[i]` asks for row `i`'s logprobs.
+    pub fn decode(
+        &mut self,
+        rows: &[DecodeRow<'_>],
+        choices: &[RowChoice],
+        top_n: &[Option<usize>],
+    ) -> Result<Sampled, EngineError> {
+        let (logits, bucket) = self.decode_forward(rows, choices);
+        let params = &self.decode_buffers[&bucket].sampling;
+        sample_rows(logits, params, rows.len(), top_n)
+    }
+
+    /// The forward half of [`StepRunner::decode`]: writes the step's inputs
+    /// (and sampling choices) into the bucket's buffers and runs the model,
+    /// replaying the bucket's graph if it has one. Returns the logits
+    /// `[bucket, vocab]` and the bucket.
+    pub fn decode_forward(
+        &mut self,
+        rows: &[DecodeRow<'_>],
+        choices: &[RowChoice],
+    ) -> (Tensor<2>, usize) {
+        let bucket = self.decode_bucket(rows.len());
+        let inputs = self.prepare_decode(bucket, rows, choices);
+        let replayed = self
+            .graphs
+            .get_mut(&bucket)
+            .and_then(|graph| graph.replay(&mut self.cache, inputs.clone()));
+        let logits = match replayed {
+            Some(logits) => logits,
+            None => forward(&self.model, &self.ops, &mut self.cache, inputs),
+        };
+        (logits, bucket)
+    }
+
+    /// One prefill step over `rows` (blocks already reserved); the first
+    /// `choices.len()` rows complete their prompt and are sampled.
+    pub fn prefill(
+        &mut self,
+        rows: &[PrefillSeq<'_>],
+        choices: &[RowChoice],
+        top_n: &[Option<usize>],
+    ) -> Result<Sampled, EngineError> {
+        let (inputs, padded) = self.prefill_batch(rows);
+        let logits = forward(&self.model, &self.ops, &mut self.cache, inputs);
+        if choices.is_empty() {
+            return Ok((Vec::new(), Vec::new()));
+        }
+        let mut params = SamplingParamsRows::new(padded, self.config.vocab_size, &self.device);
+        params.write(choices);
+        sample_rows(logits, &params, choices.len(), top_n)
+    }
+
+    /// The logits `[rows.len(), vocab]` at each row's last token (a prefill
+    /// step without sampling; tests and the reference check).
+    pub fn logits(&mut self, rows: &[PrefillSeq<'_>]) -> Tensor<2> {
+        let (inputs, _) = self.prefill_batch(rows);
+        forward(&self.model, &self.ops, &mut self.cache, inputs).narrow(0, 0, rows.len())
+    }
+
+    /// Runs a prefill step of `shape` made of padding rows only (warmup).
+    pub fn warm_prefill(&mut self, shape: PrefillShape) -> Result<(), EngineError> {
+        let inputs = prefill_inputs(
+            &[],
+            shape,
+            self.shape.block_size,
+            self.pad_slot(),
+            &self.device,
+        );
+        let logits = forward(&self.model, &self.ops, &mut self.cache, inputs);
+        let params = SamplingParamsRows::new(shape.rows, self.config.vocab_size, &self.device);
+        sample(logits, &params, 1).map(drop)
+    }
+
+    /// Runs a decode step of `bucket` padding rows, sampled by `choices`
+    /// (warmup: the greedy and the sampling path).
+    pub fn warm_decode(&mut self, bucket: usize, choices: &[RowChoice]) -> Result<(), EngineError> {
+        let inputs = self.prepare_decode(bucket, &[], choices);
+        let logits = forward(&self.model, &self.ops, &mut self.cache, inputs);
+        sample(logits, &self.decode_buffers[&bucket].sampling, 1).map(drop)
+    }
+
+    /// Captures the decode step of each of `buckets` (see
+    /// [`super::graphs`]). On CUDA a capture that yields no hardware graph is
+    /// logged and dropped (those steps run eager); on the CPU the fallback
+    /// graph, which re-runs the step, is kept. Returns the hardware graphs.
+    pub fn capture_decode_graphs(&mut self, buckets: &[usize]) -> usize {
+        let mut hardware = 0;
+        for &bucket in buckets {
+            let started = Instant::now();
+            let inputs = self.prepare_decode(bucket, &[], &[]);
+            let graph = DecodeGraph::capture(
+                &self.model,
+                &self.ops,
+                &mut self.cache,
+                inputs,
+                &self.device,
+            );
+            let is_hardware = graph.is_hardware();
+            tracing::debug!(
+                bucket,
+                is_hardware,
+                seconds = started.elapsed().as_secs_f64(),
+                "captured a decode step"
+            );
+            if is_hardware {
+                hardware += 1;
+            } else if cfg!(feature = "cuda") && self.shape.bucketed {
+                tracing::warn!(
+                    bucket,
+                    "CUDA graph capture of a decode step failed; that bucket runs eager"
+                );
+                continue;
+            }
+            self.graphs.insert(bucket, graph);
+        }
+        hardware
+    }
+
+    /// Decode buckets with a captured graph.
+    pub fn captured_buckets(&self) -> usize {
+        self.graphs.len()
+    }
+
+    /// Writes a decode step of `bucket` rows (the real `rows` first, padding
+    /// after) into the bucket's persistent buffers, made on first use, and
+    /// returns the step's inputs (views of those buffers).
+    fn prepare_decode(
+        &mut self,
+        bucket: usize,
+        rows: &[DecodeRow<'_>],
+        choices: &[RowChoice],
+    ) -> StepInputs {
+        let block_size = self.shape.block_size;
+        let max_context = self.config.n_positions;
+        let table_width = max_context.div_ceil(block_size);
+        let (vocab, heads) = (self.config.vocab_size, self.config.n_head);
+        let device = &self.device;
+        let buffers = self
+            .decode_buffers
+            .entry(bucket)
+            .or_insert_with(|| DecodeBuffers::new(bucket, table_width, vocab, heads, device));
+        buffers.write(rows, block_size, self.shape.num_blocks as u32);
+        buffers.write_sampling(choices);
+        decode_inputs(buffers, block_size, max_context)
+    }
+
+    /// The prefill step's inputs over `rows`, padded to the step's shape, and
+    /// the padded row count (the first `rows.len()` rows are real; the logits
+    /// are `[padded, vocab]`).
+    fn prefill_batch(&self, rows: &[PrefillSeq<'_>]) -> (StepInputs, usize) {
+        let longest = rows.iter().map(|r| r.tokens.len()).max().unwrap_or(1);
+        let shape = self.prefill_shape(rows.len(), longest);
+        let context = rows
+            .iter()
+            .any(|r| r.start > 0)
+            .then(|| self.prefill_context(rows));
+        let inputs = prefill_inputs_over(
+            rows,
+            shape,
+            context,
+            self.shape.block_size,
+            self.pad_slot(),
+            &self.device,
+        );
+        (inputs, shape.rows)
+    }
+
+    /// Context length `T` of a prefill step with cached positions: the longest
+    /// row's end, rounded up to a power-of-two number of blocks when shapes are
+    /// bucketed (at most the block-table width).
+    fn prefill_context(&self, rows: &[PrefillSeq<'_>]) -> usize {
+        let end = rows
+            .iter()
+            .map(|r| r.start + r.tokens.len())
+            .max()
+            .unwrap_or(1);
+        if !self.shape.bucketed {
+            return end;
+        }
+        let bs = self.shape.block_size;
+        let width = self.config.n_positions.div_ceil(bs);
+        let blocks = end.div_ceil(bs).next_power_of_two().min(width);
+        (blocks * bs).max(end)
+    }
+}
+
+/// Samples the first `take` rows of `logits` with `params`, then the
+/// logprobs of the rows whose `top_n` is set (only when one is).
+fn sample_rows(
+    logits: Tensor<2>,
+    params: &SamplingParamsRows,
+    take: usize,
+    top_n: &[Option<usize>],
+) -> Result<Sampled, EngineError> {
+    let kept = any_asked(top_n).then(|| logits.clone());
+    let tokens = sample(logits, params, take)?;
+    let lps = kept
+        .map(|l| logprobs(l, &tokens, top_n))
+        .transpose()?
+        .unwrap_or_default();
+    Ok((tokens, lps))
+}

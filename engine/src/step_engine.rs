@@ -1,0 +1,58 @@
+//! [`StepEngine`]: what the scheduler needs from an engine, and nothing more.
+//!
+//! The continuous-batching loop (`ember-server`'s scheduler) plans with this
+//! trait: admission costs and free blocks, admitting, one prefill step, one
+//! decode step, releasing. The engine is the one owner of sequence state (the
+//! scheduler asks it which sequences still prefill and which decode), so the
+//! loop keeps only what a request's client needs (its event channel, its
+//! span). [`crate::Engine`] implements it; the scheduler's tests implement it
+//! with a small fake that loads no model (text-embeddings-inference's
+//! `Backend` and text-generation-inference's `infer::Backend` play the same
+//! part).
+
+use crate::error::EngineError;
+use crate::types::{AdmissionCost, PrefillChunk, SeqId, SequenceRequest, StepOutput};
+
+/// The engine as the scheduler drives it (see the module docs). Sequence ids
+/// are the caller's and rise with arrival: the lists below are in id order.
+pub trait StepEngine {
+    /// KV blocks in the cache.
+    fn kv_blocks_total(&self) -> usize;
+
+    /// Blocks admission can count on: empty ones and cached ones no sequence
+    /// holds.
+    fn kv_blocks_free(&self) -> usize;
+
+    /// Blocks held by at least one sequence.
+    fn kv_blocks_used(&self) -> usize;
+
+    /// Whether full blocks are reused across requests that share a prefix.
+    fn prefix_caching(&self) -> bool;
+
+    /// What admitting a request would take now: blocks, and prompt tokens
+    /// found in the prefix cache.
+    fn admission_cost(&self, prompt: &[u32], max_new_tokens: usize) -> AdmissionCost;
+
+    /// Admits a request (its whole block budget reserved); returns the prompt
+    /// tokens found cached. [`EngineError::OutOfBlocks`] leaves it waiting;
+    /// any error leaves the engine unchanged.
+    fn admit(&mut self, req: &SequenceRequest) -> Result<usize, EngineError>;
+
+    /// Admitted sequences whose prompt is not all computed yet, with the
+    /// prompt tokens each has left.
+    fn to_prefill(&self) -> Vec<(SeqId, usize)>;
+
+    /// Sequences that decode (prompt computed, first token sampled).
+    fn decoding(&self) -> Vec<SeqId>;
+
+    /// Computes the next chunk of each named prompt; sequences whose prompt
+    /// completes sample their first token. On an error no sequence advances.
+    fn prefill_step(&mut self, chunks: &[PrefillChunk]) -> Result<StepOutput, EngineError>;
+
+    /// One token for each named decoding sequence.
+    fn decode(&mut self, ids: &[SeqId]) -> Result<StepOutput, EngineError>;
+
+    /// Ends a sequence wherever it is and frees its blocks; returns the
+    /// tokens it emitted, or `None` if unknown.
+    fn release(&mut self, id: SeqId) -> Option<usize>;
+}

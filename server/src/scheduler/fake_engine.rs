@@ -1,0 +1,218 @@
+//! A [`StepEngine`] without a model, for the scheduler's tests: block
+//! accounting, chunked prompts, decode and the stop rules of a real engine,
+//! with tokens made up on the spot (the token at position `p` is `p`), in
+//! microseconds. It can be told to fail a step or refuse an admission, so
+//! the worker's failure paths are tested too, and to hold a step until the
+//! test says go, so a test can act while a request is surely mid-decode.
+
+use std::collections::BTreeMap;
+use std::sync::mpsc::Receiver;
+use std::time::Duration;
+
+use ember_engine::{
+    AdmissionCost, EngineError, FinishReason, FinishedSeq, PrefillChunk, SampledToken, SeqId,
+    SequenceRequest, StepEngine, StepOutput, TokenLogprobs,
+};
+
+/// One admitted sequence of the fake.
+#[derive(Debug)]
+struct FakeSeq {
+    prompt_len: usize,
+    /// Prompt tokens computed so far.
+    computed: usize,
+    generated: usize,
+    max_new_tokens: usize,
+    blocks: usize,
+    logprobs: Option<usize>,
+}
+
+/// See the module docs.
+#[derive(Debug)]
+pub(super) struct FakeEngine {
+    total_blocks: usize,
+    block_size: usize,
+    seqs: BTreeMap<SeqId, FakeSeq>,
+    /// Fail the step after this many more successful steps (prefill or decode).
+    pub fail_after_steps: Option<usize>,
+    /// Refuse to admit this sequence (as an invalid request).
+    pub refuse: Option<SeqId>,
+    /// Before step number `.0` (counting prefill and decode steps from 1)
+    /// returns, wait for a message on `.1` (or 30 s).
+    pub hold_at_step: Option<(usize, Receiver<()>)>,
+    steps: usize,
+}
+
+impl FakeEngine {
+    pub fn new(total_blocks: usize, block_size: usize) -> Self {
+        Self {
+            total_blocks,
+            block_size,
+            seqs: BTreeMap::new(),
+            fail_after_steps: None,
+            refuse: None,
+            hold_at_step: None,
+            steps: 0,
+        }
+    }
+
+    fn blocks_required(&self, prompt_len: usize, max_new_tokens: usize) -> usize {
+        (prompt_len + max_new_tokens).div_ceil(self.block_size)
+    }
+
+    /// Counts a step against `fail_after_steps` (the error when it is due)
+    /// and holds it if `hold_at_step` says so.
+    fn step_allowed(&mut self) -> Result<(), EngineError> {
+        self.steps += 1;
+        if let Some((at, go)) = &self.hold_at_step {
+            if *at == self.steps {
+                let _ = go.recv_timeout(Duration::from_secs(30));
+            }
+        }
+        match &mut self.fail_after_steps {
+            Some(0) => {
+                self.fail_after_steps = None;
+                Err(EngineError::Device("injected step failure".into()))
+            }
+            Some(n) => {
+                *n -= 1;
+                Ok(())
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Emits the next token of `id` (its position), finishing it at its length.
+    fn emit(&mut self, id: SeqId, out: &mut StepOutput) {
+        let Some(seq) = self.seqs.get_mut(&id) else {
+            return;
+        };
+        let token = (seq.prompt_len + seq.generated) as u32;
+        seq.generated += 1;
+        out.tokens.push(SampledToken {
+            id,
+            index: seq.generated - 1,
+            token,
+            logprobs: seq.logprobs.map(|n| TokenLogprobs {
+                logprob: -1.0,
+                top: (0..n as u32).map(|i| (i, -1.0 - i as f32)).collect(),
+            }),
+        });
+        if seq.generated >= seq.max_new_tokens {
+            let generated = seq.generated;
+            self.seqs.remove(&id);
+            out.finished.push(FinishedSeq {
+                id,
+                reason: FinishReason::Length,
+                generated,
+            });
+        }
+    }
+}
+
+impl StepEngine for FakeEngine {
+    fn kv_blocks_total(&self) -> usize {
+        self.total_blocks
+    }
+
+    fn kv_blocks_free(&self) -> usize {
+        self.total_blocks - self.kv_blocks_used()
+    }
+
+    fn kv_blocks_used(&self) -> usize {
+        self.seqs.values().map(|s| s.blocks).sum()
+    }
+
+    fn prefix_caching(&self) -> bool {
+        false
+    }
+
+    fn admission_cost(&self, prompt: &[u32], max_new_tokens: usize) -> AdmissionCost {
+        AdmissionCost {
+            blocks: self.blocks_required(prompt.len(), max_new_tokens),
+            cached_tokens: 0,
+        }
+    }
+
+    fn admit(&mut self, req: &SequenceRequest) -> Result<usize, EngineError> {
+        if self.refuse == Some(req.id) {
+            return Err(EngineError::InvalidRequest(format!(
+                "sequence {} refused",
+                req.id
+            )));
+        }
+        let blocks = self.blocks_required(req.prompt.len(), req.max_new_tokens);
+        let free = self.kv_blocks_free();
+        if blocks > free {
+            return Err(EngineError::OutOfBlocks {
+                needed: blocks,
+                free,
+            });
+        }
+        self.seqs.insert(
+            req.id,
+            FakeSeq {
+                prompt_len: req.prompt.len(),
+                computed: 0,
+                generated: 0,
+                max_new_tokens: req.max_new_tokens,
+                blocks,
+                logprobs: req.logprobs,
+            },
+        );
+        Ok(0)
+    }
+
+    fn to_prefill(&self) -> Vec<(SeqId, usize)> {
+        self.seqs
+            .iter()
+            .filter(|(_, s)| s.computed < s.prompt_len)
+            .map(|(&id, s)| (id, s.prompt_len - s.computed))
+            .collect()
+    }
+
+    fn decoding(&self) -> Vec<SeqId> {
+        self.seqs
+            .iter()
+            .filter(|(_, s)| s.computed == s.prompt_len)
+            .map(|(&id, _)| id)
+            .collect()
+    }
+
+    fn prefill_step(&mut self, chunks: &[PrefillChunk]) -> Result<StepOutput, EngineError> {
+        if let Some(c) = chunks
+            .iter()
+            .find(|c| !self.to_prefill().iter().any(|p| p.0 == c.id))
+        {
+            return Err(EngineError::UnknownSequence(c.id));
+        }
+        self.step_allowed()?;
+        let mut out = StepOutput::default();
+        for c in chunks {
+            let Some(seq) = self.seqs.get_mut(&c.id) else {
+                continue;
+            };
+            seq.computed = (seq.computed + c.tokens).min(seq.prompt_len);
+            if seq.computed == seq.prompt_len {
+                self.emit(c.id, &mut out);
+            }
+        }
+        Ok(out)
+    }
+
+    fn decode(&mut self, ids: &[SeqId]) -> Result<StepOutput, EngineError> {
+        let decoding = self.decoding();
+        if let Some(&id) = ids.iter().find(|id| !decoding.contains(id)) {
+            return Err(EngineError::UnknownSequence(id));
+        }
+        self.step_allowed()?;
+        let mut out = StepOutput::default();
+        for &id in ids {
+            self.emit(id, &mut out);
+        }
+        Ok(out)
+    }
+
+    fn release(&mut self, id: SeqId) -> Option<usize> {
+        self.seqs.remove(&id).map(|s| s.generated)
+    }
+}

@@ -1,0 +1,28 @@
+//! [`SchedulerKnobs`]: the continuous-batching loop's own knobs. The CLI
+//! builds them from its flags (validated there); the scheduler, and the
+//! service for what it reports and checks, read them.
+
+/// The scheduler's knobs, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SchedulerKnobs {
+    /// Decode batch knob: most sequences in one decode step.
+    pub max_batch_size: usize,
+    /// Prefill batch knob: most requests admitted into one prefill step.
+    pub prefill_max_batch_size: usize,
+    /// Most prompt tokens computed in one iteration's prefill step.
+    pub prefill_max_tokens: usize,
+    /// Most requests waiting for admission.
+    pub max_pending: usize,
+    /// Largest `max_new_tokens` a request may ask for.
+    pub max_new_tokens_limit: usize,
+}
+
+impl SchedulerKnobs {
+    /// Most sequences that may be running (admitted, not finished) at once. The
+    /// prefill knob may exceed the decode knob, so admission alone can fill a
+    /// larger running set; decode then rotates through it `max_batch_size` at a
+    /// time.
+    pub fn max_running(&self) -> usize {
+        self.max_batch_size.max(self.prefill_max_batch_size)
+    }
+}
