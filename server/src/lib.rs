@@ -6,8 +6,11 @@
 //!   CPU, CUDA f16), and CubeCL's kernel cache.
 //! - [`server`]: wiring and lifecycle: gRPC services (Inference,
 //!   health, reflection), readiness, draining shutdown.
-//! - [`service`]: the `ember.v1.Inference` handlers: validation, tokenization
-//!   off the scheduler thread, the per-request response stream, error -> status.
+//! - [`service`]: the one request path (validation, tokenization off the
+//!   scheduler thread, the per-request response stream, error -> status), the
+//!   gRPC door (`ember.v1.Inference`), API keys and TLS.
+//! - [`http`]: the OpenAI-compatible HTTP door (`--http-listen`), translating
+//!   into and out of that same request path.
 //! - [`scheduler`]: the continuous-batching loop on its own thread; owns the
 //!   engine; fed by a command channel.
 //! - [`engine`]: runs many sequences at once over a paged KV cache: batched
@@ -21,6 +24,7 @@
 pub mod cli;
 pub mod device;
 pub mod engine;
+pub mod http;
 pub mod logging;
 pub mod metrics;
 pub mod model;

@@ -1,17 +1,28 @@
 //! Wiring and lifecycle: start the scheduler on the chosen device, serve gRPC
-//! (Inference, grpc.health.v1, reflection), and shut down in order.
+//! (Inference, grpc.health.v1, reflection) and, with `--http-listen`, the
+//! OpenAI-compatible HTTP API, both over one [`Frontend`]; shut down in order.
 //!
 //! Lifecycle:
-//! 1. The listener is already bound (so `:0` is known before loading); health
-//!    reports NOT_SERVING while the scheduler thread loads and warms up.
+//! 1. The gRPC listener is already bound (so `:0` is known before loading);
+//!    the HTTP listener is bound first thing here and announced as the
+//!    second stdout line, `http listening on <ip:port>`. Health reports
+//!    NOT_SERVING (HTTP `/health`: 503) while the scheduler thread loads and
+//!    warms up.
 //! 2. Ready: [`ModelInfo`] is published to handlers, health turns SERVING.
-//! 3. `shutdown` resolves (SIGTERM/SIGINT in the binary): draining starts: health
-//!    NOT_SERVING, new `Generate` calls get UNAVAILABLE; running and queued
-//!    requests get `--shutdown-timeout` to finish, then the rest are cancelled
-//!    (they end with FINISH_REASON_CANCELLED). Then tonic stops and the
-//!    scheduler thread is joined.
+//! 3. `shutdown` resolves (SIGTERM/SIGINT in the binary): draining starts:
+//!    health NOT_SERVING, new requests get UNAVAILABLE on gRPC and 503 on
+//!    HTTP (the same check, in [`Frontend`]); running and queued requests of
+//!    both doors get `--shutdown-timeout` to finish, then the rest are
+//!    cancelled (they end with FINISH_REASON_CANCELLED, `abort` on HTTP).
+//!    Then both listeners stop (HTTP connections get a few seconds to flush)
+//!    and the scheduler thread is joined.
+//!
+//! TLS (`--tls-cert`) wraps both listeners; API keys (`--api-key`) guard
+//! `ember.v1.Inference` and the HTTP `/v1` routes, not health.
 
 use std::future::Future;
+use std::io::Write;
+use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -27,7 +38,7 @@ use tonic_health::ServingStatus;
 use crate::cli::ServerConfig;
 use crate::model::ModelSource;
 use crate::scheduler::{self, SchedulerConfig, SchedulerHandle, SchedulerStats, Spawned};
-use crate::service::{InferenceService, ServiceState};
+use crate::service::{auth, Frontend, InferenceService, ServiceState};
 
 /// Runs the server on `listener` until `shutdown` resolves and draining ends.
 /// An error means the server could not start (model, device, tokenizer).
@@ -36,12 +47,19 @@ pub async fn run(
     listener: TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
+    let http_listener = match config.http_listen {
+        Some(addr) => Some(bind_http(addr).await?),
+        None => None,
+    };
     let tokenizer = load_tokenizer(&config.model)?;
     let (health, health_service) = tonic_health::server::health_reporter();
     set_health(&health, ServingStatus::NotServing).await;
+    let model_name = config
+        .served_model_name
+        .clone()
+        .unwrap_or_else(|| served_model_name(&config.model));
     if let Some(addr) = config.metrics_addr {
-        crate::metrics::install(addr, &served_model_name(&config.model))
-            .context("starting the metrics listener")?;
+        crate::metrics::install(addr, &model_name).context("starting the metrics listener")?;
     }
 
     let sched_config = SchedulerConfig {
@@ -67,19 +85,41 @@ pub async fn run(
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()
         .context("building the reflection service")?;
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let frontend = Frontend::new(handle.clone(), Arc::clone(&state));
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = move || {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|stop| *stop).await;
+        }
+    };
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-    let serve = tonic::transport::Server::builder()
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = &config.tls {
+        builder = builder
+            .tls_config(tls.grpc())
+            .context("--tls-cert/--tls-key: gRPC TLS setup")?;
+    }
+    let inference = InferenceServer::with_interceptor(
+        InferenceService::new(frontend.clone()),
+        auth::grpc_interceptor(config.api_keys.clone()),
+    );
+    let serve = builder
         .add_service(health_service)
         .add_service(reflection)
-        .add_service(InferenceServer::new(InferenceService::new(
-            handle.clone(),
-            Arc::clone(&state),
-        )))
-        .serve_with_incoming_shutdown(incoming, async {
-            let _ = stop_rx.await;
-        });
+        .add_service(inference)
+        .serve_with_incoming_shutdown(incoming, stopped());
     let serve_task = tokio::spawn(serve);
+    let http_task = http_listener.map(|listener| {
+        let router = crate::http::router(
+            frontend.clone(),
+            model_name.clone(),
+            config.api_keys.clone(),
+        );
+        let tls = config.tls.as_ref().map(|t| t.http_acceptor());
+        tokio::spawn(crate::http::serve::serve(listener, tls, router, stopped()))
+    });
+    drop(frontend);
 
     tokio::pin!(shutdown);
     let startup: anyhow::Result<bool> = tokio::select! {
@@ -102,8 +142,11 @@ pub async fn run(
     let started = match startup {
         Ok(started) => started,
         Err(err) => {
-            let _ = stop_tx.send(());
+            let _ = stop_tx.send(true);
             let _ = serve_task.await;
+            if let Some(t) = http_task {
+                let _ = t.await;
+            }
             return Err(err);
         }
     };
@@ -115,11 +158,17 @@ pub async fn run(
     state.draining.store(true, Ordering::Release);
     set_health(&health, ServingStatus::NotServing).await;
     drain(&handle, config.shutdown_timeout).await;
-    let _ = stop_tx.send(());
+    let _ = stop_tx.send(true);
     match serve_task.await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => tracing::error!(error = %e, "gRPC server error"),
         Err(e) => tracing::error!(error = %e, "gRPC server task failed"),
+    }
+    if let Some(Err(e)) = match http_task {
+        Some(t) => Some(t.await),
+        None => None,
+    } {
+        tracing::error!(error = %e, "HTTP server task failed");
     }
     drop(handle);
     // The scheduler exits once every handle is gone (the service's went with
@@ -127,6 +176,22 @@ pub async fn run(
     let _ = tokio::task::spawn_blocking(move || join.join()).await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Binds `--http-listen` and announces it: the second stdout line (after
+/// `main`'s `listening on`), `http listening on <ip:port>`, which tests and
+/// `loadgen --spawn-server` read when given port 0.
+async fn bind_http(addr: SocketAddr) -> anyhow::Result<TcpListener> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("--http-listen {addr}: cannot bind"))?;
+    let bound = listener.local_addr()?;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "http listening on {bound}")?;
+    out.flush()?;
+    drop(out);
+    tracing::info!(addr = %bound, "HTTP (OpenAI-compatible) listening");
+    Ok(listener)
 }
 
 /// Waits for queued and running requests to finish, up to `timeout`; then
