@@ -14,8 +14,7 @@ use clap::Parser;
 
 use crate::logging::LogFormat;
 use crate::model::{ModelSource, Preset};
-use crate::service::auth::{ApiKey, ApiKeys};
-use crate::service::tls::TlsIdentity;
+use crate::service::doors::{DoorArgs, DoorConfig};
 
 /// Ember: a continuous-batching GPT-2 inference server (gRPC, streaming).
 #[derive(Debug, Clone, Parser)]
@@ -123,45 +122,10 @@ pub struct Args {
     #[arg(long, env = "EMBER_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
 
-    /// Also serve the OpenAI-compatible HTTP API (POST /v1/completions and
-    /// /v1/chat/completions, GET /v1/models, /health, /version) on this
-    /// address, on the same scheduler. Port 0 picks a free port; the bound
-    /// address is printed as the second stdout line: `http listening on
-    /// <ip:port>`. Off when not given.
-    #[arg(long, env = "EMBER_HTTP_LISTEN")]
-    pub http_listen: Option<SocketAddr>,
-
-    /// The model's name in the HTTP API (`model` in requests and responses,
-    /// GET /v1/models) and in every metric's `model_name` label. Default: the
-    /// --model-dir directory's name, else the preset's.
-    #[arg(long, env = "EMBER_SERVED_MODEL_NAME")]
-    pub served_model_name: Option<String>,
-
-    /// TLS certificate chain (PEM, leaf first) for both front doors, gRPC and
-    /// HTTP. Needs --tls-key.
-    #[arg(long, env = "EMBER_TLS_CERT")]
-    pub tls_cert: Option<PathBuf>,
-
-    /// TLS private key (PEM: PKCS#8, PKCS#1 or SEC1) of --tls-cert.
-    #[arg(long, env = "EMBER_TLS_KEY")]
-    pub tls_key: Option<PathBuf>,
-
-    /// An API key clients must send: `Authorization: Bearer KEY` on HTTP,
-    /// `authorization: Bearer KEY` metadata on gRPC. Repeatable. Health
-    /// (grpc.health.v1, GET /health) and GET /version stay open. Keys are
-    /// never logged or shown.
-    #[arg(
-        long = "api-key",
-        env = "EMBER_API_KEY",
-        hide_env_values = true,
-        value_name = "KEY"
-    )]
-    pub api_keys: Vec<ApiKey>,
-
-    /// A file of API keys, one per line (blank lines and lines starting with
-    /// # are skipped), in addition to --api-key.
-    #[arg(long, env = "EMBER_API_KEY_FILE")]
-    pub api_key_file: Option<PathBuf>,
+    /// The front doors' flags: --http-listen, --served-model-name, TLS, API
+    /// keys (`service::doors`).
+    #[command(flatten)]
+    pub doors: DoorArgs,
 }
 
 /// `$XDG_CACHE_HOME/ember/kernels`, else `$HOME/.cache/ember/kernels`.
@@ -240,14 +204,8 @@ pub struct ServerConfig {
     pub cuda_graphs: bool,
     /// CubeCL's autotune and kernel cache (CUDA).
     pub kernel_cache_dir: Option<PathBuf>,
-    /// The OpenAI-compatible HTTP API's address (`--http-listen`), if on.
-    pub http_listen: Option<SocketAddr>,
-    /// `--served-model-name`, if given.
-    pub served_model_name: Option<String>,
-    /// TLS on both doors (`--tls-cert`, `--tls-key`), loaded and checked.
-    pub tls: Option<TlsIdentity>,
-    /// API keys both doors ask for (empty: none asked).
-    pub api_keys: ApiKeys,
+    /// The front doors: HTTP, the served name, TLS, API keys.
+    pub doors: DoorConfig,
 }
 
 /// A flag with a value it cannot take; the message names the flag.
@@ -307,7 +265,7 @@ impl Args {
                 self.shutdown_timeout
             )));
         }
-        let front = self.front_doors()?;
+        let doors = self.doors.validate().map_err(FlagError)?;
         let metrics_addr = match self.metrics_port {
             Some(0) => return Err(FlagError("--metrics-port must be positive, got 0".into())),
             Some(port) => Some(SocketAddr::new(self.listen.ip(), port)),
@@ -332,48 +290,9 @@ impl Args {
                 Some(dir) => Some(dir),
                 None => default_kernel_cache_dir(),
             },
-            http_listen: front.http_listen,
-            served_model_name: front.served_model_name,
-            tls: front.tls,
-            api_keys: front.api_keys,
+            doors,
         })
     }
-
-    /// The front doors' flags: HTTP, the served name, TLS, API keys. Reads
-    /// and checks the TLS and key files now, so a bad one stops startup.
-    fn front_doors(&self) -> Result<FrontDoors, FlagError> {
-        let tls = match (&self.tls_cert, &self.tls_key) {
-            (Some(cert), Some(key)) => {
-                Some(TlsIdentity::load(cert, key).map_err(|e| FlagError(e.0))?)
-            }
-            (Some(_), None) => return Err(FlagError("--tls-cert needs --tls-key".into())),
-            (None, Some(_)) => return Err(FlagError("--tls-key needs --tls-cert".into())),
-            (None, None) => None,
-        };
-        let api_keys = ApiKeys::new(&self.api_keys, self.api_key_file.as_deref())
-            .map_err(|e| FlagError(e.0))?;
-        if let Some(name) = &self.served_model_name {
-            if name.trim().is_empty() || name.chars().any(char::is_control) {
-                return Err(FlagError(format!(
-                    "--served-model-name must be a non-empty name without control characters, got {name:?}"
-                )));
-            }
-        }
-        Ok(FrontDoors {
-            http_listen: self.http_listen,
-            served_model_name: self.served_model_name.clone(),
-            tls,
-            api_keys,
-        })
-    }
-}
-
-/// The validated front-door part of [`ServerConfig`].
-struct FrontDoors {
-    http_listen: Option<SocketAddr>,
-    served_model_name: Option<String>,
-    tls: Option<TlsIdentity>,
-    api_keys: ApiKeys,
 }
 
 #[cfg(test)]
@@ -435,69 +354,6 @@ mod tests {
         let err = format(&["--log-format", "xml"]).unwrap_err().to_string();
         assert!(err.contains("--log-format"), "{err}");
         assert!(err.contains("json"), "lists the choices: {err}");
-    }
-
-    #[test]
-    fn front_door_flags() {
-        let cfg = parse(&[]).unwrap();
-        assert!(cfg.http_listen.is_none() && cfg.tls.is_none() && !cfg.api_keys.enabled());
-        let cfg = parse(&[
-            "--http-listen",
-            "127.0.0.1:0",
-            "--api-key",
-            "sk-1",
-            "--api-key",
-            "sk-2",
-            "--served-model-name",
-            "gpt2-test",
-        ])
-        .unwrap();
-        assert_eq!(cfg.http_listen.unwrap().port(), 0);
-        assert_eq!(cfg.api_keys.len(), 2);
-        assert_eq!(cfg.served_model_name.as_deref(), Some("gpt2-test"));
-        for (args, flag) in [
-            (
-                &["--tls-cert", "/nonexistent/c.pem"][..],
-                "--tls-cert needs --tls-key",
-            ),
-            (
-                &["--tls-key", "/nonexistent/k.pem"][..],
-                "--tls-key needs --tls-cert",
-            ),
-            (
-                &[
-                    "--tls-cert",
-                    "/nonexistent/c.pem",
-                    "--tls-key",
-                    "/nonexistent/k.pem",
-                ][..],
-                "--tls-cert /nonexistent/c.pem: cannot read",
-            ),
-            (&["--api-key", "two words"][..], "--api-key (number 1)"),
-            (
-                &["--api-key-file", "/nonexistent/keys"][..],
-                "--api-key-file",
-            ),
-            (&["--served-model-name", " "][..], "--served-model-name"),
-            (&["--http-listen", "nowhere"][..], "--http-listen"),
-        ] {
-            let mut full = vec!["ember-server"];
-            full.extend_from_slice(args);
-            let err = match Args::try_parse_from(full) {
-                Ok(a) => a.validate().unwrap_err().to_string(),
-                Err(e) => e.to_string(),
-            };
-            assert!(err.contains(flag), "{args:?}: {err}");
-            assert!(!err.contains("two words"), "a key is never shown: {err}");
-        }
-    }
-
-    #[test]
-    fn api_keys_stay_out_of_debug_output() {
-        let args = Args::try_parse_from(["ember-server", "--api-key", "sk-very-secret"]).unwrap();
-        assert!(!format!("{args:?}").contains("very-secret"));
-        let cfg = args.validate().unwrap();
-        assert!(!format!("{cfg:?}").contains("very-secret"));
     }
 
     #[test]

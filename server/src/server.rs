@@ -47,7 +47,7 @@ pub async fn run(
     listener: TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
-    let http_listener = match config.http_listen {
+    let http_listener = match config.doors.http_listen {
         Some(addr) => Some(bind_http(addr).await?),
         None => None,
     };
@@ -55,6 +55,7 @@ pub async fn run(
     let (health, health_service) = tonic_health::server::health_reporter();
     set_health(&health, ServingStatus::NotServing).await;
     let model_name = config
+        .doors
         .served_model_name
         .clone()
         .unwrap_or_else(|| served_model_name(&config.model));
@@ -95,14 +96,14 @@ pub async fn run(
     };
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
     let mut builder = tonic::transport::Server::builder();
-    if let Some(tls) = &config.tls {
+    if let Some(tls) = &config.doors.tls {
         builder = builder
             .tls_config(tls.grpc())
             .context("--tls-cert/--tls-key: gRPC TLS setup")?;
     }
     let inference = InferenceServer::with_interceptor(
         InferenceService::new(frontend.clone()),
-        auth::grpc_interceptor(config.api_keys.clone()),
+        auth::grpc_interceptor(config.doors.api_keys.clone()),
     );
     let serve = builder
         .add_service(health_service)
@@ -114,9 +115,9 @@ pub async fn run(
         let router = crate::http::router(
             frontend.clone(),
             model_name.clone(),
-            config.api_keys.clone(),
+            config.doors.api_keys.clone(),
         );
-        let tls = config.tls.as_ref().map(|t| t.http_acceptor());
+        let tls = config.doors.tls.as_ref().map(|t| t.http_acceptor());
         tokio::spawn(crate::http::serve::serve(listener, tls, router, stopped()))
     });
     drop(frontend);

@@ -70,12 +70,19 @@ async fn respond_to(
     received: Instant,
     created: u64,
 ) -> Result<Response, HttpError> {
+    let request_id = headers.get(REQUEST_ID_HEADER).and_then(|v| v.to_str().ok());
     let refuse = |err: ServiceError| {
-        app.frontend.refuse(&err, FrontDoor::Http);
+        app.frontend.refuse(&err, FrontDoor::Http, request_id);
         HttpError::from_service(&err, None)
     };
     let deadline = deadline(headers).map_err(refuse)?.map(|d| received + d);
-    let bytes = read_body(app, headers, body).await?;
+    let bytes = read_body(headers, body)
+        .await
+        .map_err(|(err, status)| HttpError {
+            status,
+            code: (status == StatusCode::PAYLOAD_TOO_LARGE).then_some("request_too_large"),
+            ..refuse(err)
+        })?;
     let obj = fields::parse_body(&bytes).map_err(refuse)?;
     let mut t: Translated = match api {
         Api::Completions => super::completions::translate(&obj),
@@ -142,16 +149,15 @@ fn deadline(headers: &HeaderMap) -> Result<Option<Duration>, ServiceError> {
     }
 }
 
-/// The body, at most [`MAX_BODY_BYTES`] (413 beyond).
-async fn read_body(app: &App, headers: &HeaderMap, body: Body) -> Result<Vec<u8>, HttpError> {
+/// The body, at most [`MAX_BODY_BYTES`]; else why not, and the status
+/// (413 when too large).
+async fn read_body(headers: &HeaderMap, body: Body) -> Result<Vec<u8>, (ServiceError, StatusCode)> {
     let too_large = || {
-        let err = ServiceError::invalid(BODY, format!("larger than {MAX_BODY_BYTES} bytes"));
-        app.frontend.refuse(&err, FrontDoor::Http);
-        HttpError {
-            status: StatusCode::PAYLOAD_TOO_LARGE,
-            code: Some("request_too_large"),
-            ..HttpError::from_service(&err, None)
-        }
+        let message = format!("larger than {MAX_BODY_BYTES} bytes");
+        (
+            ServiceError::invalid(BODY, message),
+            StatusCode::PAYLOAD_TOO_LARGE,
+        )
     };
     let declared = headers
         .get(header::CONTENT_LENGTH)
@@ -163,9 +169,11 @@ async fn read_body(app: &App, headers: &HeaderMap, body: Body) -> Result<Vec<u8>
     match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
         Ok(bytes) => Ok(bytes.to_vec()),
         Err(e) => {
-            let err = ServiceError::invalid(BODY, format!("could not be read: {e}"));
-            app.frontend.refuse(&err, FrontDoor::Http);
-            Err(HttpError::from_service(&err, None))
+            let message = format!("could not be read (at most {MAX_BODY_BYTES} bytes): {e}");
+            Err((
+                ServiceError::invalid(BODY, message),
+                StatusCode::BAD_REQUEST,
+            ))
         }
     }
 }

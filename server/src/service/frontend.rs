@@ -134,8 +134,11 @@ impl Frontend {
     /// [`Self::generate`] (its translation failed: a wrong type, an
     /// unsupported field, an unknown model), exactly as `generate` counts
     /// its own refusals: `received`, `rejected`, the metrics, one log line.
-    pub fn refuse(&self, err: &ServiceError, door: FrontDoor) {
+    pub fn refuse(&self, err: &ServiceError, door: FrontDoor, request_id: Option<&str>) {
         let span = request_span(door);
+        if let Some(id) = request_id.filter(|id| id.len() <= validate::MAX_REQUEST_ID_LEN) {
+            span.record("request_id", id);
+        }
         SchedulerStats::bump(&self.scheduler.stats().received);
         self.record_refusal(&span, err, door);
     }

@@ -13,7 +13,8 @@
 //!   and the stream's errors out. The HTTP door is `crate::http`.
 //! - [`error`]: the one error -> status mapping (both doors derive theirs
 //!   from it).
-//! - [`auth`], [`tls`]: API keys and TLS, shared by both doors.
+//! - [`auth`], [`tls`]: API keys and TLS, shared by both doors; [`doors`]:
+//!   their flags (and `--http-listen`), flattened into `cli::Args`.
 //!
 //! Handlers never touch the engine: they hold a [`SchedulerHandle`] (inside
 //! [`Frontend`]) and read the [`ModelInfo`] published once the model is
@@ -22,6 +23,7 @@
 //! [`SchedulerHandle`]: crate::scheduler::SchedulerHandle
 
 pub mod auth;
+pub mod doors;
 mod ending;
 pub mod error;
 pub mod frontend;
