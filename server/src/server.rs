@@ -31,13 +31,19 @@ use anyhow::Context;
 use ember_common::pb::inference_server::InferenceServer;
 use ember_common::tokenizer::Gpt2Tokenizer;
 use tokio::net::TcpListener;
+use tokio::sync::oneshot::error::RecvError;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
 use tonic::transport::server::TcpIncoming;
+use tonic_health::pb::health_server::{Health, HealthServer};
 use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
 use crate::cli::ServerConfig;
 use crate::model::ModelSource;
-use crate::scheduler::{self, SchedulerConfig, SchedulerHandle, SchedulerStats, Spawned};
+use crate::scheduler::{
+    self, ModelInfo, SchedulerConfig, SchedulerHandle, SchedulerStats, Spawned,
+};
 use crate::service::{auth, Frontend, InferenceService, ServiceState};
 
 /// Runs the server on `listener` until `shutdown` resolves and draining ends.
@@ -81,102 +87,139 @@ pub async fn run(
         seed: config.seed,
     });
 
-    let reflection = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(ember_common::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1()
-        .context("building the reflection service")?;
     let frontend = Frontend::new(handle.clone(), Arc::clone(&state));
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let stopped = move || {
-        let mut rx = stop_rx.clone();
-        async move {
-            let _ = rx.wait_for(|stop| *stop).await;
-        }
-    };
-    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-    let mut builder = tonic::transport::Server::builder();
-    if let Some(tls) = &config.doors.tls {
-        builder = builder
-            .tls_config(tls.grpc())
-            .context("--tls-cert/--tls-key: gRPC TLS setup")?;
-    }
-    let inference = InferenceServer::with_interceptor(
-        InferenceService::new(frontend.clone()),
-        auth::grpc_interceptor(config.doors.api_keys.clone()),
-    );
-    let serve = builder
-        .add_service(health_service)
-        .add_service(reflection)
-        .add_service(inference)
-        .serve_with_incoming_shutdown(incoming, stopped());
-    let serve_task = tokio::spawn(serve);
-    let http_task = http_listener.map(|listener| {
-        let router = crate::http::router(
-            frontend.clone(),
-            model_name.clone(),
-            config.doors.api_keys.clone(),
-        );
-        let tls = config.doors.tls.as_ref().map(|t| t.http_acceptor());
-        tokio::spawn(crate::http::serve::serve(listener, tls, router, stopped()))
-    });
-    drop(frontend);
+    let doors = Doors::start(
+        &config,
+        listener,
+        http_listener,
+        frontend,
+        health_service,
+        &model_name,
+    )?;
 
     tokio::pin!(shutdown);
-    let startup: anyhow::Result<bool> = tokio::select! {
-        r = ready => match r {
-            Ok(Ok(info)) => {
-                tracing::info!(model = %info.name, device = %info.device, kv_blocks = info.limits.kv_blocks_total,
-                    seconds = info.load_seconds, "model loaded and warmed up; SERVING");
-                if matches!(config.model, ModelSource::Preset { .. }) {
-                    tracing::warn!("random weights: generated text is meaningless (use --model-dir for real GPT-2 weights)");
-                }
-                let _ = state.model.set(info);
-                set_health(&health, ServingStatus::Serving).await;
-                Ok(true)
-            }
-            Ok(Err(msg)) => Err(anyhow::anyhow!("model startup failed: {msg}")),
-            Err(_) => Err(anyhow::anyhow!("the scheduler thread died during startup")),
-        },
+    let started = tokio::select! {
+        r = ready => on_ready(r, &config, &state, &health).await,
         _ = &mut shutdown => Ok(false),
     };
-    let started = match startup {
-        Ok(started) => started,
+    match started {
+        Ok(true) => shutdown.await,
+        Ok(false) => {}
         Err(err) => {
-            let _ = stop_tx.send(true);
-            let _ = serve_task.await;
-            if let Some(t) = http_task {
-                let _ = t.await;
-            }
+            doors.stop().await;
             return Err(err);
         }
-    };
-    if started {
-        shutdown.await;
     }
 
     tracing::info!(timeout = ?config.shutdown_timeout, "shutdown requested: draining");
     state.draining.store(true, Ordering::Release);
     set_health(&health, ServingStatus::NotServing).await;
     drain(&handle, config.shutdown_timeout).await;
-    let _ = stop_tx.send(true);
-    match serve_task.await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => tracing::error!(error = %e, "gRPC server error"),
-        Err(e) => tracing::error!(error = %e, "gRPC server task failed"),
-    }
-    if let Some(Err(e)) = match http_task {
-        Some(t) => Some(t.await),
-        None => None,
-    } {
-        tracing::error!(error = %e, "HTTP server task failed");
-    }
+    doors.stop().await;
     drop(handle);
     // The scheduler exits once every handle is gone (the service's went with
     // the server).
     let _ = tokio::task::spawn_blocking(move || join.join()).await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The scheduler's readiness report: publishes the model to the handlers and
+/// turns health SERVING (`Ok(true)`), or why startup failed.
+async fn on_ready(
+    report: Result<Result<ModelInfo, String>, RecvError>,
+    config: &ServerConfig,
+    state: &ServiceState,
+    health: &HealthReporter,
+) -> anyhow::Result<bool> {
+    match report {
+        Ok(Ok(info)) => {
+            tracing::info!(model = %info.name, device = %info.device, kv_blocks = info.limits.kv_blocks_total,
+                seconds = info.load_seconds, "model loaded and warmed up; SERVING");
+            if matches!(config.model, ModelSource::Preset { .. }) {
+                tracing::warn!("random weights: generated text is meaningless (use --model-dir for real GPT-2 weights)");
+            }
+            let _ = state.model.set(info);
+            set_health(health, ServingStatus::Serving).await;
+            Ok(true)
+        }
+        Ok(Err(msg)) => Err(anyhow::anyhow!("model startup failed: {msg}")),
+        Err(_) => Err(anyhow::anyhow!("the scheduler thread died during startup")),
+    }
+}
+
+/// The running front doors: gRPC (Inference behind the API key interceptor,
+/// health, reflection) and, with `--http-listen`, HTTP; both over TLS with
+/// `--tls-cert`. One stop signal ends both.
+struct Doors {
+    stop: watch::Sender<bool>,
+    grpc: JoinHandle<Result<(), tonic::transport::Error>>,
+    http: Option<JoinHandle<()>>,
+}
+
+impl Doors {
+    fn start<H: Health>(
+        config: &ServerConfig,
+        listener: TcpListener,
+        http_listener: Option<TcpListener>,
+        frontend: Frontend,
+        health_service: HealthServer<H>,
+        model_name: &str,
+    ) -> anyhow::Result<Doors> {
+        let (stop, stop_rx) = watch::channel(false);
+        let stopped = move || {
+            let mut rx = stop_rx.clone();
+            async move {
+                let _ = rx.wait_for(|stop| *stop).await;
+            }
+        };
+        let reflection = tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(ember_common::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .build_v1()
+            .context("building the reflection service")?;
+        let mut builder = tonic::transport::Server::builder();
+        if let Some(tls) = &config.doors.tls {
+            builder = builder
+                .tls_config(tls.grpc())
+                .context("--tls-cert/--tls-key: gRPC TLS setup")?;
+        }
+        let keys = &config.doors.api_keys;
+        let inference = InferenceServer::with_interceptor(
+            InferenceService::new(frontend.clone()),
+            auth::grpc_interceptor(keys.clone()),
+        );
+        let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+        let grpc = tokio::spawn(
+            builder
+                .add_service(health_service)
+                .add_service(reflection)
+                .add_service(inference)
+                .serve_with_incoming_shutdown(incoming, stopped()),
+        );
+        let http = http_listener.map(|listener| {
+            let router = crate::http::router(frontend, model_name.to_string(), keys.clone());
+            let tls = config.doors.tls.as_ref().map(|t| t.http_acceptor());
+            tokio::spawn(crate::http::serve::serve(listener, tls, router, stopped()))
+        });
+        Ok(Doors { stop, grpc, http })
+    }
+
+    /// Stops both listeners and waits for them (HTTP connections get
+    /// `http::serve::CLOSE_TIMEOUT` to flush).
+    async fn stop(self) {
+        let _ = self.stop.send(true);
+        match self.grpc.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::error!(error = %e, "gRPC server error"),
+            Err(e) => tracing::error!(error = %e, "gRPC server task failed"),
+        }
+        if let Some(http) = self.http {
+            if let Err(e) = http.await {
+                tracing::error!(error = %e, "HTTP server task failed");
+            }
+        }
+    }
 }
 
 /// Binds `--http-listen` and announces it: the second stdout line (after
