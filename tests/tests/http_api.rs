@@ -499,6 +499,34 @@ fn a_disconnect_cancels_the_request_and_frees_its_blocks() {
     server_idle(&server);
 }
 
+/// HTTP/2 without TLS (h2c, prior knowledge) is served too: a whole body and
+/// a stream with one chunk per token.
+#[test]
+fn http2_cleartext_is_served() {
+    let server = HttpServer::tiny("http-h2c", &[]);
+    let completions = server.url("/v1/completions");
+    server_block_on(move || async move {
+        ember_tests::http::install_crypto();
+        let h2 = reqwest::Client::builder().http2_prior_knowledge().build()?;
+        let body = json!({"prompt": "Two", "max_tokens": 5, "ignore_eos": true, "temperature": 0});
+        let r = h2.post(&completions).json(&body).send().await?;
+        ensure!(r.version() == reqwest::Version::HTTP_2, "{:?}", r.version());
+        let v: Value = r.json().await?;
+        ensure!(v["usage"]["completion_tokens"] == 5, "{v}");
+        let mut streamed = body.clone();
+        streamed["stream"] = json!(true);
+        let r = h2.post(&completions).json(&streamed).send().await?;
+        ensure!(r.version() == reqwest::Version::HTTP_2, "{:?}", r.version());
+        let events = SseReader::new(r).all().await?;
+        ensure!(
+            events.len() == 5 + 2,
+            "5 token chunks, the last, [DONE]: {events:?}"
+        );
+        Ok(())
+    });
+    server_idle(&server);
+}
+
 /// Runs async test code on a fresh runtime, panicking with the error.
 fn server_block_on<F, Fut>(make: F)
 where

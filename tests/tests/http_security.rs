@@ -70,6 +70,11 @@ fn tls_on_both_doors_refuses_plain_clients() {
         let https = http_client(Some(&ca_pem))?;
         let r = https.get(&health_url).send().await?;
         ensure!(r.status() == 200, "/health over TLS: {}", r.status());
+        ensure!(
+            r.version() == reqwest::Version::HTTP_2,
+            "ALPN picks h2: {:?}",
+            r.version()
+        );
         let ch = channel(grpc_url, Some(ca_pem.clone())).await?;
         ensure!(health(ch.clone()).await? == ServingStatus::Serving);
         let mut c = InferenceClient::new(ch);

@@ -14,6 +14,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 use tonic::Code;
 
+use super::app::DEADLINE_HEADER;
 use super::fields::BODY;
 use crate::service::auth::AuthError;
 use crate::service::error::{ServiceError, StreamError};
@@ -126,7 +127,7 @@ impl HttpError {
     pub fn from_stream(err: &StreamError) -> Self {
         Self {
             status: http_status(err.code()),
-            message: err.message(super::DEADLINE_HEADER),
+            message: err.message(DEADLINE_HEADER),
             param: None,
             code: Some(err.reason()),
         }

@@ -22,12 +22,12 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::json;
 
+use super::app::{App, DEADLINE_HEADER, REQUEST_ID_HEADER};
 use super::error::HttpError;
 use super::fields::{self, BODY};
 use super::params::Translated;
 use super::respond::{self, ChunkWriter, Collector, Translator};
 use super::shapes::Api;
-use super::{App, DEADLINE_HEADER, REQUEST_ID_HEADER};
 use crate::metrics::FrontDoor;
 use crate::service::error::ServiceError;
 use crate::service::Arrival;

@@ -7,7 +7,8 @@
 //! Anything else is a 404 in OpenAI's error shape. docs/http-api.md is the
 //! wire contract, Ember's timeline extension included.
 //!
-//! Layout (requests flow top to bottom, and so do the imports):
+//! Layout (requests flow top to bottom, and so do the imports; [`App`], the
+//! routes' shared state, and the header names live in `app.rs`, below all):
 //! - [`serve`]: the accept loop (plain or TLS, HTTP/1.1 and HTTP/2) and its
 //!   graceful stop.
 //! - [`handlers`]: the routes: headers (deadline, request id), the body, the
@@ -21,6 +22,7 @@
 //! - [`error`]: OpenAI's error shape, statuses derived from the service's
 //!   gRPC codes, field names renamed to the request's own.
 
+mod app;
 pub mod chat;
 pub mod completions;
 pub mod error;
@@ -44,27 +46,8 @@ use axum::Router;
 use crate::metrics::{self, FrontDoor};
 use crate::service::auth::ApiKeys;
 use crate::service::Frontend;
+pub use app::{App, DEADLINE_HEADER, REQUEST_ID_HEADER};
 use error::HttpError;
-
-/// The header that sets a request's deadline, in seconds (`0.5`, `30`): the
-/// same machinery as gRPC's `grpc-timeout`.
-pub const DEADLINE_HEADER: &str = "x-request-timeout";
-
-/// The header that sets a request's id (echoed back; in the log line and in
-/// the response `id`).
-pub const REQUEST_ID_HEADER: &str = "x-request-id";
-
-/// What the routes share.
-pub struct App {
-    /// The one request path.
-    pub frontend: Frontend,
-    /// The served model name (`model` in requests and responses).
-    pub model_name: String,
-    /// Keys the `/v1` routes ask for (none: open).
-    pub keys: ApiKeys,
-    /// Unix seconds at startup (`created` of the model in `/v1/models`).
-    pub started: u64,
-}
 
 /// The HTTP API's router.
 pub fn router(frontend: Frontend, model_name: String, keys: ApiKeys) -> Router {

@@ -22,9 +22,9 @@ use tracing::{Instrument, Span};
 
 use super::error::ServiceError;
 use super::output::OutputText;
+use super::state::ServiceState;
 use super::stream::{self, Received, RequestStream, StreamItem};
 use super::validate::{self, PromptInput};
-use super::ServiceState;
 use crate::metrics::{self, FrontDoor};
 use crate::scheduler::{QueuedRequest, SchedulerHandle, SchedulerStats};
 

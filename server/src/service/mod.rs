@@ -29,31 +29,12 @@ pub mod error;
 pub mod frontend;
 pub mod grpc;
 pub mod output;
+mod state;
 pub mod stop_strings;
 pub mod stream;
 pub mod tls;
 pub mod validate;
 
-use std::sync::atomic::AtomicBool;
-use std::sync::OnceLock;
-
-use ember_common::tokenizer::Gpt2Tokenizer;
-
-use crate::cli::SchedulerKnobs;
-use crate::scheduler::ModelInfo;
-
 pub use frontend::{Arrival, EventStream, Frontend, GenerateOptions};
 pub use grpc::InferenceService;
-
-/// State shared by every handler of both doors.
-#[derive(Debug)]
-pub struct ServiceState {
-    /// Set once when the scheduler reports the model loaded and warmed up.
-    pub model: OnceLock<ModelInfo>,
-    /// Set on SIGTERM/SIGINT: new requests get UNAVAILABLE (HTTP 503).
-    pub draining: AtomicBool,
-    pub knobs: SchedulerKnobs,
-    pub tokenizer: Gpt2Tokenizer,
-    /// Seed mixed into the seed of requests that set none.
-    pub seed: u64,
-}
+pub use state::ServiceState;
