@@ -152,8 +152,11 @@ async fn on_ready(
 /// health, reflection) and, with `--http-listen`, HTTP; both over TLS with
 /// `--tls-cert`. One stop signal ends both.
 struct Doors {
+    /// Set to true once: both listeners stop accepting and wind down.
     stop: watch::Sender<bool>,
+    /// tonic's server task (ends when its connections have).
     grpc: JoinHandle<Result<(), tonic::transport::Error>>,
+    /// The HTTP listener's task, with `--http-listen`.
     http: Option<JoinHandle<()>>,
 }
 

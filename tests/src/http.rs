@@ -103,13 +103,17 @@ pub fn openai(
 
 /// A running `ember-server` with `--http-listen`.
 pub struct HttpServer {
+    /// The server process (SIGTERM, then SIGKILL, on drop).
     child: Child,
+    /// The gRPC address (first stdout line).
     grpc: SocketAddr,
+    /// The HTTP address (second stdout line).
     http: SocketAddr,
     /// `https` with `--tls-cert`.
     scheme: &'static str,
     /// This server's scratch dir (its stderr is `server.stderr` there).
     pub dir: PathBuf,
+    /// Set once the process has been reaped, so nothing signals a reused pid.
     exited: Option<ExitStatus>,
 }
 

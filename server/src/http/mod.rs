@@ -11,7 +11,7 @@
 //! routes' shared state, and the header names live in `app.rs`, below all):
 //! - [`serve`]: the accept loop (plain or TLS, HTTP/1.1 and HTTP/2) and its
 //!   graceful stop.
-//! - [`handlers`]: the routes: headers (deadline, request id), the body, the
+//! - `handlers`: the routes: headers (deadline, request id), the body, the
 //!   translation, then [`Frontend::generate`], the request path the gRPC
 //!   door uses too.
 //! - [`completions`], [`chat`] (with its template), [`params`] (what both

@@ -21,6 +21,7 @@
 //! loaded.
 //!
 //! [`SchedulerHandle`]: crate::scheduler::SchedulerHandle
+//! [`ModelInfo`]: crate::scheduler::ModelInfo
 
 pub mod auth;
 pub mod doors;
