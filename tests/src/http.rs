@@ -276,6 +276,39 @@ async fn wait_healthy(client: &reqwest::Client, url: &str) -> anyhow::Result<()>
     bail!("{url} not 200 within {SERVING_TIMEOUT:?}; last: {last}")
 }
 
+/// Runs async test code on a fresh runtime in its own thread, panicking
+/// with the error (and its context).
+pub fn run<F, Fut>(make: F)
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    if let Err(e) = crate::block_on(None, make) {
+        panic!("{e:#}");
+    }
+}
+
+/// The server's counters (`GetServerInfo`, over gRPC: the same scheduler).
+pub fn counters(server: &HttpServer) -> ember_common::pb::Counters {
+    let addr = server.grpc_addr();
+    crate::block_on(None, move || async move {
+        crate::client::server_info(addr).await
+    })
+    .unwrap_or_else(|e| panic!("GetServerInfo: {e:#}\n{}", server.stderr_tail(40)))
+    .counters
+    .unwrap_or_default()
+}
+
+/// The end state every test asserts: 0 KV blocks, nothing running or
+/// queued, health SERVING, a fresh request completes.
+pub fn assert_idle(server: &HttpServer) {
+    let addr = server.grpc_addr();
+    crate::block_on(None, move || async move {
+        crate::client::assert_idle_and_serving(addr).await
+    })
+    .unwrap_or_else(|e| panic!("end state: {e:#}\n{}", server.stderr_tail(40)));
+}
+
 /// Reads a Server-Sent Events body one `data:` payload at a time.
 pub struct SseReader {
     body: std::pin::Pin<Box<dyn futures::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>,

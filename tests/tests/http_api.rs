@@ -5,16 +5,13 @@
 //!   server's `/v1`) gets the same text as the gRPC stream for the same
 //!   greedy request: completions and chat (through the chat template),
 //!   streaming and not, with usage and finish reasons to match.
-//! - Bad requests get OpenAI's error shape naming the field, with the gRPC
-//!   door's status mapping (400, 404 for an unknown model, 429 queue full,
-//!   504 deadline).
-//! - A client that disconnects mid-stream (SSE) or mid-request (whole body)
-//!   is cancelled and its KV blocks are freed (`GetServerInfo`).
+//! - Bad requests get OpenAI's error shape naming the field (400, 404 for an
+//!   unknown model), each refusal counted once.
+//! - HTTP/2 without TLS (h2c) is served too.
 //!
-//! SIGTERM, metrics and logs per door are in `http_lifecycle.rs`; TLS and
-//! API keys in `http_security.rs`.
-
-use std::time::Duration;
+//! Queue full, deadlines and disconnects are in `http_faults.rs`; SIGTERM,
+//! metrics and logs per door in `http_lifecycle.rs`; TLS and API keys in
+//! `http_security.rs`.
 
 use anyhow::{bail, ensure, Context};
 use async_openai::types::chat::{
@@ -22,9 +19,8 @@ use async_openai::types::chat::{
 };
 use async_openai::types::completions::CreateCompletionRequestArgs;
 use ember_common::pb::{self, GenerateRequest, SamplingParams};
-use ember_tests::blocker::{self, Blocker};
 use ember_tests::client;
-use ember_tests::http::{http_client, openai, HttpServer, SseReader};
+use ember_tests::http::{assert_idle, counters, http_client, openai, run, HttpServer, SseReader};
 use futures::StreamExt;
 use serde_json::{json, Value};
 
@@ -70,7 +66,7 @@ fn openai_finish(reason: pb::FinishReason) -> &'static str {
 fn an_unchanged_openai_client_gets_the_grpc_streams_text() {
     let server = HttpServer::tiny("http-openai", &[]);
     let (grpc, base) = (server.grpc_addr(), server.base());
-    server_block_on(move || async move {
+    run(move || async move {
         let oa = openai(&base, "unused")?;
         let models = oa.models().list().await?;
         ensure!(
@@ -150,7 +146,7 @@ fn an_unchanged_openai_client_gets_the_grpc_streams_text() {
         ensure!(usage.context("the usage chunk")?.completion_tokens == n);
         Ok(())
     });
-    server_idle(&server);
+    assert_idle(&server);
 }
 
 /// Every field of a bad request is named in OpenAI's error shape, and the
@@ -296,8 +292,8 @@ fn bad_requests_get_openais_error_shape_naming_the_field() {
         ),
     ];
     let n_cases = cases.len() as u64;
-    let before = client_counters(&server);
-    server_block_on(move || async move {
+    let before = counters(&server);
+    run(move || async move {
         let http = http_client(None)?;
         for (url, body, status, param) in cases {
             let r = http.post(&url).json(&body).send().await?;
@@ -356,147 +352,13 @@ fn bad_requests_get_openais_error_shape_naming_the_field() {
         }
         Ok(())
     });
-    let after = client_counters(&server);
+    let after = counters(&server);
     assert_eq!(
         after.rejected - before.rejected,
         n_cases + 3,
         "every refusal counted once"
     );
-    server_idle(&server);
-}
-
-/// 429 when the queue is full, 504 for a deadline passed while queued (a
-/// whole-body request gets the status, a streaming one an error event and
-/// `[DONE]`); the blocker holds every KV block meanwhile.
-#[test]
-fn queue_full_and_deadlines_have_the_grpc_statuses() {
-    let mut flags = vec!["--max-pending", "1", "--max-batch-size", "2"];
-    flags.extend_from_slice(blocker::FLAGS);
-    let server = HttpServer::tiny("http-statuses", &flags);
-    let (grpc, completions) = (server.grpc_addr(), server.url("/v1/completions"));
-    server_block_on(move || async move {
-        let blocker = Blocker::start(grpc).await?;
-        let http = http_client(None)?;
-        let body = json!({"prompt": "queued", "max_tokens": 2, "temperature": 0});
-        // Whole body: queued, then its 0.1 s deadline passes: 504. (The
-        // blocker runs for about 1 s on a release build: keep it short.)
-        let timed = http
-            .post(&completions)
-            .header("x-request-timeout", "0.1")
-            .json(&body)
-            .send();
-        let (timed, full) = tokio::join!(timed, async {
-            // The first request holds the one pending place: the next is 429.
-            client::wait_info(grpc, Duration::from_secs(5), "one request queued", |i| {
-                i.queue_depth == 1
-            })
-            .await?;
-            anyhow::Ok(http.post(&completions).json(&body).send().await?)
-        });
-        let (timed, full) = (timed?, full?);
-        ensure!(full.status() == 429, "queue full: {}", full.status());
-        let v: Value = full.json().await?;
-        ensure!(
-            v["error"]["code"] == "queue_full" && v["error"]["type"] == "rate_limit_error",
-            "{v}"
-        );
-        ensure!(timed.status() == 504, "deadline: {}", timed.status());
-        let v: Value = timed.json().await?;
-        ensure!(v["error"]["code"] == "deadline_exceeded", "{v}");
-        // Streaming: the headers are out, so the deadline is an error event.
-        client::wait_info(grpc, Duration::from_secs(5), "the queue empties", |i| {
-            i.queue_depth == 0
-        })
-        .await?;
-        let mut streamed = body.clone();
-        streamed["stream"] = json!(true);
-        let r = http
-            .post(&completions)
-            .header("x-request-timeout", "0.1")
-            .json(&streamed)
-            .send()
-            .await?;
-        ensure!(r.status() == 200, "{}", r.status());
-        let events = SseReader::new(r).all().await?;
-        ensure!(events.len() == 2, "an error event, then [DONE]: {events:?}");
-        let v: Value = serde_json::from_str(&events[0])?;
-        ensure!(v["error"]["code"] == "deadline_exceeded", "{v}");
-        // A bad deadline header is refused naming it.
-        let r = http
-            .post(&completions)
-            .header("x-request-timeout", "soon")
-            .json(&body)
-            .send()
-            .await?;
-        ensure!(r.status() == 400, "{}", r.status());
-        let v: Value = r.json().await?;
-        ensure!(v["error"]["param"] == "x-request-timeout", "{v}");
-        blocker.ensure_running("the statuses were checked")?;
-        blocker.release().await;
-        Ok(())
-    });
-    server_idle(&server);
-}
-
-/// A client that leaves mid-stream, or before a whole-body answer, is
-/// cancelled and its KV blocks freed.
-#[test]
-fn a_disconnect_cancels_the_request_and_frees_its_blocks() {
-    let server = HttpServer::tiny("http-disconnect", &["--max-batch-size", "4"]);
-    let (grpc, completions) = (server.grpc_addr(), server.url("/v1/completions"));
-    let before = client_counters(&server);
-    server_block_on(move || async move {
-        let http = http_client(None)?;
-        let body = json!({
-            "prompt": "A long story:", "max_tokens": 1000, "ignore_eos": true,
-            "temperature": 0, "stream": true
-        });
-        let r = http.post(&completions).json(&body).send().await?;
-        ensure!(r.status() == 200, "{}", r.status());
-        let mut sse = SseReader::new(r);
-        for i in 0..3 {
-            let data = sse.next_data().await?.context("stream ended early")?;
-            let v: Value = serde_json::from_str(&data)?;
-            ensure!(v["ember"]["index"] == i, "token chunk {i}: {v}");
-        }
-        let info = client::server_info(grpc).await?;
-        ensure!(
-            info.kv_blocks_used > 0 && info.active_sequences == 1,
-            "premise: running: {info:?}"
-        );
-        drop(sse);
-        let idle = client::wait_idle(grpc, Duration::from_secs(5)).await?;
-        ensure!(idle.kv_blocks_used == 0, "{idle:?}");
-
-        // Whole body: the client gives up while the server generates.
-        let mut whole = body.clone();
-        whole["stream"] = json!(false);
-        let task = tokio::spawn({
-            let http = http.clone();
-            let url = completions.clone();
-            async move { http.post(&url).json(&whole).send().await }
-        });
-        client::wait_info(
-            grpc,
-            Duration::from_secs(10),
-            "the whole-body request runs",
-            |i| i.active_sequences == 1 && i.kv_blocks_used > 0,
-        )
-        .await?;
-        task.abort();
-        let _ = task.await;
-        let idle = client::wait_idle(grpc, Duration::from_secs(5)).await?;
-        ensure!(idle.kv_blocks_used == 0, "{idle:?}");
-        Ok(())
-    });
-    let after = client_counters(&server);
-    assert_eq!(
-        after.cancelled - before.cancelled,
-        2,
-        "both requests cancelled"
-    );
-    assert_eq!(after.finished, before.finished, "none ran to its end");
-    server_idle(&server);
+    assert_idle(&server);
 }
 
 /// HTTP/2 without TLS (h2c, prior knowledge) is served too: a whole body and
@@ -505,7 +367,7 @@ fn a_disconnect_cancels_the_request_and_frees_its_blocks() {
 fn http2_cleartext_is_served() {
     let server = HttpServer::tiny("http-h2c", &[]);
     let completions = server.url("/v1/completions");
-    server_block_on(move || async move {
+    run(move || async move {
         ember_tests::http::install_crypto();
         let h2 = reqwest::Client::builder().http2_prior_knowledge().build()?;
         let body = json!({"prompt": "Two", "max_tokens": 5, "ignore_eos": true, "temperature": 0});
@@ -524,34 +386,5 @@ fn http2_cleartext_is_served() {
         );
         Ok(())
     });
-    server_idle(&server);
-}
-
-/// Runs async test code on a fresh runtime, panicking with the error.
-fn server_block_on<F, Fut>(make: F)
-where
-    F: FnOnce() -> Fut + Send + 'static,
-    Fut: std::future::Future<Output = anyhow::Result<()>>,
-{
-    if let Err(e) = ember_tests::block_on(None, make) {
-        panic!("{e:#}");
-    }
-}
-
-fn client_counters(server: &HttpServer) -> pb::Counters {
-    let addr = server.grpc_addr();
-    ember_tests::block_on(None, move || async move { client::server_info(addr).await })
-        .expect("GetServerInfo")
-        .counters
-        .unwrap_or_default()
-}
-
-/// The end state: 0 KV blocks, nothing running or queued, health SERVING,
-/// a fresh request completes (over gRPC: the same scheduler).
-fn server_idle(server: &HttpServer) {
-    let addr = server.grpc_addr();
-    ember_tests::block_on(None, move || async move {
-        client::assert_idle_and_serving(addr).await
-    })
-    .unwrap_or_else(|e| panic!("end state: {e:#}\n{}", server.stderr_tail(40)));
+    assert_idle(&server);
 }
