@@ -61,9 +61,10 @@ impl GrpcConn {
             .initial_connection_window_size(CONNECTION_WINDOW);
         if target.starts_with("https://") {
             let config = tls::grpc_config(conn.tls_ca.as_deref())?;
-            endpoint = endpoint
-                .tls_config(config)
-                .map_err(|e| bad(e.to_string()))?;
+            endpoint = endpoint.tls_config(config).map_err(|e| Error::Connect {
+                target: target.to_string(),
+                reason: format!("TLS: {}", chain(&e)),
+            })?;
         }
         let channel = endpoint.connect().await.map_err(|e| Error::Connect {
             target: target.to_string(),

@@ -3,7 +3,7 @@
 //! runner for the `loadgen` binary, and a self-signed CA for TLS tests.
 #![allow(dead_code)] // each test binary uses a different part
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -106,4 +106,43 @@ pub fn temp_file(name: &str, text: &str) -> PathBuf {
     let path = dir.join(name);
     std::fs::write(&path, text).expect("write");
     path
+}
+
+/// Checks that every tag is closed in order (enough for the SVG and HTML we
+/// write: no unquoted `<` in text, void HTML elements listed).
+pub fn assert_well_formed(path: &Path, html: bool) {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let void = ["meta", "br", "hr", "img", "input", "link"];
+    let mut stack: Vec<String> = Vec::new();
+    let mut rest = text.as_str();
+    while let Some(open) = rest.find('<') {
+        let close = rest[open..]
+            .find('>')
+            .unwrap_or_else(|| panic!("{}: unclosed `<`", path.display()))
+            + open;
+        let tag = &rest[open + 1..close];
+        rest = &rest[close + 1..];
+        if tag.starts_with('!') || tag.starts_with('?') || tag.ends_with('/') {
+            continue;
+        }
+        if let Some(name) = tag.strip_prefix('/') {
+            let top = stack.pop().unwrap_or_default();
+            assert_eq!(
+                top,
+                name.trim(),
+                "{}: </{name}> closes <{top}>",
+                path.display()
+            );
+            continue;
+        }
+        let name = tag
+            .split_whitespace()
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        if !(html && void.contains(&name.as_str())) {
+            stack.push(name);
+        }
+    }
+    assert!(stack.is_empty(), "{}: unclosed {stack:?}", path.display());
 }

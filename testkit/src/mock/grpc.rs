@@ -28,7 +28,7 @@ use tonic::transport::{Identity, ServerTlsConfig};
 use tonic::{Request, Response, Status};
 use tonic_health::pb::health_server::{Health, HealthServer};
 
-use super::timeline::{ns, run_tokens, Shared};
+use crate::mock::timeline::{ns, run_tokens, Shared};
 
 /// Most concurrent streams one client connection may open: enough for
 /// `loadgen calibrate --streams 10000` on one connection.

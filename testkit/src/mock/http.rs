@@ -6,8 +6,9 @@
 //! A streamed request follows the shared [`timeline`](super::timeline): each
 //! token chunk is written as its own body frame at its due time, so a client
 //! sees the same timing as on the gRPC door. Errors are OpenAI error bodies:
-//! 400 with `param` naming the field, 401 without the API key, 429 for the
-//! `fail_every` rejections, 404 for unknown paths.
+//! 400 with `param` naming the field, 401 without the API key (on `/v1/*`;
+//! health and version stay open), 429 for the `fail_every` rejections, 404
+//! for unknown paths.
 
 use std::convert::Infallible;
 use std::sync::atomic::Ordering;
@@ -33,9 +34,9 @@ use tokio_rustls::TlsAcceptor;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::StreamExt;
 
-use super::chunks::{self, Chunker, Kind};
-use super::timeline::{run_tokens, Shared};
-use super::TlsIdentity;
+use crate::mock::chunks::{self, Chunker, Kind};
+use crate::mock::config::TlsIdentity;
+use crate::mock::timeline::{run_tokens, Shared};
 
 /// Response body: a whole JSON document or an SSE stream.
 type Body = BoxBody<Bytes, Infallible>;
@@ -146,6 +147,7 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
             None,
         ),
         (&Method::GET, "/version") => full(StatusCode::OK, &json!({"version": "mock"})),
+        (&Method::GET, "/v1/models") if !authorized(&shared, &req) => unauthorized(),
         (&Method::GET, "/v1/models") => full(
             StatusCode::OK,
             &json!({"object": "list", "data": [
@@ -223,6 +225,13 @@ fn params(v: &Value, kind: Kind) -> Result<Params, (&'static str, String)> {
     })
 }
 
+/// 401 with OpenAI's error body.
+fn unauthorized() -> Response<Body> {
+    let m = "mock: missing or wrong API key (authorization: Bearer KEY)";
+    error(StatusCode::UNAUTHORIZED, m, "authentication_error", None)
+}
+
+/// Whether the request carries the configured API key (if one is set).
 fn authorized(shared: &Shared, req: &Request<Incoming>) -> bool {
     let Some(key) = &shared.cfg.api_key else {
         return true;
@@ -242,8 +251,7 @@ async fn generate(
     kind: Kind,
 ) -> Response<Body> {
     if !authorized(&shared, &req) {
-        let m = "mock: missing or wrong API key (authorization: Bearer KEY)";
-        return error(StatusCode::UNAUTHORIZED, m, "authentication_error", None);
+        return unauthorized();
     }
     let n = shared.arrive();
     let body = match req.into_body().collect().await {
@@ -340,7 +348,7 @@ impl Call {
         }
         let (tokens, fails) = self.shared.tokens_for(self.p.max_tokens);
         let emit = |i: u32, t: Duration| {
-            let (tx, chunk) = (tx.clone(), c.token(i, super::timeline::ns(t)));
+            let (tx, chunk) = (tx.clone(), c.token(i, crate::mock::timeline::ns(t)));
             async move { tx.send(chunk).await.is_ok() }
         };
         let Some(marks) = run_tokens(&self.shared, self.received, self.marks, tokens, emit).await

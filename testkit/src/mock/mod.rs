@@ -13,6 +13,7 @@
 //! usage).
 
 mod chunks;
+pub mod config;
 pub mod grpc;
 pub mod http;
 pub mod timeline;
@@ -20,75 +21,12 @@ pub mod timeline;
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use timeline::Shared;
-
-/// A certificate chain and its key, PEM, for serving TLS.
-#[derive(Debug, Clone)]
-pub struct TlsIdentity {
-    /// The server certificate (then any intermediates).
-    pub cert_pem: String,
-    /// Its private key.
-    pub key_pem: String,
-}
-
-/// What the mock does with each request.
-#[derive(Debug, Clone)]
-pub struct MockConfig {
-    /// Sleep in the handler before returning the stream.
-    pub submit_delay: Duration,
-    /// received -> first token.
-    pub ttft: Duration,
-    /// Between tokens.
-    pub itl: Duration,
-    /// Every k-th request received (1-based, both doors) fails: gRPC
-    /// RESOURCE_EXHAUSTED, HTTP 429 with an error body.
-    pub fail_every: Option<usize>,
-    /// After this many tokens the stream ends with an engine failure (gRPC
-    /// INTERNAL; HTTP an `error` event, then `[DONE]`).
-    pub fail_after_tokens: Option<u32>,
-    /// Health reports NOT_SERVING for this long after start.
-    pub health_delay: Duration,
-    /// Never report SERVING.
-    pub never_serve: bool,
-    /// At most this many requests generate at once; the others wait in a
-    /// queue (reported as `queue_wait_ns`), so latency grows with load.
-    pub slots: Option<usize>,
-    /// Both doors require `authorization: Bearer KEY` (gRPC metadata, HTTP
-    /// header); without it: UNAUTHENTICATED / 401.
-    pub api_key: Option<String>,
-    /// Serve both doors over TLS with this identity.
-    pub tls: Option<TlsIdentity>,
-    /// HTTP: send Ember's extension (`ember` per token, `ember_timing` on the
-    /// last content chunk). Off: a plain OpenAI server.
-    pub ember_fields: bool,
-    /// HTTP: honour `stream_options.include_usage`. Off: never send usage
-    /// (the client must count chunks).
-    pub usage: bool,
-}
-
-impl Default for MockConfig {
-    fn default() -> Self {
-        MockConfig {
-            submit_delay: Duration::ZERO,
-            ttft: Duration::from_millis(5),
-            itl: Duration::from_millis(2),
-            fail_every: None,
-            fail_after_tokens: None,
-            health_delay: Duration::ZERO,
-            never_serve: false,
-            slots: None,
-            api_key: None,
-            tls: None,
-            ember_fields: true,
-            usage: true,
-        }
-    }
-}
+pub use crate::mock::config::{MockConfig, TlsIdentity};
+use crate::mock::timeline::Shared;
 
 /// A running mock server (both doors).
 #[derive(Debug)]
@@ -126,8 +64,8 @@ pub async fn start_on(
     let received = shared.received.clone();
     let (grpc_tx, grpc_rx) = oneshot::channel::<()>();
     let (http_tx, http_rx) = oneshot::channel::<()>();
-    let grpc_join = grpc::spawn(grpc_listener, shared.clone(), grpc_rx).await?;
-    let http_join = http::spawn(http_listener, shared, http_rx)?;
+    let grpc_join = crate::mock::grpc::spawn(grpc_listener, shared.clone(), grpc_rx).await?;
+    let http_join = crate::mock::http::spawn(http_listener, shared, http_rx)?;
     Ok(MockServer {
         addr,
         url: format!("{scheme}://{addr}"),

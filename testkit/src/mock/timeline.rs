@@ -19,7 +19,7 @@ use ember_common::pb::ServerTiming;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
-use super::MockConfig;
+use crate::mock::config::MockConfig;
 
 /// State shared by both doors of one mock server.
 #[derive(Debug)]
