@@ -2,15 +2,16 @@
 //! tonic, on the shared [`timeline`](super::timeline).
 //!
 //! Per request: the handler sleeps the submit delay before returning the
-//! stream (the client's call returns then), sends `Started`, then the tokens
-//! on their due times, then `Finished` with a `ServerTiming` holding what the
-//! mock actually did. With an API key configured, an interceptor rejects
+//! stream (the client's call returns then); the stream sends `Started`, then
+//! each token when it is due (stamped as tonic takes it), then `Finished`
+//! with a `ServerTiming` holding what the mock actually did. With an API key configured, an interceptor rejects
 //! calls without `authorization: Bearer KEY` (UNAUTHENTICATED); health stays
 //! open, as on a real server behind a load balancer's probes.
 
+use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::task::{Context, Poll};
 
 use ember_common::pb::generate_response::Event;
 use ember_common::pb::inference_server::{Inference, InferenceServer};
@@ -22,13 +23,12 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Identity, ServerTlsConfig};
 use tonic::{Request, Response, Status};
 use tonic_health::pb::health_server::{Health, HealthServer};
 
-use crate::mock::timeline::{ns, run_tokens, Shared};
+use crate::mock::timeline::{drive, ns, Shared, Stamps, Step};
 
 /// Most concurrent streams one client connection may open: enough for
 /// `loadgen calibrate --streams 10000` on one connection.
@@ -41,22 +41,85 @@ struct Mock {
     shared: Arc<Shared>,
 }
 
-/// A request's stream sender; `send` is false once the client is gone.
-#[derive(Clone)]
-struct Sender(mpsc::Sender<Result<GenerateResponse, Status>>);
+/// A request's response stream: renders each step of the timeline when
+/// tonic polls it to send it, so each token is stamped as it goes out.
+struct Events {
+    /// The timeline's steps.
+    rx: mpsc::Receiver<Step>,
+    /// The request's marks.
+    stamps: Stamps,
+    /// Echoed in `Started` and `Finished`.
+    request_id: String,
+    /// Whitespace words or token ids.
+    prompt_tokens: u32,
+    /// `Started` went out.
+    started: bool,
+    /// Tokens sent.
+    sent: u32,
+    /// Arrival number (the `admitted_iteration` reported).
+    n: usize,
+}
 
-impl Sender {
-    async fn send(&self, e: Event) -> bool {
-        self.0
-            .send(Ok(GenerateResponse { event: Some(e) }))
-            .await
-            .is_ok()
+impl Events {
+    fn event(e: Event) -> Poll<Option<Result<GenerateResponse, Status>>> {
+        Poll::Ready(Some(Ok(GenerateResponse { event: Some(e) })))
+    }
+}
+
+impl tokio_stream::Stream for Events {
+    type Item = Result<GenerateResponse, Status>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let me = &mut *self;
+        if !me.started {
+            me.started = true;
+            return Events::event(Event::Started(Started {
+                request_id: me.request_id.clone(),
+                prompt_tokens: me.prompt_tokens,
+                server_time_ns: ns(me.stamps.handler.1),
+            }));
+        }
+        loop {
+            let step = match me.rx.poll_recv(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(None) => return Poll::Ready(None),
+                Poll::Ready(Some(step)) => step,
+            };
+            match step {
+                Step::Admitted(d) => me.stamps.admitted = d,
+                Step::Token(i) => {
+                    let t = me.stamps.token();
+                    me.sent += 1;
+                    return Events::event(Event::Token(Token {
+                        index: i,
+                        token_id: 100 + i,
+                        text: "x".into(),
+                        server_time_ns: ns(t),
+                        ..Default::default()
+                    }));
+                }
+                Step::Done => {
+                    return Events::event(Event::Finished(Finished {
+                        request_id: me.request_id.clone(),
+                        finish_reason: FinishReason::Length as i32,
+                        prompt_tokens: me.prompt_tokens,
+                        completion_tokens: me.sent,
+                        timing: Some(me.stamps.marks().timing(me.n as u64)),
+                        ..Default::default()
+                    }));
+                }
+                Step::Failed(k) => {
+                    let m = format!("mock: engine failure after {k} tokens");
+                    return Poll::Ready(Some(Err(Status::internal(m))));
+                }
+            }
+        }
     }
 }
 
 #[tonic::async_trait]
 impl Inference for Mock {
-    type GenerateStream = ReceiverStream<Result<GenerateResponse, Status>>;
+    type GenerateStream = Events;
 
     async fn generate(
         &self,
@@ -78,56 +141,20 @@ impl Inference for Mock {
             // (A zero sleep would still wait for the next 1 ms timer tick.)
             tokio::time::sleep(self.shared.cfg.submit_delay).await;
         }
-        let enqueued = received.elapsed();
+        let stamps = Stamps::new(received, (tokenized, received.elapsed()));
         let (tx, rx) = mpsc::channel(64);
+        let (tokens, fails) = self.shared.tokens_for(req.max_new_tokens);
         let shared = self.shared.clone();
-        tokio::spawn(async move {
-            let tx = Sender(tx);
-            let id = req.request_id.clone();
-            let started = Started {
-                request_id: id.clone(),
-                prompt_tokens,
-                server_time_ns: ns(enqueued),
-            };
-            if !tx.send(Event::Started(started)).await {
-                return;
-            }
-            let (tokens, fails) = shared.tokens_for(req.max_new_tokens);
-            let emit = |i: u32, t: Duration| {
-                let tx = tx.clone();
-                async move {
-                    let token = Token {
-                        index: i,
-                        token_id: 100 + i,
-                        text: "x".into(),
-                        server_time_ns: ns(t),
-                        ..Default::default()
-                    };
-                    tx.send(Event::Token(token)).await
-                }
-            };
-            let Some(marks) =
-                run_tokens(&shared, received, (tokenized, enqueued), tokens, emit).await
-            else {
-                return;
-            };
-            if fails {
-                let status =
-                    Status::internal(format!("mock: engine failure after {tokens} tokens"));
-                let _ = tx.0.send(Err(status)).await;
-                return;
-            }
-            let finished = Finished {
-                request_id: id,
-                finish_reason: FinishReason::Length as i32,
-                prompt_tokens,
-                completion_tokens: tokens,
-                timing: Some(marks.timing(n as u64)),
-                ..Default::default()
-            };
-            tx.send(Event::Finished(finished)).await;
-        });
-        Ok(Response::new(ReceiverStream::new(rx)))
+        tokio::spawn(async move { drive(&shared, received, tokens, fails, tx).await });
+        Ok(Response::new(Events {
+            rx,
+            stamps,
+            request_id: req.request_id,
+            prompt_tokens,
+            started: false,
+            sent: 0,
+            n,
+        }))
     }
 
     async fn get_server_info(

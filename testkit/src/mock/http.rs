@@ -4,19 +4,23 @@
 //! TLS) on one listener, served by hyper.
 //!
 //! A streamed request follows the shared [`timeline`](super::timeline): each
-//! token chunk is written as its own body frame at its due time, so a client
-//! sees the same timing as on the gRPC door. Errors are OpenAI error bodies:
+//! token chunk is its own body frame, rendered (and stamped) when hyper takes
+//! it for the socket at its due time, so a client sees the same timing as on
+//! the gRPC door. Errors are OpenAI error bodies:
 //! 400 with `param` naming the field, 401 without the API key (on `/v1/*`;
 //! health and version stay open), 429 for the `fail_every` rejections, 404
 //! for unknown paths.
 
+use std::collections::VecDeque;
 use std::convert::Infallible;
+use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full, StreamBody};
+use http_body_util::{BodyExt, Full};
 use hyper::body::{Bytes, Frame, Incoming};
 use hyper::header::{HeaderValue, AUTHORIZATION, CACHE_CONTROL, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
@@ -31,12 +35,10 @@ use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::rustls::{self, ServerConfig};
 use tokio_rustls::TlsAcceptor;
-use tokio_stream::wrappers::ReceiverStream;
-use tokio_stream::StreamExt;
 
 use crate::mock::chunks::{self, Chunker, Kind};
 use crate::mock::config::TlsIdentity;
-use crate::mock::timeline::{run_tokens, Shared};
+use crate::mock::timeline::{drive, ns, Shared, Stamps, Step};
 
 /// Response body: a whole JSON document or an SSE stream.
 type Body = BoxBody<Bytes, Infallible>;
@@ -282,7 +284,7 @@ async fn generate(
     if !shared.cfg.submit_delay.is_zero() {
         tokio::time::sleep(shared.cfg.submit_delay).await;
     }
-    let marks = (tokenized, received.elapsed());
+    let stamps = Stamps::new(received, (tokenized, received.elapsed()));
     let created = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
@@ -300,8 +302,7 @@ async fn generate(
         shared,
         chunker,
         p,
-        received,
-        marks,
+        stamps,
         n,
     };
     if call.p.stream {
@@ -313,26 +314,101 @@ async fn generate(
 
 /// One accepted generation request.
 struct Call {
+    /// The mock's state.
     shared: Arc<Shared>,
+    /// Builds the chunks.
     chunker: Chunker,
+    /// What the request asked for.
     p: Params,
-    received: Instant,
-    /// tokenized, enqueued.
-    marks: (Duration, Duration),
+    /// The handler's marks.
+    stamps: Stamps,
     /// Arrival number (the `admitted_iteration` reported).
     n: usize,
 }
 
-fn frame(b: Bytes) -> Result<Frame<Bytes>, Infallible> {
-    Ok(Frame::data(b))
+/// The SSE body: renders each step of the timeline when hyper polls it to
+/// write it, so each token is stamped as it goes to the socket.
+struct SseBody {
+    /// The timeline's steps.
+    rx: mpsc::Receiver<Step>,
+    /// Builds the chunks.
+    chunker: Chunker,
+    /// The request's marks.
+    stamps: Stamps,
+    /// Chunks ready to go (the role chunk; the tail after the last token).
+    queued: VecDeque<Bytes>,
+    /// `usage` after the finish chunk, with the prompt's token count.
+    usage: Option<u32>,
+    /// Arrival number (the `admitted_iteration` reported).
+    n: usize,
+    /// Tokens rendered so far.
+    sent: u32,
+}
+
+impl hyper::body::Body for SseBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        let me = &mut *self;
+        loop {
+            if let Some(b) = me.queued.pop_front() {
+                return Poll::Ready(Some(Ok(Frame::data(b))));
+            }
+            let step = match me.rx.poll_recv(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(None) => return Poll::Ready(None),
+                Poll::Ready(Some(step)) => step,
+            };
+            match step {
+                Step::Admitted(d) => me.stamps.admitted = d,
+                Step::Token(i) => {
+                    let t = me.stamps.token();
+                    me.sent += 1;
+                    return Poll::Ready(Some(Ok(Frame::data(me.chunker.token(i, ns(t))))));
+                }
+                Step::Done => {
+                    let timing = me.stamps.marks().timing(me.n as u64);
+                    me.queued.push_back(me.chunker.finish("length", &timing));
+                    if let Some(prompt) = me.usage {
+                        me.queued.push_back(me.chunker.usage(prompt, me.sent));
+                    }
+                    me.queued.push_back(chunks::done());
+                }
+                Step::Failed(k) => {
+                    let m = format!("mock: engine failure after {k} tokens");
+                    let e = chunks::error(&m, "server_error", None, None);
+                    me.queued.push_back(chunks::event(&e));
+                    me.queued.push_back(chunks::done());
+                }
+            }
+        }
+    }
 }
 
 impl Call {
-    /// The SSE response; a task writes each chunk at its due time.
+    /// The SSE response; a task drives the timeline, the body renders it.
     fn stream(self) -> Response<Body> {
-        let (tx, rx) = mpsc::channel::<Bytes>(64);
-        tokio::spawn(self.produce(tx));
-        let body = StreamBody::new(ReceiverStream::new(rx).map(frame as fn(_) -> _));
+        let (tx, rx) = mpsc::channel(64);
+        let (tokens, fails) = self.shared.tokens_for(self.p.max_tokens);
+        let (shared, received) = (self.shared.clone(), self.stamps.received);
+        tokio::spawn(async move { drive(&shared, received, tokens, fails, tx).await });
+        let mut queued = VecDeque::new();
+        if self.chunker.kind == Kind::Chat {
+            queued.push_back(self.chunker.role());
+        }
+        let body = SseBody {
+            rx,
+            chunker: self.chunker,
+            stamps: self.stamps,
+            queued,
+            usage: (self.p.include_usage && self.shared.cfg.usage).then_some(self.p.prompt_tokens),
+            n: self.n,
+            sent: 0,
+        };
         let mut r = Response::new(BodyExt::boxed(body));
         let h = r.headers_mut();
         h.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
@@ -340,63 +416,32 @@ impl Call {
         r
     }
 
-    /// Writes the chunks; stops when the client is gone.
-    async fn produce(self, tx: mpsc::Sender<Bytes>) {
-        let c = &self.chunker;
-        if c.kind == Kind::Chat && tx.send(c.role()).await.is_err() {
-            return;
-        }
-        let (tokens, fails) = self.shared.tokens_for(self.p.max_tokens);
-        let emit = |i: u32, t: Duration| {
-            let (tx, chunk) = (tx.clone(), c.token(i, crate::mock::timeline::ns(t)));
-            async move { tx.send(chunk).await.is_ok() }
-        };
-        let Some(marks) = run_tokens(&self.shared, self.received, self.marks, tokens, emit).await
-        else {
-            return;
-        };
-        let mut tail = Vec::with_capacity(3);
-        if fails {
-            let m = format!("mock: engine failure after {tokens} tokens");
-            tail.push(chunks::event(&chunks::error(
-                &m,
-                "server_error",
-                None,
-                None,
-            )));
-        } else {
-            tail.push(c.finish("length", &marks.timing(self.n as u64)));
-            if self.p.include_usage && self.shared.cfg.usage {
-                tail.push(c.usage(self.p.prompt_tokens, tokens));
-            }
-        }
-        tail.push(chunks::done());
-        for b in tail {
-            if tx.send(b).await.is_err() {
-                return;
-            }
-        }
-    }
-
     /// A non-streaming request: the whole response once every token is due.
-    async fn whole(self) -> Response<Body> {
+    async fn whole(mut self) -> Response<Body> {
         let (tokens, fails) = self.shared.tokens_for(self.p.max_tokens);
-        let emit = |_, _| async { true };
-        let marks = run_tokens(&self.shared, self.received, self.marks, tokens, emit).await;
-        match marks {
-            Some(m) if !fails => {
-                let v = self
-                    .chunker
-                    .whole(tokens, self.p.prompt_tokens, &m.timing(self.n as u64));
-                full(StatusCode::OK, &v)
+        let (tx, mut rx) = mpsc::channel(64);
+        let (shared, received) = (self.shared.clone(), self.stamps.received);
+        tokio::spawn(async move { drive(&shared, received, tokens, fails, tx).await });
+        while let Some(step) = rx.recv().await {
+            match step {
+                Step::Admitted(d) => self.stamps.admitted = d,
+                Step::Token(_) => {
+                    self.stamps.token();
+                }
+                Step::Done => {
+                    let timing = self.stamps.marks().timing(self.n as u64);
+                    let v = self.chunker.whole(tokens, self.p.prompt_tokens, &timing);
+                    return full(StatusCode::OK, &v);
+                }
+                Step::Failed(_) => break,
             }
-            _ => error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                &format!("mock: engine failure after {tokens} tokens"),
-                "server_error",
-                None,
-            ),
         }
+        error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &format!("mock: engine failure after {tokens} tokens"),
+            "server_error",
+            None,
+        )
     }
 }
 

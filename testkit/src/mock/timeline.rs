@@ -10,13 +10,12 @@
 //! never accumulates. [`Marks::timing`] is the `ServerTiming` of what it
 //! actually did, which both doors send back.
 
-use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use ember_common::pb::ServerTiming;
-use tokio::sync::Semaphore;
+use tokio::sync::{mpsc, Semaphore};
 use tokio::time::Instant;
 
 use crate::mock::config::MockConfig;
@@ -112,27 +111,38 @@ impl Marks {
     }
 }
 
-/// Runs one request's tokens: waits for a slot, then calls `emit(i, t)` for
-/// token i at its due time (`t` = since `received`). `emit` returns false
-/// when the client is gone; then this returns `None`. `tokenized` and
-/// `enqueued` are the handler's own marks.
-pub(crate) async fn run_tokens<F, Fut>(
+/// What the producer of a request tells its door, in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// A slot was free this long after `received`.
+    Admitted(Duration),
+    /// Token i is due now.
+    Token(u32),
+    /// Every token was sent: finish normally.
+    Done,
+    /// The engine "failed" after this many tokens.
+    Failed(u32),
+}
+
+/// Runs one request's timeline: waits for a slot, then sends `Token(i)` when
+/// token i is due, then `Done` (or `Failed` with `fails`). Returns early
+/// when the door's receiver is gone (the client left).
+pub(crate) async fn drive(
     shared: &Shared,
     received: Instant,
-    (tokenized, enqueued): (Duration, Duration),
     tokens: u32,
-    mut emit: F,
-) -> Option<Marks>
-where
-    F: FnMut(u32, Duration) -> Fut,
-    Fut: Future<Output = bool>,
-{
+    fails: bool,
+    tx: mpsc::Sender<Step>,
+) {
     // Held until the last token is sent; the semaphore never closes.
     let _slot = match &shared.slots {
         Some(s) => s.clone().acquire_owned().await.ok(),
         None => None,
     };
     let admitted = received.elapsed();
+    if tx.send(Step::Admitted(admitted)).await.is_err() {
+        return;
+    }
     // Without slots the timeline runs from `received`, exactly as configured.
     let base = if shared.slots.is_some() {
         received + admitted
@@ -140,24 +150,70 @@ where
         received
     };
     let cfg = &shared.cfg;
-    let (mut first, mut last) = (None, Duration::ZERO);
     for i in 0..tokens {
         tokio::time::sleep_until(base + cfg.ttft + cfg.itl * i).await;
-        let t = received.elapsed();
-        if !emit(i, t).await {
-            return None;
+        if tx.send(Step::Token(i)).await.is_err() {
+            return;
         }
-        first.get_or_insert(t);
-        last = t;
     }
-    Some(Marks {
-        tokenized,
-        enqueued,
-        admitted,
-        first: first.unwrap_or_default(),
-        last,
-        finished: received.elapsed(),
-    })
+    let last = if fails {
+        Step::Failed(tokens)
+    } else {
+        Step::Done
+    };
+    let _ = tx.send(last).await;
+}
+
+/// A request's marks as its door hands each token to the transport: a token
+/// is stamped when the door takes it for the socket (hyper polls the SSE
+/// body, tonic polls the response stream), so the time a busy mock spends
+/// between "due" and "written" is the mock's own and never shows up as the
+/// client's error.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Stamps {
+    /// The handler was entered.
+    pub received: Instant,
+    /// tokenized, enqueued (the handler's own marks).
+    pub handler: (Duration, Duration),
+    /// From `Step::Admitted`.
+    pub admitted: Duration,
+    /// The first token's stamp.
+    pub first: Option<Duration>,
+    /// The last token's stamp.
+    pub last: Duration,
+}
+
+impl Stamps {
+    /// Marks of a request received at `received` with the handler's marks.
+    pub fn new(received: Instant, handler: (Duration, Duration)) -> Stamps {
+        Stamps {
+            received,
+            handler,
+            admitted: handler.1,
+            first: None,
+            last: Duration::ZERO,
+        }
+    }
+
+    /// Stamps a token handed to the transport now; its time since received.
+    pub fn token(&mut self) -> Duration {
+        let t = self.received.elapsed();
+        self.first.get_or_insert(t);
+        self.last = t;
+        t
+    }
+
+    /// The marks so far, finished now.
+    pub fn marks(&self) -> Marks {
+        Marks {
+            tokenized: self.handler.0,
+            enqueued: self.handler.1,
+            admitted: self.admitted,
+            first: self.first.unwrap_or_default(),
+            last: self.last,
+            finished: self.received.elapsed(),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -185,37 +241,28 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn tokens_come_on_their_due_times() {
+    async fn steps_come_on_their_due_times() {
         let shared = Shared::new(MockConfig {
             ttft: Duration::from_millis(30),
             itl: Duration::from_millis(10),
             ..MockConfig::default()
         });
         let received = Instant::now();
-        let mut seen = Vec::new();
-        let marks = run_tokens(&shared, received, Default::default(), 3, |i, t| {
-            seen.push((i, t));
-            async { true }
-        })
-        .await
-        .expect("not cancelled");
-        assert_eq!(seen.len(), 3);
-        for (i, t) in &seen {
-            let due = Duration::from_millis(30 + 10 * u64::from(*i));
-            assert!(
-                *t >= due && *t < due + Duration::from_millis(50),
-                "{i}: {t:?}"
-            );
+        let (tx, mut rx) = mpsc::channel(8);
+        drive(&shared, received, 3, true, tx).await;
+        assert!(matches!(rx.recv().await, Some(Step::Admitted(_))));
+        let mut stamps = Stamps::new(received, Default::default());
+        for i in 0..3u32 {
+            assert_eq!(rx.recv().await, Some(Step::Token(i)));
+            let t = stamps.token();
+            let due = Duration::from_millis(30 + 10 * u64::from(i));
+            assert!(t >= due, "{i}: {t:?}");
         }
-        assert_eq!(marks.first, seen[0].1);
-        let gone = run_tokens(
-            &shared,
-            Instant::now(),
-            Default::default(),
-            3,
-            |_, _| async { false },
-        )
-        .await;
-        assert!(gone.is_none(), "a gone client stops the timeline");
+        assert_eq!(rx.recv().await, Some(Step::Failed(3)));
+        let m = stamps.marks();
+        assert!(m.first >= Duration::from_millis(30) && m.last >= m.first);
+        let (tx, rx) = mpsc::channel(1);
+        drop(rx);
+        drive(&shared, Instant::now(), 3, false, tx).await; // returns at once
     }
 }
