@@ -292,7 +292,7 @@ impl Http2Conn {
 
 /// Either kind of connection to one target.
 #[derive(Debug)]
-pub enum Transport {
+pub enum Connections {
     /// HTTP/1.1 pool.
     H1(Http1Pool),
     /// One HTTP/2 connection.
@@ -307,18 +307,18 @@ pub enum Used {
     H2,
 }
 
-impl Transport {
+impl Connections {
     /// Opens the transport the dialer's HTTP version asks for (HTTP/1.1:
     /// one connection, to fail fast on a wrong address).
-    pub async fn connect(dialer: &Dialer) -> Result<Transport, String> {
+    pub async fn connect(dialer: &Dialer) -> Result<Connections, String> {
         Ok(match dialer.version {
             HttpVersion::Http1 => {
                 let pool = Http1Pool::default();
                 let first = pool.checkout(dialer).await?;
                 pool.checkin(first);
-                Transport::H1(pool)
+                Connections::H1(pool)
             }
-            HttpVersion::Http2 => Transport::H2(Http2Conn::connect(dialer).await?),
+            HttpVersion::Http2 => Connections::H2(Http2Conn::connect(dialer).await?),
         })
     }
 
@@ -329,12 +329,12 @@ impl Transport {
         req: Request<Body>,
     ) -> Result<(Response<Incoming>, Used), String> {
         match self {
-            Transport::H1(pool) => {
+            Connections::H1(pool) => {
                 let mut sender = pool.checkout(dialer).await?;
                 let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
                 Ok((resp, Used::H1(sender)))
             }
-            Transport::H2(conn) => {
+            Connections::H2(conn) => {
                 let mut sender = conn.get(dialer).await?;
                 let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
                 Ok((resp, Used::H2))
@@ -344,7 +344,7 @@ impl Transport {
 
     /// Gives a connection back after its response body was read to the end.
     pub fn release(&self, used: Used) {
-        if let (Transport::H1(pool), Used::H1(sender)) = (self, used) {
+        if let (Connections::H1(pool), Used::H1(sender)) = (self, used) {
             pool.checkin(sender);
         }
     }
@@ -352,8 +352,8 @@ impl Transport {
     /// Connections opened so far.
     pub fn opened(&self) -> usize {
         match self {
-            Transport::H1(p) => p.opened.load(Ordering::Relaxed),
-            Transport::H2(c) => c.opened.load(Ordering::Relaxed),
+            Connections::H1(p) => p.opened.load(Ordering::Relaxed),
+            Connections::H2(c) => c.opened.load(Ordering::Relaxed),
         }
     }
 }

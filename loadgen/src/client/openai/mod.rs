@@ -32,7 +32,7 @@ use hyper::{Method, Request, StatusCode};
 use tokio::sync::oneshot;
 
 use crate::cli::conn::{ConnArgs, Endpoint, HttpVersion};
-use crate::client::openai::conn::{Dialer, Transport, Used};
+use crate::client::openai::conn::{Connections, Dialer, Used};
 use crate::client::openai::stream::{End, Reader};
 use crate::error::Error;
 use crate::record::{ns_since, Begin, RequestRecord, Slot, TokenSource};
@@ -48,7 +48,7 @@ pub struct HttpConn {
     /// Address, TLS, paths.
     dialer: Dialer,
     /// The connections.
-    transport: Transport,
+    conns: Connections,
     /// `/v1/completions` or `/v1/chat/completions`.
     endpoint: Endpoint,
     /// The request path of `endpoint`.
@@ -68,7 +68,7 @@ impl HttpConn {
             target: url.to_string(),
             reason,
         };
-        let transport = Transport::connect(&dialer).await.map_err(connect_err)?;
+        let conns = Connections::connect(&dialer).await.map_err(connect_err)?;
         let auth = match &conn.api_key {
             Some(key) => Some(
                 HeaderValue::from_str(&format!("Bearer {key}"))
@@ -82,7 +82,7 @@ impl HttpConn {
         });
         let mut me = HttpConn {
             dialer,
-            transport,
+            conns,
             endpoint: conn.endpoint,
             path,
             model: String::new(),
@@ -123,14 +123,14 @@ impl HttpConn {
     async fn first_model(&self) -> Result<String, String> {
         let path = self.dialer.path("/models");
         let req = self.request(Method::GET, &path, Vec::new())?;
-        let (resp, used) = self.transport.send(&self.dialer, req).await?;
+        let (resp, used) = self.conns.send(&self.dialer, req).await?;
         let status = resp.status();
         let body = tokio::time::timeout(Duration::from_secs(10), resp.into_body().collect())
             .await
             .map_err(|_| format!("GET {path}: no body within 10 s"))?
             .map_err(|e| format!("GET {path}: {e}"))?
             .to_bytes();
-        self.transport.release(used);
+        self.conns.release(used);
         if status != StatusCode::OK {
             return Err(format!(
                 "GET {path}: HTTP {status}: {} (pass --model NAME)",
@@ -147,7 +147,7 @@ impl HttpConn {
 
     /// Connections opened so far.
     pub fn connections(&self) -> usize {
-        self.transport.opened()
+        self.conns.opened()
     }
 
     /// Runs one request to its end. `submitted` receives the instant the
@@ -180,7 +180,7 @@ impl HttpConn {
         let submit_start = Instant::now();
         let deadline = tokio::time::Instant::from_std(submit_start + timeout);
         let sent = match req {
-            Ok(req) => tokio::time::timeout_at(deadline, self.transport.send(&self.dialer, req))
+            Ok(req) => tokio::time::timeout_at(deadline, self.conns.send(&self.dialer, req))
                 .await
                 .unwrap_or_else(|_| Err("client --timeout passed before the response".into())),
             Err(e) => Err(e),
@@ -212,7 +212,7 @@ impl HttpConn {
             .await;
         match end {
             End::Ok(at) => {
-                self.transport.release(used);
+                self.conns.release(used);
                 let server = reader.apply(&mut record);
                 record.succeed(ns_since(slot.t0, at), server)
             }
@@ -236,7 +236,7 @@ impl HttpConn {
         let limited = http_body_util::Limited::new(resp.into_body(), ERROR_BODY_LIMIT);
         let body = match tokio::time::timeout_at(deadline, limited.collect()).await {
             Ok(Ok(b)) => {
-                self.transport.release(used);
+                self.conns.release(used);
                 b.to_bytes()
             }
             _ => Default::default(),
