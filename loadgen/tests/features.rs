@@ -353,3 +353,26 @@ async fn loadgen_mock_serves_on_its_own_and_queues_beyond_its_slots() {
         "loadgen mock exits 0 on SIGTERM: {status}"
     );
 }
+
+#[test]
+fn loadgen_mock_keeps_serving_when_its_stdout_is_gone() {
+    // A parent reads the first line and may close the pipe; writing the
+    // other lines must not kill the mock. /dev/full fails every write.
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .expect("/dev/full");
+    let mut mock = std::process::Command::new(env!("CARGO_BIN_EXE_loadgen"))
+        .arg("mock")
+        .stdout(full)
+        .spawn()
+        .expect("spawn loadgen mock");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert!(
+        mock.try_wait().expect("try_wait").is_none(),
+        "loadgen mock died when stdout failed"
+    );
+    ember_testkit::child::sigterm(mock.id()).expect("SIGTERM");
+    let status = mock.wait().expect("wait");
+    assert!(status.success(), "exits 0 on SIGTERM: {status}");
+}

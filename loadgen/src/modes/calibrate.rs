@@ -13,6 +13,7 @@
 //! It prints loadgen's usual report block, then the errors' p50/p99/max and
 //! whether the p99s are under `--target-p99-ms`.
 
+use std::io::Write;
 use std::time::Duration;
 
 use clap::Parser;
@@ -256,7 +257,7 @@ pub async fn run(cal: CalibrateArgs) -> Result<Calibration, Error> {
         ttft_error_ms,
         itl_error_ms,
     };
-    print(&c);
+    print(&c)?;
     if let Some(path) = &c.config.json {
         let text = serde_json::to_string_pretty(&c)?;
         std::fs::write(path, text).map_err(|source| Error::File {
@@ -292,29 +293,35 @@ async fn measure(args: &Args) -> Result<(usize, usize, String, Vec<RequestRecord
     ))
 }
 
-fn print(c: &Calibration) {
-    let row = |name: &str, d: &DistSummary| {
-        let f = |v: Option<f64>| v.map_or("n/a".to_string(), |v| format!("{v:.3}"));
-        println!(
+/// The calibration's lines on stdout.
+fn print(c: &Calibration) -> std::io::Result<()> {
+    let mut w = std::io::stdout().lock();
+    let f = |v: Option<f64>| v.map_or("n/a".to_string(), |v| format!("{v:.3}"));
+    let cfg = &c.config;
+    writeln!(w, "=== calibration ===")?;
+    writeln!(
+        w,
+        "{:<38}{} streams over {} (peak {} in flight on one connection or pool, {} connection(s)), TTFT {} ms, ITL {} ms, {} tokens, opened {} ms apart; {} ok",
+        "Setup:", cfg.streams, c.transport, c.peak_streams, c.connections, cfg.ttft_ms, cfg.itl_ms, cfg.tokens, cfg.interval_ms, c.ok
+    )?;
+    for (name, d) in [
+        ("TTFT error (client - server TTFT):", &c.ttft_error_ms),
+        ("ITL error (|client gap - server gap|):", &c.itl_error_ms),
+    ] {
+        writeln!(
+            w,
             "{name:<38}p50 {} / p99 {} / max {} ms ({} values)",
             f(d.p50),
             f(d.p99),
             f(d.max),
             d.count
-        );
-    };
-    let cfg = &c.config;
-    println!("=== calibration ===");
-    println!(
-        "{:<38}{} streams over {} (peak {} in flight on one connection or pool, {} connection(s)), TTFT {} ms, ITL {} ms, {} tokens, opened {} ms apart; {} ok",
-        "Setup:", cfg.streams, c.transport, c.peak_streams, c.connections, cfg.ttft_ms, cfg.itl_ms, cfg.tokens, cfg.interval_ms, c.ok
-    );
-    row("TTFT error (client - server TTFT):", &c.ttft_error_ms);
-    row("ITL error (|client gap - server gap|):", &c.itl_error_ms);
-    println!(
+        )?;
+    }
+    writeln!(
+        w,
         "{:<38}{} (target: both p99 < {} ms)",
         "Result:",
         if c.pass { "PASS" } else { "FAIL" },
         cfg.target_p99_ms
-    );
+    )
 }

@@ -22,6 +22,7 @@
 //! `--report DIR` draws every series in the same charts.
 
 use std::collections::HashSet;
+use std::io::Write;
 use std::path::PathBuf;
 use std::str::FromStr;
 
@@ -211,12 +212,15 @@ pub async fn run(cmp: CompareArgs) -> Result<Outcome, Error> {
         .transpose()?;
     let (mut series, mut outcome) = (Vec::with_capacity(plan.len()), Outcome::default());
     for (k, (name, args)) in plan.iter().enumerate() {
-        println!(
+        let mut stdout = std::io::stdout().lock();
+        writeln!(
+            stdout,
             "### series {}/{}: {name} ({}) ###",
             k + 1,
             plan.len(),
             args.conn.describe()
-        );
+        )?;
+        drop(stdout);
         let urls = args.conn.urls();
         let (s, o, out) = benchmark(args, &urls, requests_out, Some(name.clone())).await?;
         requests_out = out;

@@ -8,6 +8,7 @@
 //! `ember_testkit::child` reads), then `grpc listening on ADDR` and
 //! `http listening on ADDR` for both. Stops on SIGTERM or ctrl-c.
 
+use std::io::Write;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
@@ -88,9 +89,14 @@ pub async fn serve(args: MockArgs) -> Result<(), Error> {
         Announce::Grpc => server.addr,
         Announce::Http => server.http_addr,
     };
-    println!("listening on {first}");
-    println!("grpc listening on {}", server.addr);
-    println!("http listening on {}", server.http_addr);
+    // A parent may read the first line and close the pipe: the other lines
+    // are for people, so a closed stdout is not an error here.
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "listening on {first}")
+        .and_then(|()| writeln!(out, "grpc listening on {}", server.addr))
+        .and_then(|()| writeln!(out, "http listening on {}", server.http_addr))
+        .and_then(|()| out.flush());
+    drop(out);
     stop_signal().await;
     server.stop().await;
     Ok(())

@@ -12,6 +12,7 @@
 //! when the submit lag p99 passes `--max-submit-lag-ms` (default 50 ms here):
 //! the client is then the bottleneck, and the row says so.
 
+use std::io::Write;
 use std::time::Duration;
 
 use crate::cli::options::{SweepMode, SWEEP_DEFAULT_MAX_LAG_MS};
@@ -46,11 +47,12 @@ impl Sweeper<'_, '_> {
             .sweep
             .max_submit_lag_ms
             .unwrap_or(SWEEP_DEFAULT_MAX_LAG_MS);
-        if let Some(r) = rate {
-            println!("=== sweep run {}: {kind} at {r:.2} req/s ===", k + 1);
-        } else {
-            println!("=== sweep run {}: {kind} ===", k + 1);
-        }
+        let at = rate.map_or(String::new(), |r| format!(" at {r:.2} req/s"));
+        writeln!(
+            std::io::stdout().lock(),
+            "=== sweep run {}: {kind}{at} ===",
+            k + 1
+        )?;
         let m = self
             .bench
             .measure(RunOpts {
