@@ -195,7 +195,7 @@ impl HttpServer {
     /// Sends SIGTERM.
     pub fn sigterm(&self) {
         if self.exited.is_none() {
-            let _ = ember_loadgen::child::sigterm(self.child.id());
+            let _ = ember_testkit::child::sigterm(self.child.id());
         }
     }
 
