@@ -19,8 +19,9 @@
 //! middle of loading the model; `--device cuda[:N]` then fails at startup
 //! naming the flag, `--device auto` falls back.
 //!
-//! The kernel knobs ([`KernelTuning`]) are read here, once: the device
-//! carries them to every op as [`Ops`]. The server and the benchmark both
+//! The kernel knobs ([`KernelTuning`]) are read here, once, and so is the
+//! CPU's instruction set ([`CpuKernels`]): the device carries them to every
+//! op as [`Ops`]. The server and the benchmark both
 //! open their device here.
 
 use std::path::PathBuf;
@@ -29,7 +30,8 @@ use std::str::FromStr;
 use burn::prelude::*;
 use burn::tensor::{FloatDType, IntDType};
 
-use crate::ops::Ops;
+use crate::ops::cpu::isa::simd_flags;
+use crate::ops::{CpuKernels, Ops};
 use crate::panics::{expecting_panics, panic_message};
 use crate::tuning::KernelTuning;
 
@@ -149,13 +151,16 @@ fn open_cpu() -> Result<EngineDevice, DeviceError> {
         device: "cpu".into(),
         message,
     })?;
+    // The CPU reads none of the CUDA knobs; its kernels' instruction set is
+    // detected here, once.
+    let cpu = CpuKernels::detect();
+    tracing::info!(isa = %cpu.isa, simd = %simd_flags(), "CPU kernels");
     Ok(EngineDevice {
         device,
         name: "cpu (Flex f32)".into(),
         float_bytes: 4,
         bucketed: false,
-        // The CPU reads no kernel knob.
-        ops: Ops::default(),
+        ops: Ops::cpu(cpu),
     })
 }
 

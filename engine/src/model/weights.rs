@@ -5,9 +5,9 @@
 //! Hugging Face name without the `transformer.` prefix (`wte.weight`,
 //! `h.0.attn.c_attn.weight`, ...). The safetensors loader answers from the
 //! file; the preset loader answers with seeded random numbers. GPT-2's Conv1D
-//! stores weights `[in, out]`; where [`Ops::out_major_weights`] says so (CUDA)
-//! they are transposed once here to the out-major layout the decode kernels
-//! read ([`super::linear`]).
+//! stores weights `[in, out]`; where [`Ops::out_major_weights`] says so (CUDA
+//! and the CPU) they are transposed once here to the out-major layout the
+//! decode kernels read ([`super::linear`]).
 
 use burn::module::Param;
 use burn::nn::Embedding;
@@ -41,7 +41,7 @@ pub type Fetch<'a> = dyn FnMut(&str, TensorRole, &[usize]) -> Result<TensorData,
 struct Builder<'a, 'f> {
     fetch: &'a mut Fetch<'f>,
     device: &'a Device,
-    /// Store projection weights `[out, in]` (CUDA).
+    /// Store projection weights `[out, in]` ([`Ops::out_major_weights`]).
     out_major: bool,
 }
 
