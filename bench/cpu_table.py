@@ -124,7 +124,8 @@ def render(runs):
     notes = [
         "",
         f"CPU: {cpu.get('model', '?')}; SIMD: {cpu.get('simd', '?')}; "
-        f"Ember kernels: {cpu.get('isa', '?')}, {cpu.get('threads', '?')} threads ({any_e['device']}).",
+        f"Ember kernels: {cpu.get('isa', '?')}, {cpu.get('weights', '?')} weights, "
+        f"{cpu.get('threads', '?')} threads ({any_e['device']}).",
         f"torch: {any_t['meta']['torch']} / transformers {any_t['meta']['transformers']}, "
         f"{any_t['meta']['threads']} threads (peer: {any_t['meta']['peer']}).",
         f"Weights read per decode step: {any_e['weight_bytes'] / 1e6:.1f} MB; memory read "

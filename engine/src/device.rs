@@ -30,6 +30,7 @@ use std::str::FromStr;
 use burn::prelude::*;
 use burn::tensor::{FloatDType, IntDType};
 
+use crate::cpu_tuning::CpuTuning;
 use crate::ops::cpu::isa::simd_flags;
 use crate::ops::{CpuKernels, Ops};
 use crate::panics::{expecting_panics, panic_message};
@@ -69,6 +70,8 @@ pub struct DeviceOptions {
     pub kernel_cache_dir: Option<PathBuf>,
     /// The CUDA kernels' knobs (validated).
     pub tuning: KernelTuning,
+    /// The CPU kernels' knobs.
+    pub cpu: CpuTuning,
 }
 
 /// A configured device and what the engine needs to know about it.
@@ -86,9 +89,10 @@ pub struct EngineDevice {
 }
 
 impl EngineDevice {
-    /// The CPU (Flex, f32): never fails unless the dtypes cannot be set.
+    /// The CPU (Flex, f32) with the default knobs: never fails unless the
+    /// dtypes cannot be set.
     pub fn cpu() -> Result<Self, DeviceError> {
-        open_cpu()
+        open_cpu(CpuTuning::default())
     }
 }
 
@@ -116,9 +120,13 @@ pub fn default_kernel_cache_dir() -> Option<PathBuf> {
 /// Opens the device `spec` names, set up with `options`.
 pub fn open(spec: DeviceSpec, options: &DeviceOptions) -> Result<EngineDevice, DeviceError> {
     match spec {
-        DeviceSpec::Cpu => open_cpu(),
+        DeviceSpec::Cpu => open_cpu(options.cpu),
         DeviceSpec::Cuda(index) => open_cuda(index, options),
-        DeviceSpec::Auto => choose_auto(cfg!(feature = "cuda"), || open_cuda(0, options), open_cpu),
+        DeviceSpec::Auto => choose_auto(
+            cfg!(feature = "cuda"),
+            || open_cuda(0, options),
+            || open_cpu(options.cpu),
+        ),
     }
 }
 
@@ -145,7 +153,7 @@ pub fn choose_auto(
     }
 }
 
-fn open_cpu() -> Result<EngineDevice, DeviceError> {
+fn open_cpu(tuning: CpuTuning) -> Result<EngineDevice, DeviceError> {
     let mut device = Device::flex();
     configure(&mut device, FloatDType::F32).map_err(|message| DeviceError::Configure {
         device: "cpu".into(),
@@ -153,8 +161,8 @@ fn open_cpu() -> Result<EngineDevice, DeviceError> {
     })?;
     // The CPU reads none of the CUDA knobs; its kernels' instruction set is
     // detected here, once.
-    let cpu = CpuKernels::detect();
-    tracing::info!(isa = %cpu.isa, simd = %simd_flags(), "CPU kernels");
+    let cpu = CpuKernels::new(tuning);
+    tracing::info!(isa = %cpu.isa, simd = %simd_flags(), weights = %cpu.weights, "CPU kernels");
     Ok(EngineDevice {
         device,
         name: "cpu (Flex f32)".into(),
@@ -299,7 +307,7 @@ mod tests {
 
     #[test]
     fn the_probe_passes_on_a_working_device() {
-        probe(|| Ok(open_cpu().unwrap().device)).unwrap();
+        probe(|| Ok(EngineDevice::cpu().unwrap().device)).unwrap();
     }
 
     #[test]

@@ -9,14 +9,16 @@ use ember_engine::ops::cpu::isa::simd_flags;
 use ember_engine::EngineDevice;
 use serde_json::json;
 
-/// `{"model", "simd", "isa", "threads"}`: the CPU model from
-/// `/proc/cpuinfo`, its SIMD flags, the kernels' instruction set on this
-/// device, and the rayon pool's threads.
+/// `{"model", "simd", "isa", "weights", "threads"}`: the CPU model from
+/// `/proc/cpuinfo`, its SIMD flags, the kernels' instruction set and weight
+/// format on this device, and the rayon pool's threads.
 pub fn cpu_report(device: &EngineDevice) -> serde_json::Value {
+    let kernels = device.ops.cpu_kernels();
     json!({
         "model": cpu_model(),
         "simd": simd_flags(),
-        "isa": device.ops.cpu_kernels().isa.to_string(),
+        "isa": kernels.isa.to_string(),
+        "weights": kernels.weights.to_string(),
         "threads": rayon::current_num_threads(),
     })
 }
@@ -24,10 +26,11 @@ pub fn cpu_report(device: &EngineDevice) -> serde_json::Value {
 /// One line for the console.
 pub fn describe(cpu: &serde_json::Value) -> String {
     format!(
-        "{} [{}], kernels {}, {} threads",
+        "{} [{}], kernels {} with {} weights, {} threads",
         cpu["model"].as_str().unwrap_or("?"),
         cpu["simd"].as_str().unwrap_or("?"),
         cpu["isa"].as_str().unwrap_or("?"),
+        cpu["weights"].as_str().unwrap_or("?"),
         cpu["threads"]
     )
 }

@@ -24,7 +24,8 @@ use clap::Parser;
 use ember_engine::device::{self, default_kernel_cache_dir};
 use ember_engine::model::{Gpt2Config, ModelSource, Preset};
 use ember_engine::{
-    DeviceOptions, DeviceSpec, Engine, EngineConfig, EngineDevice, KernelTuning, KvBudget,
+    CpuTuning, DeviceOptions, DeviceSpec, Engine, EngineConfig, EngineDevice, KernelTuning,
+    KvBudget,
 };
 use serde_json::json;
 
@@ -105,6 +106,9 @@ struct Args {
     /// The CUDA kernels' knobs (the server's flags).
     #[command(flatten)]
     tuning: KernelTuning,
+    /// The CPU kernels' knobs (the server's flags).
+    #[command(flatten)]
+    cpu: CpuTuning,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -121,6 +125,7 @@ fn main() -> anyhow::Result<()> {
             .clone()
             .or_else(default_kernel_cache_dir),
         tuning: args.tuning.validate()?,
+        cpu: args.cpu,
     };
     let device = device::open(args.device, &options)?;
     let report = match &args.reference {
@@ -136,14 +141,17 @@ fn main() -> anyhow::Result<()> {
 
 fn run(args: &Args, device: EngineDevice) -> anyhow::Result<serde_json::Value> {
     let device_name = device.name.clone();
-    let float_bytes = device.float_bytes;
+    let weight_bytes_each = match device.ops.matrix_dtype() {
+        Some(_) => device.ops.cpu_kernels().weights.bytes(),
+        None => device.float_bytes,
+    };
     let cpu = machine::cpu_report(&device);
     println!("cpu: {}", machine::describe(&cpu));
     // Before the model exists, so the probe's buffer and the weights are
     // never resident at once.
     let memory = (args.membw_mib > 0).then(|| membw::measure(args.membw_mib));
     let (mut engine, config, max_new) = build_engine(args, device)?;
-    let weight_bytes = machine::decode_weight_bytes(&config, float_bytes);
+    let weight_bytes = machine::decode_weight_bytes(&config, weight_bytes_each);
     let warmup = if args.server_warmup {
         let report = engine.warmup(args.prefill_chunk, 8192)?;
         println!(

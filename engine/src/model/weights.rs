@@ -12,7 +12,7 @@
 use burn::module::Param;
 use burn::nn::Embedding;
 use burn::prelude::*;
-use burn::tensor::TensorData;
+use burn::tensor::{DType, TensorData};
 
 use super::attention::Attention;
 use super::block::Block;
@@ -99,6 +99,21 @@ impl Builder<'_, '_> {
 }
 
 impl Gpt2 {
+    /// The model with its weight matrices (every projection and the tied
+    /// embedding / LM head) stored as `dtype`; biases and LayerNorm keep
+    /// theirs. Each f32 matrix is dropped as its copy is made.
+    pub fn with_matrix_dtype(mut self, dtype: DType) -> Self {
+        let cast = |p: &mut Param<Tensor<2>>| *p = Param::from_tensor(p.val().cast(dtype));
+        cast(&mut self.wte.weight);
+        for b in &mut self.blocks {
+            cast(&mut b.attn.c_attn.weight);
+            cast(&mut b.attn.c_proj.weight);
+            cast(&mut b.mlp.c_fc.weight);
+            cast(&mut b.mlp.c_proj.weight);
+        }
+        self
+    }
+
     /// Builds the model tensor by tensor from `fetch` (see the module docs).
     pub fn from_weights(
         config: &Gpt2Config,

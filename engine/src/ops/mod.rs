@@ -110,6 +110,14 @@ impl Ops {
         &self.cpu
     }
 
+    /// The dtype weight matrices are stored in when it is not the device's
+    /// float type: bf16 on the CPU with `--cpu-weights bf16` (which only the
+    /// CPU's ops carry), else `None`.
+    pub fn matrix_dtype(&self) -> Option<burn::tensor::DType> {
+        (self.cpu.weights == crate::cpu_tuning::CpuWeights::Bf16)
+            .then_some(burn::tensor::DType::BF16)
+    }
+
     /// Whether projections on `device` store their weights out-major
     /// (`[out, in]`): on CUDA, where the decode kernels stream weight rows,
     /// and on the CPU, where [`cpu::gemv`] does.
@@ -160,8 +168,9 @@ impl Ops {
     }
 
     /// The CPU projection kernel ([`cpu::gemv`]) where it takes the step: at
-    /// most [`CpuKernels::gemv_max_rows`] rows of f32 Flex tensors; `w` is
-    /// out-major. `None` sends the call to the tensor-op path.
+    /// most [`CpuKernels::gemv_max_rows`] rows of f32 Flex tensors, or any
+    /// number with bf16 weights; `w` is out-major. `None` sends the call to
+    /// the tensor-op path.
     fn cpu_linear<const D: usize>(
         &self,
         x: &Tensor<D>,
@@ -172,7 +181,11 @@ impl Ops {
         let dims = x.dims();
         let rows: usize = dims[..D - 1].iter().product();
         let [d_out, d_in] = w.dims();
-        if rows == 0 || rows > self.cpu.gemv_max_rows || dims[D - 1] != d_in {
+        let row_cap = match w.dtype() {
+            burn::tensor::DType::BF16 => usize::MAX,
+            _ => self.cpu.gemv_max_rows,
+        };
+        if rows == 0 || rows > row_cap || dims[D - 1] != d_in {
             return None;
         }
         let residual = epilogue

@@ -19,6 +19,8 @@ pub mod paged_attention;
 
 pub use isa::CpuIsa;
 
+use crate::cpu_tuning::{CpuTuning, CpuWeights};
+
 /// Most rows (sequences in a decode step) a projection sends to [`gemv`]
 /// rather than to Flex's matmul. Measured on the 2-core AMD EPYC (Zen 4,
 /// AVX-512) dev machine: see docs/performance.md.
@@ -29,16 +31,26 @@ pub const GEMV_MAX_ROWS: usize = 64;
 pub struct CpuKernels {
     /// The instruction set the kernels run on.
     pub isa: CpuIsa,
-    /// Most rows a projection (or the LM head) sends to [`gemv`].
+    /// Most rows an f32 projection (or the LM head) sends to [`gemv`]; bf16
+    /// weights go there at any row count (Flex's matmul does not mix them
+    /// with f32 activations).
     pub gemv_max_rows: usize,
+    /// The weight format (`--cpu-weights`).
+    pub weights: CpuWeights,
 }
 
 impl CpuKernels {
-    /// This CPU's instruction set, the default row cap.
+    /// This CPU's instruction set, the default row cap, f32 weights.
     pub fn detect() -> Self {
+        Self::new(CpuTuning::default())
+    }
+
+    /// This CPU's instruction set with the knobs of `tuning`.
+    pub fn new(tuning: CpuTuning) -> Self {
         Self {
             isa: CpuIsa::detect(),
             gemv_max_rows: GEMV_MAX_ROWS,
+            weights: tuning.cpu_weights,
         }
     }
 }

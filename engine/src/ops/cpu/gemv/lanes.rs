@@ -45,11 +45,21 @@ pub trait Lanes {
     /// # Safety
     /// As [`Lanes::zero`].
     unsafe fn fma(a: Self::V, b: Self::V, acc: Self::V) -> Self::V;
+    /// `a + b`, lane by lane.
+    ///
+    /// # Safety
+    /// As [`Lanes::zero`].
+    unsafe fn add(a: Self::V, b: Self::V) -> Self::V;
     /// The sum of the lanes.
     ///
     /// # Safety
     /// As [`Lanes::zero`].
     unsafe fn sum(v: Self::V) -> f32;
+    /// Asks for the cache line at `p` (a hint: any address, never faults).
+    ///
+    /// # Safety
+    /// As [`Lanes::zero`].
+    unsafe fn prefetch<T>(p: *const T);
 }
 
 /// A weight element type the kernel streams: `f32`, or `bf16` widened to f32.
@@ -111,6 +121,15 @@ impl Lanes for Portable {
         acc
     }
     #[inline(always)]
+    unsafe fn add(mut a: Self::V, b: Self::V) -> Self::V {
+        for (x, y) in a.iter_mut().zip(b) {
+            *x += y;
+        }
+        a
+    }
+    #[inline(always)]
+    unsafe fn prefetch<T>(_p: *const T) {}
+    #[inline(always)]
     unsafe fn sum(v: Self::V) -> f32 {
         let [a, b, c, d, e, f, g, h] = v;
         ((a + e) + (b + f)) + ((c + g) + (d + h))
@@ -152,6 +171,14 @@ mod x86 {
             _mm512_fmadd_ps(a, b, acc)
         }
         #[inline(always)]
+        unsafe fn add(a: Self::V, b: Self::V) -> Self::V {
+            _mm512_add_ps(a, b)
+        }
+        #[inline(always)]
+        unsafe fn prefetch<T>(p: *const T) {
+            _mm_prefetch::<_MM_HINT_T0>(p.cast());
+        }
+        #[inline(always)]
         unsafe fn sum(v: Self::V) -> f32 {
             _mm512_reduce_add_ps(v)
         }
@@ -179,6 +206,14 @@ mod x86 {
         #[inline(always)]
         unsafe fn fma(a: Self::V, b: Self::V, acc: Self::V) -> Self::V {
             _mm256_fmadd_ps(a, b, acc)
+        }
+        #[inline(always)]
+        unsafe fn add(a: Self::V, b: Self::V) -> Self::V {
+            _mm256_add_ps(a, b)
+        }
+        #[inline(always)]
+        unsafe fn prefetch<T>(p: *const T) {
+            _mm_prefetch::<_MM_HINT_T0>(p.cast());
         }
         #[inline(always)]
         unsafe fn sum(v: Self::V) -> f32 {
