@@ -9,8 +9,12 @@
 //!   per row of `x` (`MR x U` accumulators). The block's weights are then a
 //!   single sequential read, which is what the hardware prefetcher follows
 //!   best: on the Zen 4 dev machine one row at a time read the LM head at
-//!   about 19 GB/s where four interleaved rows read it at 13-14
-//!   (docs/performance.md). The step is bound by this read.
+//!   about 19 GB/s where four interleaved rows read it at 13-14 (a
+//!   dev-machine measurement under load, not yet in docs/performance.md).
+//!   At 4 rows streaming also beat the tiled path: batch 4 decode steps
+//!   took 27.7 ms against 42.3 (GPT-2 124M f32, context 128, Zen 4 with
+//!   AVX-512, 2 threads, medians of 5 interleaved runs on a loaded machine).
+//!   The step is bound by this read.
 //! - **Tiled** (more rows): `NR = 4` weight rows against up to `MR` rows of
 //!   `x` (`MR x 4` accumulators): each weight vector, once in a register,
 //!   feeds `MR` rows, and the other row groups find the 4 weight rows in
@@ -33,7 +37,7 @@ use super::lanes::{Lanes, Portable, WeightElem};
 const NR: usize = 4;
 
 /// Most rows of `x` that take the streaming path.
-pub const STREAM_MAX_ROWS: usize = 3;
+pub const STREAM_MAX_ROWS: usize = 4;
 
 /// One block of work: `n` weight rows (of `k`) against all `m` rows of `x`,
 /// written to columns `col .. col + n` of the `[m, ldo]` output.
@@ -144,8 +148,9 @@ unsafe fn accumulate<
     }
 }
 
-/// The streaming path for one weight row: `mr <= 3` rows of `x`, with
-/// enough chains (4 for one row, 2 per row above) to keep the loads going.
+/// The streaming path for one weight row: `mr <= STREAM_MAX_ROWS` (4) rows
+/// of `x`, with enough chains (4 for one row, 2 per row above) to keep the
+/// loads going.
 ///
 /// # Safety
 /// As [`tile`] with `NW = 1`.
@@ -154,7 +159,8 @@ unsafe fn stream<L: Lanes, W: WeightElem>(mr: usize, t: Tile<W>) {
     match mr {
         1 => tile::<L, W, 1, 1, 4, false>(t),
         2 => tile::<L, W, 2, 1, 2, false>(t),
-        _ => tile::<L, W, 3, 1, 2, false>(t),
+        3 => tile::<L, W, 3, 1, 2, false>(t),
+        _ => tile::<L, W, 4, 1, 2, false>(t),
     }
 }
 
