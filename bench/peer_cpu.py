@@ -29,6 +29,9 @@ bench's ("batch", "p50_ms", "p10_ms", "p90_ms", "tokens_per_s").
 
 Usage (CPU):  python3 bench/peer_cpu.py --json peer_cpu.json
 Smoke:        python3 bench/peer_cpu.py --tiny --batch-sizes 1,2 --steps 4 --warmup 1
+Stub:         python3 bench/peer_cpu.py --stub ...  (no torch: times an empty step and
+              writes the same JSON, marked "peer": "stub"; run_cpu.sh --dry-run uses it
+              to test the script's plumbing on machines without torch)
 """
 
 import argparse
@@ -38,8 +41,6 @@ import platform
 import statistics
 import sys
 import time
-
-import torch
 
 
 def parse_args():
@@ -56,6 +57,8 @@ def parse_args():
     p.add_argument("--attn-implementation", default=None,
                    help="transformers attn_implementation (default: the library's choice)")
     p.add_argument("--json", help="write results here")
+    p.add_argument("--stub", action="store_true",
+                   help="no torch: time an empty step (tests the plumbing only)")
     return p.parse_args()
 
 
@@ -78,8 +81,36 @@ def cpu_model():
     return platform.processor() or platform.machine()
 
 
+def stub(args):
+    """The JSON a real run writes, with the timings of an empty step: no torch."""
+    batch_sizes = [int(x) for x in args.batch_sizes.split(",") if x.strip()]
+    out = {"peer": "stub", "device": f"cpu ({cpu_model()})", "torch": "stub",
+           "transformers": "stub", "dtype": args.dtype, "threads": 0,
+           "context": args.context, "steps": args.steps, "warmup": args.warmup,
+           "decode": []}
+    for B in batch_sizes:
+        ms = []
+        for _ in range(args.steps):
+            t0 = time.perf_counter()
+            sum(range(B))
+            ms.append((time.perf_counter() - t0) * 1e3)
+        s = sorted(ms)
+        p50 = percentile(s, 50)
+        out["decode"].append({"batch": B, "p50_ms": p50, "p10_ms": percentile(s, 10),
+                              "p90_ms": percentile(s, 90), "tokens_per_s": B / (p50 / 1e3)})
+        print(f"| {B} | stub | {p50:.4f} |", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=2)
+        print(f"wrote {args.json}", flush=True)
+    return 0
+
+
 def main():
     args = parse_args()
+    if args.stub:
+        return stub(args)
+    import torch
     import transformers
     from transformers import GPT2Config, GPT2LMHeadModel
 

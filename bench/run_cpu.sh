@@ -3,6 +3,7 @@
 # invocation. From the repo root, with a release build of ember-engine-bench:
 #
 #   bash bench/run_cpu.sh
+#   bash bench/run_cpu.sh --dry-run     # or DRY_RUN=1: the plumbing only (below)
 #
 # Workload (both sides): GPT-2 124M (GPT2Config defaults), f32, random weights;
 # for each batch size B, B random prompts of CONTEXT tokens are prefilled, then
@@ -11,9 +12,24 @@
 # rank over the timed steps, computed the same way by both).
 #
 #   Ember:  $EMBER_BIN_DIR/ember-engine-bench --device cpu --preset gpt2
-#           --batch-sizes B --context CONTEXT --steps STEPS --warmup WARMUP --json F
+#           --batch-sizes B --context CONTEXT --steps STEPS --warmup WARMUP
+#           --membw-mib MEMBW_MIB --json F
 #   torch:  bench/peer_cpu.py (transformers GPT2LMHeadModel, eager,
 #           past_key_values) with the same flags
+#
+# Each Ember run first measures the machine's streaming-read bandwidth on its
+# rayon pool (--membw-mib: a buffer far larger than the caches, read with the
+# widest vector loads), so every row also gives the step's weight-read floor
+# (weights read per step / that bandwidth) and the share of it the step
+# reaches. The table (bench/cpu_table.py) names the CPU model and its SIMD
+# features; it reads exactly the keys it documents and fails, naming the key,
+# if one is missing.
+#
+# Dry run (--dry-run or DRY_RUN=1): the tiny preset, context 16, batch 1 and 2,
+# 1 warmup + 2 timed steps, one pass, a 16 MiB probe, and a stub peer
+# (peer_cpu.py --stub: no torch, an empty step timed) under the system
+# python3; no venv is made. tests/tests/bench_scripts.rs runs it against the
+# built binary and checks that the table has numbers.
 #
 # Order, for fairness on a shared machine: for each pass (PASSES, default 2),
 # for each batch size: Ember, then torch. Every (pass, batch) pair is reported.
@@ -25,6 +41,7 @@
 #                      or lacking them [$HOME/.cache/ember/bench-venv]
 #   PYTHON             use this interpreter instead (no venv is made or touched)
 #   BATCH_SIZES [1,16]  CONTEXT [128]  STEPS [32]  WARMUP [4]  PASSES [2]
+#   PRESET [gpt2]  MEMBW_MIB [1024]
 #   TORCH_THREADS      peer_cpu.py --threads (default: torch's choice; Ember's
 #                      rayon pool uses every logical CPU unless RAYON_NUM_THREADS)
 #   ENGINE_EXTRA_ARGS  more flags for ember-engine-bench (word-split)
@@ -37,6 +54,17 @@
 set -uo pipefail
 
 # ---- paths and knobs -----------------------------------------------------------
+for arg in "$@"; do
+    case $arg in
+    --dry-run) DRY_RUN=1 ;;
+    *) echo "usage: bash bench/run_cpu.sh [--dry-run]" >&2; exit 2 ;;
+    esac
+done
+DRY_RUN=${DRY_RUN:-0}
+if [[ $DRY_RUN == 1 ]]; then
+    PRESET=tiny CONTEXT=16 BATCH_SIZES=1,2 STEPS=2 WARMUP=1 PASSES=1 MEMBW_MIB=16
+    PYTHON=${PYTHON:-python3}
+fi
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd) || exit 1
 BIN_DIR=${EMBER_BIN_DIR:-$REPO/target/release}
 OUT=${OUT:-$REPO/bench-out-cpu}
@@ -50,6 +78,8 @@ CONTEXT=${CONTEXT:-128}
 STEPS=${STEPS:-32}
 WARMUP=${WARMUP:-4}
 PASSES=${PASSES:-2}
+PRESET=${PRESET:-gpt2}
+MEMBW_MIB=${MEMBW_MIB:-1024}
 TORCH_THREADS=${TORCH_THREADS:-}
 STAGE_TIMEOUT_S=${STAGE_TIMEOUT_S:-1800}
 read -r -a ENGINE_EXTRA <<<"${ENGINE_EXTRA_ARGS:-}"
@@ -69,6 +99,8 @@ machine() {
     echo "date:     $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "host:     $(uname -n) ($(uname -sr), $(uname -m))"
     echo "cpu:      $(grep -m1 '^model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ *//')"
+    echo "simd:     $(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | tr ' ' '\n' |
+        grep -E '^(avx2|fma|avx512.*|amx.*)$' | tr '\n' ' ')"
     echo "nproc:    $(nproc)"
     if command -v lscpu >/dev/null; then
         lscpu | grep -E '^(Thread\(s\) per core|Core\(s\) per socket|Socket\(s\)|L3 cache):' |
@@ -79,13 +111,18 @@ machine() {
     echo "git:      $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet HEAD 2>/dev/null || echo ' (dirty tree)')"
     echo "engine:   $ENGINE_BIN"
     echo "threads:  RAYON_NUM_THREADS=${RAYON_NUM_THREADS:-unset} OMP_NUM_THREADS=${OMP_NUM_THREADS:-unset} TORCH_THREADS=${TORCH_THREADS:-default}"
-    echo "workload: batch sizes $BATCH_SIZES, context $CONTEXT, $WARMUP warmup + $STEPS timed steps, $PASSES passes"
+    echo "workload: preset $PRESET, batch sizes $BATCH_SIZES, context $CONTEXT, $WARMUP warmup + $STEPS timed steps, $PASSES passes, probe $MEMBW_MIB MiB"
+    if [[ $DRY_RUN == 1 ]]; then echo "DRY RUN: tiny model, stub peer (no torch); the numbers mean nothing"; fi
 }
 
 # Sets PY: $PYTHON, or the venv's python (made and filled if needed).
 setup_python() {
     if [[ -n ${PYTHON:-} ]]; then
         PY=$PYTHON
+        if [[ $DRY_RUN == 1 ]]; then
+            "$PY" -c 'import sys; print(f"python:   {sys.executable} {sys.version.split()[0]} (stub peer)")'
+            return
+        fi
     else
         PY=$VENV/bin/python
         if ! "$PY" -c 'import torch, transformers' 2>/dev/null; then
@@ -116,89 +153,12 @@ run_stage() {
 }
 
 merge() {
-    "$PY" - "$OUT" <<'EOF'
-"""Merges raw/{ember,torch}_p<pass>_b<batch>.json into results.json and table.md.
-
-Reads from both files the row of the "decode" list whose "batch" is the batch
-size, and its "p50_ms" (ember-engine-bench writes {"decode": [{"batch",
-"p50_ms", "p10_ms", "p90_ms", "tokens_per_s"}]}; peer_cpu.py writes the same
-keys). If the engine's JSON changes, the fallbacks below are tried in order and
-the key actually read is printed under the table.
-"""
-import json, os, re, statistics, sys
-
-out = sys.argv[1]
-LISTS = ("decode", "decode_rows", "rows", "runs", "results")
-BATCH = ("batch", "batch_size", "b")
-MS = ("p50_ms", "median_ms", "ms_per_step", "mean_ms", "ms")
-runs, keys_read, meta = {}, {}, {}
-for name in sorted(os.listdir(os.path.join(out, "raw"))):
-    m = re.fullmatch(r"(ember|torch)_p(\d+)_b(\d+)\.json", name)
-    if not m:
-        continue
-    side, p, b = m.group(1), int(m.group(2)), int(m.group(3))
-    try:
-        with open(os.path.join(out, "raw", name)) as f:
-            doc = json.load(f)
-    except (OSError, ValueError) as e:
-        print(f"warning: {name}: {e}", file=sys.stderr)
-        continue
-    meta.setdefault(side, {k: v for k, v in doc.items() if not isinstance(v, (list, dict))})
-    rows = next((doc[k] for k in LISTS if isinstance(doc.get(k), list)), [])
-    for row in rows:
-        if not isinstance(row, dict):
-            continue
-        rb = next((row[k] for k in BATCH if k in row), None)
-        if rb is None or int(rb) != b:
-            continue
-        key = next((k for k in MS if isinstance(row.get(k), (int, float))), None)
-        if key is None:
-            print(f"warning: {name}: batch {b} row has no ms figure: {row}", file=sys.stderr)
-            continue
-        lst = next(k for k in LISTS if isinstance(doc.get(k), list))
-        keys_read.setdefault(side, set()).add(f"{lst}[].{key}")
-        runs.setdefault((b, p), {})[side] = float(row[key])
-
-def fmt(x):
-    return f"{x:.2f}" if x is not None else "-"
-
-def ratio(e, t):
-    return f"{e / t:.2f}" if e is not None and t else "-"
-
-lines = ["| batch | pass | Ember ms/step | torch ms/step | ratio (Ember/torch) |",
-         "|---:|---:|---:|---:|---:|"]
-results = []
-for b in sorted({b for b, _ in runs}):
-    passes = sorted(p for bb, p in runs if bb == b)
-    for p in passes:
-        r = runs[(b, p)]
-        e, t = r.get("ember"), r.get("torch")
-        lines.append(f"| {b} | {p} | {fmt(e)} | {fmt(t)} | {ratio(e, t)} |")
-        results.append({"batch": b, "pass": p, "ember_ms": e, "torch_ms": t,
-                        "ratio": e / t if e is not None and t else None})
-    es = [runs[(b, p)]["ember"] for p in passes if "ember" in runs[(b, p)]]
-    ts = [runs[(b, p)]["torch"] for p in passes if "torch" in runs[(b, p)]]
-    if len(passes) > 1:
-        e = statistics.fmean(es) if es else None
-        t = statistics.fmean(ts) if ts else None
-        lines.append(f"| {b} | mean | {fmt(e)} | {fmt(t)} | {ratio(e, t)} |")
-notes = ["", "ms/step: p50 (nearest rank) of the timed decode steps of each run.",
-         "Ember: " + str(meta.get("ember", {}).get("device", "?")) + "; read "
-         + ", ".join(sorted(keys_read.get("ember", []))) if "ember" in meta else "Ember: no results",
-         ("torch: {torch} / transformers {transformers}, {dtype}, {threads} threads; read ".format(
-             **{k: meta["torch"].get(k, "?") for k in ("torch", "transformers", "dtype", "threads")})
-          + ", ".join(sorted(keys_read.get("torch", [])))) if "torch" in meta else "torch: no results"]
-table = "\n".join(lines + notes) + "\n"
-with open(os.path.join(out, "table.md"), "w") as f:
-    f.write(table)
-with open(os.path.join(out, "results.json"), "w") as f:
-    json.dump({"rows": results, "meta": meta,
-               "keys_read": {k: sorted(v) for k, v in keys_read.items()}}, f, indent=2)
-print(table, end="")
-EOF
+    "$PY" bench/cpu_table.py "$OUT"
 }
 
 main() {
+    # Results of an earlier run in the same $OUT would be merged into this table.
+    rm -f "$OUT"/raw/*.json "$OUT/table.md" "$OUT/results.json"
     machine
     if ! setup_python; then
         echo "error: no python with torch + transformers (venv $VENV)"
@@ -209,27 +169,28 @@ main() {
         FAILED+=("ember (no binary at $ENGINE_BIN)")
     fi
     local pass b ej tj
-    local -a batches torch_threads=()
+    local -a batches torch_threads=() peer_mode=()
     IFS=, read -r -a batches <<<"$BATCH_SIZES"
     if [[ -n $TORCH_THREADS ]]; then torch_threads=(--threads "$TORCH_THREADS"); fi
+    if [[ $DRY_RUN == 1 ]]; then peer_mode=(--stub --tiny); fi
     for ((pass = 1; pass <= PASSES; pass++)); do
         for b in "${batches[@]}"; do
             ej=$OUT/raw/ember_p${pass}_b$b.json
             tj=$OUT/raw/torch_p${pass}_b$b.json
             if [[ -x $ENGINE_BIN ]]; then
                 run_stage "ember pass $pass batch $b" "$ej" "$ENGINE_BIN" --device cpu \
-                    --preset gpt2 --batch-sizes "$b" --context "$CONTEXT" --steps "$STEPS" \
-                    --warmup "$WARMUP" --json "$ej" "${ENGINE_EXTRA[@]}"
+                    --preset "$PRESET" --batch-sizes "$b" --context "$CONTEXT" --steps "$STEPS" \
+                    --warmup "$WARMUP" --membw-mib "$MEMBW_MIB" --json "$ej" "${ENGINE_EXTRA[@]}"
             fi
             run_stage "torch pass $pass batch $b" "$tj" "$PY" bench/peer_cpu.py \
                 --batch-sizes "$b" --context "$CONTEXT" --steps "$STEPS" --warmup "$WARMUP" \
-                --dtype float32 "${torch_threads[@]}" --json "$tj" "${PEER_EXTRA[@]}"
+                --dtype float32 "${torch_threads[@]}" "${peer_mode[@]}" --json "$tj" "${PEER_EXTRA[@]}"
         done
     done
     echo
     echo "loadavg:  $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null) (at end)"
     echo
-    merge || echo "error: merge failed"
+    merge || FAILED+=("table (bench/cpu_table.py)")
     if ((${#FAILED[@]})); then
         printf 'failed stage: %s\n' "${FAILED[@]}"
         return 1

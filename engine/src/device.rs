@@ -19,8 +19,9 @@
 //! middle of loading the model; `--device cuda[:N]` then fails at startup
 //! naming the flag, `--device auto` falls back.
 //!
-//! The kernel knobs ([`KernelTuning`]) are read here, once: the device
-//! carries them to every op as [`Ops`]. The server and the benchmark both
+//! The kernel knobs ([`KernelTuning`]) are read here, once, and so is the
+//! CPU's instruction set ([`CpuKernels`]): the device carries them to every
+//! op as [`Ops`]. The server and the benchmark both
 //! open their device here.
 
 use std::path::PathBuf;
@@ -29,7 +30,9 @@ use std::str::FromStr;
 use burn::prelude::*;
 use burn::tensor::{FloatDType, IntDType};
 
-use crate::ops::Ops;
+use crate::cpu_tuning::CpuTuning;
+use crate::ops::cpu::isa::simd_flags;
+use crate::ops::{CpuKernels, Ops};
 use crate::panics::{expecting_panics, panic_message};
 use crate::tuning::KernelTuning;
 
@@ -67,6 +70,8 @@ pub struct DeviceOptions {
     pub kernel_cache_dir: Option<PathBuf>,
     /// The CUDA kernels' knobs (validated).
     pub tuning: KernelTuning,
+    /// The CPU kernels' knobs.
+    pub cpu: CpuTuning,
 }
 
 /// A configured device and what the engine needs to know about it.
@@ -84,9 +89,10 @@ pub struct EngineDevice {
 }
 
 impl EngineDevice {
-    /// The CPU (Flex, f32): never fails unless the dtypes cannot be set.
+    /// The CPU (Flex, f32) with the default knobs: never fails unless the
+    /// dtypes cannot be set.
     pub fn cpu() -> Result<Self, DeviceError> {
-        open_cpu()
+        open_cpu(CpuTuning::default())
     }
 }
 
@@ -114,9 +120,13 @@ pub fn default_kernel_cache_dir() -> Option<PathBuf> {
 /// Opens the device `spec` names, set up with `options`.
 pub fn open(spec: DeviceSpec, options: &DeviceOptions) -> Result<EngineDevice, DeviceError> {
     match spec {
-        DeviceSpec::Cpu => open_cpu(),
+        DeviceSpec::Cpu => open_cpu(options.cpu),
         DeviceSpec::Cuda(index) => open_cuda(index, options),
-        DeviceSpec::Auto => choose_auto(cfg!(feature = "cuda"), || open_cuda(0, options), open_cpu),
+        DeviceSpec::Auto => choose_auto(
+            cfg!(feature = "cuda"),
+            || open_cuda(0, options),
+            || open_cpu(options.cpu),
+        ),
     }
 }
 
@@ -143,19 +153,22 @@ pub fn choose_auto(
     }
 }
 
-fn open_cpu() -> Result<EngineDevice, DeviceError> {
+fn open_cpu(tuning: CpuTuning) -> Result<EngineDevice, DeviceError> {
     let mut device = Device::flex();
     configure(&mut device, FloatDType::F32).map_err(|message| DeviceError::Configure {
         device: "cpu".into(),
         message,
     })?;
+    // The CPU reads none of the CUDA knobs; its kernels' instruction set is
+    // detected here, once.
+    let cpu = CpuKernels::new(tuning);
+    tracing::info!(isa = %cpu.isa, simd = %simd_flags(), weights = %cpu.weights, "CPU kernels");
     Ok(EngineDevice {
         device,
         name: "cpu (Flex f32)".into(),
         float_bytes: 4,
         bucketed: false,
-        // The CPU reads no kernel knob.
-        ops: Ops::default(),
+        ops: Ops::cpu(cpu),
     })
 }
 
@@ -294,7 +307,7 @@ mod tests {
 
     #[test]
     fn the_probe_passes_on_a_working_device() {
-        probe(|| Ok(open_cpu().unwrap().device)).unwrap();
+        probe(|| Ok(EngineDevice::cpu().unwrap().device)).unwrap();
     }
 
     #[test]

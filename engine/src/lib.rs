@@ -6,9 +6,9 @@
 //!
 //! Layout, lowest layer first (a folder imports only the layers above it in
 //! this list; `docs/architecture.md` has the table):
-//! - [`types`], [`error`], [`limits`], [`tuning`], [`panics`]: the
-//!   vocabulary (requests, outputs, errors), the request limits, the kernel
-//!   knobs, caught panics.
+//! - [`types`], [`error`], [`limits`], [`tuning`], [`cpu_tuning`],
+//!   [`panics`]: the vocabulary (requests, outputs, errors), the request
+//!   limits, the CUDA and CPU kernel knobs, caught panics.
 //! - [`ops`]: every operation the model runs, each choosing CPU or CUDA in
 //!   one place; all CUDA code lives in `ops/cuda/` (kernels, in-place
 //!   writes, runtime setup).
@@ -22,6 +22,7 @@
 //! - [`device`]: opening the device (`--device`), with the [`KernelTuning`].
 //! - [`step_engine`]: the [`StepEngine`] trait the scheduler drives.
 
+pub mod cpu_tuning;
 pub mod device;
 pub mod engine;
 pub mod error;
@@ -36,6 +37,7 @@ pub mod step_engine;
 pub mod tuning;
 pub mod types;
 
+pub use cpu_tuning::{CpuTuning, CpuWeights};
 pub use device::{DeviceOptions, DeviceSpec, EngineDevice};
 pub use engine::config::{EngineConfig, KvBudget};
 pub use engine::warmup::WarmupReport;

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use ember_engine::model::{ModelSource, Preset};
-use ember_engine::{DeviceOptions, DeviceSpec, EngineConfig, KernelTuning, KvBudget};
+use ember_engine::{CpuTuning, DeviceOptions, DeviceSpec, EngineConfig, KernelTuning, KvBudget};
 
 use crate::logging::LogFormat;
 use crate::scheduler::SchedulerKnobs;
@@ -132,6 +132,10 @@ pub struct Args {
     /// keys (`service::doors`).
     #[command(flatten)]
     pub doors: DoorArgs,
+
+    /// The CPU kernels' knobs.
+    #[command(flatten)]
+    pub cpu: CpuTuning,
 }
 
 /// Validated startup configuration: what each layer is built from.
@@ -139,7 +143,7 @@ pub struct Args {
 pub struct ServerConfig {
     pub listen: SocketAddr,
     pub device: DeviceSpec,
-    /// The kernel cache and the kernel knobs (CUDA).
+    /// The kernel cache and the kernel knobs (CUDA and CPU).
     pub device_options: DeviceOptions,
     /// The engine (model, KV cache, graphs). Its `eos_token_id` is the
     /// tokenizer's, and `decode_graphs` is dropped where shapes are not
@@ -246,6 +250,7 @@ impl Args {
             device_options: DeviceOptions {
                 kernel_cache_dir,
                 tuning,
+                cpu: self.cpu,
             },
             engine,
             knobs,
@@ -305,6 +310,28 @@ mod tests {
             let err = parse(args).unwrap_err().to_string();
             assert!(err.contains(flag), "{args:?}: {err}");
         }
+    }
+
+    #[test]
+    fn cpu_weights_is_f32_or_bf16_and_a_bad_one_names_the_flag() {
+        assert_eq!(
+            parse(&[]).unwrap().device_options.cpu.cpu_weights,
+            ember_engine::CpuWeights::F32
+        );
+        let cfg = parse(&["--cpu-weights", "bf16"]).unwrap();
+        assert_eq!(
+            cfg.device_options.cpu.cpu_weights,
+            ember_engine::CpuWeights::Bf16
+        );
+        let mut full = vec!["ember-server", "--cpu-weights", "int4"];
+        let err = Args::try_parse_from(full.drain(..))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--cpu-weights"), "{err}");
+        let help = <Args as clap::CommandFactory>::command()
+            .render_long_help()
+            .to_string();
+        assert!(help.contains("EMBER_CPU_WEIGHTS"), "--help lacks it");
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! so they are found next to the test executable: `current_exe()` is
 //! `target/<profile>/deps/<test>-<hash>`, the binaries are in
 //! `target/<profile>/`. Build them first (`cargo build --workspace`), or point
-//! `EMBER_SERVER_BIN` / `EMBER_LOADGEN_BIN` at them.
+//! `EMBER_SERVER_BIN` / `EMBER_LOADGEN_BIN` / `EMBER_ENGINE_BENCH_BIN` at them.
 
 use std::path::PathBuf;
 
@@ -16,6 +16,12 @@ pub fn server() -> PathBuf {
 /// `loadgen`: `$EMBER_LOADGEN_BIN`, else `target/<profile>/loadgen`.
 pub fn loadgen() -> PathBuf {
     locate("EMBER_LOADGEN_BIN", "loadgen")
+}
+
+/// `ember-engine-bench`: `$EMBER_ENGINE_BENCH_BIN`, else
+/// `target/<profile>/ember-engine-bench`.
+pub fn engine_bench() -> PathBuf {
+    locate("EMBER_ENGINE_BENCH_BIN", "ember-engine-bench")
 }
 
 /// `delay_relay` (this crate's own binary): `$EMBER_RELAY_BIN`, else

@@ -6,7 +6,8 @@
 //!
 //! Layout:
 //! - [`bins`]: where the binaries under test are (`EMBER_SERVER_BIN`,
-//!   `EMBER_LOADGEN_BIN`, else next to the test executable).
+//!   `EMBER_LOADGEN_BIN`, `EMBER_ENGINE_BENCH_BIN`, else next to the test
+//!   executable).
 //! - [`process`]: a child process that prints `listening on ADDR` first, with
 //!   stderr captured to a file, SIGTERM then SIGKILL on drop.
 //! - [`server`]: start `ember-server` (port 0, tiny preset, CPU), wait for

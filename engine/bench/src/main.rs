@@ -10,6 +10,12 @@
 //! instead checks the engine on this device against transformers' numbers:
 //! the max |logit difference| at each prompt's last position, and how many
 //! greedy tokens match. This is the f16 check on a GPU.
+//!
+//! On the CPU the report also names the CPU model, its SIMD features and
+//! the instruction set the kernels use, and gives the bytes of weights a
+//! decode step reads; `--membw-mib N` first measures the machine's
+//! streaming-read bandwidth ([`membw`]), so that the step can be set against
+//! its weight-read floor (`bench/run_cpu.sh` does).
 
 use std::path::PathBuf;
 
@@ -18,11 +24,14 @@ use clap::Parser;
 use ember_engine::device::{self, default_kernel_cache_dir};
 use ember_engine::model::{Gpt2Config, ModelSource, Preset};
 use ember_engine::{
-    DeviceOptions, DeviceSpec, Engine, EngineConfig, EngineDevice, KernelTuning, KvBudget,
+    CpuTuning, DeviceOptions, DeviceSpec, Engine, EngineConfig, EngineDevice, KernelTuning,
+    KvBudget,
 };
 use serde_json::json;
 
 mod kernel_check;
+mod machine;
+mod membw;
 mod reference;
 mod timing;
 
@@ -83,6 +92,10 @@ struct Args {
     /// tensor-op reference on random data, then exit.
     #[arg(long)]
     check_kernels: bool,
+    /// First measure the streaming-read bandwidth over a buffer of this many
+    /// MiB (0: skip).
+    #[arg(long, default_value_t = 0)]
+    membw_mib: usize,
     /// Where to write the JSON report.
     #[arg(long, default_value = "engine_bench.json")]
     json: PathBuf,
@@ -93,6 +106,9 @@ struct Args {
     /// The CUDA kernels' knobs (the server's flags).
     #[command(flatten)]
     tuning: KernelTuning,
+    /// The CPU kernels' knobs (the server's flags).
+    #[command(flatten)]
+    cpu: CpuTuning,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -109,6 +125,7 @@ fn main() -> anyhow::Result<()> {
             .clone()
             .or_else(default_kernel_cache_dir),
         tuning: args.tuning.validate()?,
+        cpu: args.cpu,
     };
     let device = device::open(args.device, &options)?;
     let report = match &args.reference {
@@ -124,7 +141,17 @@ fn main() -> anyhow::Result<()> {
 
 fn run(args: &Args, device: EngineDevice) -> anyhow::Result<serde_json::Value> {
     let device_name = device.name.clone();
+    let weight_bytes_each = match device.ops.matrix_dtype() {
+        Some(_) => device.ops.cpu_kernels().weights.bytes(),
+        None => device.float_bytes,
+    };
+    let cpu = machine::cpu_report(&device);
+    println!("cpu: {}", machine::describe(&cpu));
+    // Before the model exists, so the probe's buffer and the weights are
+    // never resident at once.
+    let memory = (args.membw_mib > 0).then(|| membw::measure(args.membw_mib));
     let (mut engine, config, max_new) = build_engine(args, device)?;
+    let weight_bytes = machine::decode_weight_bytes(&config, weight_bytes_each);
     let warmup = if args.server_warmup {
         let report = engine.warmup(args.prefill_chunk, 8192)?;
         println!(
@@ -169,6 +196,9 @@ fn run(args: &Args, device: EngineDevice) -> anyhow::Result<serde_json::Value> {
 
     Ok(json!({
         "device": device_name,
+        "cpu": cpu,
+        "memory_read": memory,
+        "weight_bytes_per_step": weight_bytes,
         "model": {"n_layer": config.n_layer, "n_head": config.n_head, "n_embd": config.n_embd, "vocab_size": config.vocab_size},
         "context": args.context,
         "steps": args.steps,

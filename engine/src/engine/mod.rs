@@ -72,6 +72,10 @@ impl Engine {
     /// KV cache.
     pub fn new(config: &EngineConfig, device: &EngineDevice) -> Result<Self, EngineError> {
         let (model, model_config) = load_model(&config.model, &device.device)?;
+        let model = match device.ops.matrix_dtype() {
+            Some(dtype) => model.with_matrix_dtype(dtype),
+            None => model,
+        };
         model_config
             .validate()
             .map_err(|e| EngineError::InvalidConfig(e.to_string()))?;

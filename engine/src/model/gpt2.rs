@@ -40,7 +40,10 @@ impl Gpt2 {
         cache: &mut KvCache,
     ) -> Tensor<2> {
         let [b, q] = tokens.dims();
-        let mut x = self.wte.forward(tokens) + self.wpe.forward(positions); // [B, Q, E]
+        let pos = self.wpe.forward(positions);
+        // `wte` may be stored narrower than the activations (bf16 on the CPU
+        // with `--cpu-weights bf16`); the cast is free when it is not.
+        let mut x = self.wte.forward(tokens).cast(pos.dtype()) + pos; // [B, Q, E]
         let e = x.dims()[2];
 
         // Move each layer's storage through its block so writes are in place.

@@ -1,11 +1,11 @@
 //! A projection's parameters: `y = x W + b` over the last dimension.
 //!
-//! GPT-2 stores its projections `[in, out]` (Conv1D), which is what the CPU
-//! uses (Flex's gemm reads it as is). Where [`Ops::out_major_weights`] says
-//! so (CUDA) the weight is stored out-major, `[out, in]` (PyTorch's
-//! `nn.Linear` layout), so that decode steps, whose few rows make a matmul a
-//! matrix-vector product, can stream contiguous weight rows. The layout is
-//! chosen once, at load ([`super::weights`]); [`Ops::linear`] reads either.
+//! GPT-2 stores its projections `[in, out]` (Conv1D). Where
+//! [`Ops::out_major_weights`] says so (CUDA and the CPU, today) the weight is
+//! stored out-major, `[out, in]` (PyTorch's `nn.Linear` layout), so that
+//! decode steps, whose few rows make a matmul a matrix-vector product, can
+//! stream contiguous weight rows. The layout is chosen once, at load
+//! ([`super::weights`]); [`Ops::linear`] reads either.
 
 use burn::module::Param;
 use burn::prelude::*;

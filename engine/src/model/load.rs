@@ -260,7 +260,14 @@ mod tests {
         assert_eq!((config.n_layer, config.n_head, config.n_embd), (2, 4, 64));
         assert_eq!((config.n_positions, config.vocab_size), (128, 1000));
         assert_eq!(model.blocks.len(), 2);
-        assert_eq!(model.blocks[0].attn.c_attn.weight.dims(), [64, 192]);
+        // Stored `[in, out]` in the file; out-major where the device's ops
+        // want it (the CPU and CUDA both do).
+        let expected = if crate::ops::Ops::out_major_weights(&dev) {
+            [192, 64]
+        } else {
+            [64, 192]
+        };
+        assert_eq!(model.blocks[0].attn.c_attn.weight.dims(), expected);
     }
 
     #[test]

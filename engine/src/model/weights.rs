@@ -5,14 +5,14 @@
 //! Hugging Face name without the `transformer.` prefix (`wte.weight`,
 //! `h.0.attn.c_attn.weight`, ...). The safetensors loader answers from the
 //! file; the preset loader answers with seeded random numbers. GPT-2's Conv1D
-//! stores weights `[in, out]`; where [`Ops::out_major_weights`] says so (CUDA)
-//! they are transposed once here to the out-major layout the decode kernels
-//! read ([`super::linear`]).
+//! stores weights `[in, out]`; where [`Ops::out_major_weights`] says so (CUDA
+//! and the CPU) they are transposed once here to the out-major layout the
+//! decode kernels read ([`super::linear`]).
 
 use burn::module::Param;
 use burn::nn::Embedding;
 use burn::prelude::*;
-use burn::tensor::TensorData;
+use burn::tensor::{DType, TensorData};
 
 use super::attention::Attention;
 use super::block::Block;
@@ -41,7 +41,7 @@ pub type Fetch<'a> = dyn FnMut(&str, TensorRole, &[usize]) -> Result<TensorData,
 struct Builder<'a, 'f> {
     fetch: &'a mut Fetch<'f>,
     device: &'a Device,
-    /// Store projection weights `[out, in]` (CUDA).
+    /// Store projection weights `[out, in]` ([`Ops::out_major_weights`]).
     out_major: bool,
 }
 
@@ -99,6 +99,21 @@ impl Builder<'_, '_> {
 }
 
 impl Gpt2 {
+    /// The model with its weight matrices (every projection and the tied
+    /// embedding / LM head) stored as `dtype`; biases and LayerNorm keep
+    /// theirs. Each f32 matrix is dropped as its copy is made.
+    pub fn with_matrix_dtype(mut self, dtype: DType) -> Self {
+        let cast = |p: &mut Param<Tensor<2>>| *p = Param::from_tensor(p.val().cast(dtype));
+        cast(&mut self.wte.weight);
+        for b in &mut self.blocks {
+            cast(&mut b.attn.c_attn.weight);
+            cast(&mut b.attn.c_proj.weight);
+            cast(&mut b.mlp.c_fc.weight);
+            cast(&mut b.mlp.c_proj.weight);
+        }
+        self
+    }
+
     /// Builds the model tensor by tensor from `fetch` (see the module docs).
     pub fn from_weights(
         config: &Gpt2Config,

@@ -5,14 +5,18 @@
 //! Every op takes and returns plain tensors. On a CUDA tensor (a build with
 //! the `cuda` feature) it runs Ember's CubeCL kernels ([`cuda`]) with launch
 //! shapes planned from the [`KernelTuning`] ([`plan`]); anywhere else it runs
-//! the tensor-op path ([`reference`]), or the native CPU kernel of decode
-//! attention ([`cpu`]). The tensor-op paths are also the references the CUDA
-//! kernels are checked against (`ember-engine-bench --check-kernels`) and the
-//! CPU kernel is (unit tests).
+//! the tensor-op path ([`reference`]), or a native CPU kernel ([`cpu`]):
+//! decode attention, and the projections and LM head of steps with at most
+//! [`CpuKernels::gemv_max_rows`] rows. The tensor-op paths are also the
+//! references the CUDA kernels are checked against
+//! (`ember-engine-bench --check-kernels`) and the CPU kernels are (unit
+//! tests).
 //!
 //! - [`Ops::linear`], [`Ops::lm_head`]: projections with their epilogue (bias,
-//!   tanh-GELU, residual add); weights `[in, out]` on the CPU, out-major
-//!   `[out, in]` on CUDA ([`Ops::out_major_weights`]).
+//!   tanh-GELU, residual add); weights out-major, `[out, in]`, on both
+//!   devices ([`Ops::out_major_weights`]): the decode kernels stream each
+//!   output feature's contiguous row, and Flex's matmul (larger steps)
+//!   reads the transposed view as is.
 //! - [`Ops::layer_norm`]: f32 statistics whatever the dtype.
 //! - [`Ops::kv_write`]: new K/V rows into the paged storage, in place.
 //! - [`Ops::attention`]: a step's attention over its [`AttentionContext`].
@@ -33,6 +37,8 @@ use burn::prelude::*;
 
 pub use attention::{AttentionContext, AttentionShape, PagedContext};
 pub use input_buffer::InputBuffer;
+
+pub use cpu::CpuKernels;
 
 use crate::tuning::KernelTuning;
 
@@ -76,26 +82,52 @@ impl<const D: usize> Epilogue<D> {
 #[derive(Debug, Clone, Default)]
 pub struct Ops {
     tuning: KernelTuning,
+    cpu: CpuKernels,
 }
 
 impl Ops {
+    /// The CUDA kernels' knobs, and the CPU kernels detected on this machine.
     pub fn new(tuning: KernelTuning) -> Self {
-        Self { tuning }
+        Self {
+            tuning,
+            cpu: CpuKernels::detect(),
+        }
+    }
+
+    /// The CPU device's ops, with its kernels' settings.
+    pub fn cpu(cpu: CpuKernels) -> Self {
+        Self {
+            tuning: KernelTuning::default(),
+            cpu,
+        }
     }
 
     pub fn tuning(&self) -> &KernelTuning {
         &self.tuning
     }
 
+    pub fn cpu_kernels(&self) -> &CpuKernels {
+        &self.cpu
+    }
+
+    /// The dtype weight matrices are stored in when it is not the device's
+    /// float type: bf16 on the CPU with `--cpu-weights bf16` (which only the
+    /// CPU's ops carry), else `None`.
+    pub fn matrix_dtype(&self) -> Option<burn::tensor::DType> {
+        (self.cpu.weights == crate::cpu_tuning::CpuWeights::Bf16)
+            .then_some(burn::tensor::DType::BF16)
+    }
+
     /// Whether projections on `device` store their weights out-major
-    /// (`[out, in]`): on CUDA, where the decode kernels stream weight rows.
+    /// (`[out, in]`): on CUDA, where the decode kernels stream weight rows,
+    /// and on the CPU, where [`cpu::gemv`] does.
     pub fn out_major_weights(device: &Device) -> bool {
         #[cfg(feature = "cuda")]
         if cuda::is_cube_device(device) {
             return true;
         }
         let _ = device;
-        false
+        true
     }
 
     /// `x W + b`, then `epilogue`, over the last dimension of `x`
@@ -113,6 +145,11 @@ impl Ops {
         if out_major && cuda::on_cube(&x) {
             return self.cuda_linear(x, w, bias, epilogue, false);
         }
+        if out_major {
+            if let Some(y) = self.cpu_linear(&x, w, bias, &epilogue) {
+                return y;
+            }
+        }
         reference::linear(x, w, bias, out_major, epilogue)
     }
 
@@ -123,8 +160,49 @@ impl Ops {
         if cuda::on_cube(&x) {
             return self.cuda_linear(x, wte, None, Epilogue::none(), true);
         }
+        if let Some(y) = self.cpu_linear(&x, wte, None, &Epilogue::none()) {
+            return y;
+        }
         // A transposed view, which Flex's gemm and CubeCL's matmul read as is.
         x.matmul(wte.clone().transpose())
+    }
+
+    /// The CPU projection kernel ([`cpu::gemv`]) where it takes the step: at
+    /// most [`CpuKernels::gemv_max_rows`] rows of f32 Flex tensors, or any
+    /// number with bf16 weights; `w` is out-major. `None` sends the call to
+    /// the tensor-op path.
+    fn cpu_linear<const D: usize>(
+        &self,
+        x: &Tensor<D>,
+        w: &Tensor<2>,
+        bias: Option<&Tensor<1>>,
+        epilogue: &Epilogue<D>,
+    ) -> Option<Tensor<D>> {
+        let dims = x.dims();
+        let rows: usize = dims[..D - 1].iter().product();
+        let [d_out, d_in] = w.dims();
+        let row_cap = match w.dtype() {
+            burn::tensor::DType::BF16 => usize::MAX,
+            _ => self.cpu.gemv_max_rows,
+        };
+        if rows == 0 || rows > row_cap || dims[D - 1] != d_in {
+            return None;
+        }
+        let residual = epilogue
+            .residual
+            .as_ref()
+            .map(|r| r.clone().reshape([rows, d_out]));
+        let y = cpu::gemv::linear(
+            self.cpu.isa,
+            &x.clone().reshape([rows, d_in]),
+            w,
+            bias,
+            epilogue.gelu,
+            residual.as_ref(),
+        )?;
+        let mut out = dims;
+        out[D - 1] = d_out;
+        Some(y.reshape(out))
     }
 
     /// LayerNorm over the last dimension with f32 statistics.
