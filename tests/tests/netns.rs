@@ -283,9 +283,12 @@ fn cross_machine_latency_is_reconciled() {
             r.json()
         );
     }
+    // The relay's two hops add the same scheduling noise the baseline sees
+    // (a loaded 2-core CI machine: a few ms), so the bound carries it.
+    let base_median = median(&base_over);
     assert!(
-        median(&delay_over) <= 2.0 * d_ms + 10.0,
-        "median overhead {:.3} ms > 2d + 10 ms",
+        median(&delay_over) <= 2.0 * d_ms + base_median + 10.0,
+        "median overhead {:.3} ms > 2d + baseline median ({base_median:.3} ms) + 10 ms",
         median(&delay_over)
     );
     assert!(
