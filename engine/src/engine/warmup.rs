@@ -6,10 +6,14 @@
 //! doing it here keeps that out of the first requests' latency, and with the
 //! caches persisted on disk a restart finds them ready. The shapes are every
 //! decode bucket (decode shapes do not depend on the context: attention walks
-//! the block tables), greedy and sampling, and every prefill bucket
-//! (rows x length) the prefill knobs allow. Warmup steps run padding rows
-//! only: they take no blocks and leave no sequence behind. With decode graphs
-//! on, each decode bucket's step is then captured (`crate::step::graphs`).
+//! the block tables), greedy and sampling, and every prefill shape the
+//! prefill knobs allow: a prefill step is one flat sequence of its rows'
+//! tokens, so its shape is its token bucket (and a row bucket, which the
+//! token bucket fixes while the prefill row knob stays within the decode
+//! batch: `crate::step::runner`). Fresh prompts, chunks and prefix-cache
+//! hits share these shapes. Warmup steps run padding only: they take no
+//! blocks and leave no sequence behind. With decode graphs on, each decode
+//! bucket's step is then captured (`crate::step::graphs`).
 //!
 //! On the CPU (unbucketed) there is nothing to compile or tune; one small
 //! prefill and one decode step touch the weights and start the thread pool.
@@ -62,8 +66,7 @@ pub fn run(runner: &mut StepRunner, limits: Limits) -> Result<WarmupReport, Engi
             prefill_shapes(runner, limits.prefill_max_batch, limits.prefill_max_tokens),
         )
     } else {
-        let len = 16.min(runner.model_config().n_positions);
-        (vec![1], vec![PrefillShape { rows: 1, len }])
+        (vec![1], vec![runner.prefill_shape(1, 16)])
     };
     for &shape in &prefill {
         runner.warm_prefill(shape)?;
@@ -95,28 +98,23 @@ pub fn run(runner: &mut StepRunner, limits: Limits) -> Result<WarmupReport, Engi
     Ok(report)
 }
 
-/// Every prefill bucket reachable under the prefill knobs: rows up to the
-/// bucket of `max_batch`, lengths up to the context window, and no more
-/// real tokens than `max_tokens` (a bucket of `rows` holds more than
-/// `rows / 2` prompts, each of more than `len / 2` tokens, or one prompt).
+/// Every prefill shape reachable under the prefill knobs: each token bucket
+/// up to that of `max_tokens`, with each row count up to `max_batch` (and
+/// at most the step's tokens).
 fn prefill_shapes(runner: &StepRunner, max_batch: usize, max_tokens: usize) -> Vec<PrefillShape> {
     let mut shapes = Vec::new();
-    let rows = powers_of_two_up_to(max_batch.max(1).next_power_of_two());
-    let longest = runner.model_config().n_positions;
-    for &r in &rows {
-        let mut len = runner.prefill_shape(1, 1).len;
-        loop {
-            let shape = runner.prefill_shape(r, len);
-            let fewest_tokens = (r / 2 + 1) * (shape.len / 2 + 1);
-            if r == 1 || fewest_tokens <= max_tokens {
-                shapes.push(shape);
-            }
-            if shape.len >= longest {
-                break;
-            }
-            len = shape.len + 1;
+    let largest = runner.prefill_shape(1, max_tokens).tokens;
+    let mut tokens = runner.prefill_shape(1, 1).tokens;
+    loop {
+        for rows in powers_of_two_up_to(max_batch.max(1).min(tokens)) {
+            shapes.push(runner.prefill_shape(rows, tokens));
         }
+        if tokens >= largest {
+            break;
+        }
+        tokens = runner.prefill_shape(1, tokens + 1).tokens;
     }
+    shapes.sort_by_key(|s| (s.tokens, s.rows));
     shapes.dedup();
     shapes
 }

@@ -5,7 +5,7 @@
 //! Every op takes and returns plain tensors. On a CUDA tensor (a build with
 //! the `cuda` feature) it runs Ember's CubeCL kernels ([`cuda`]) with launch
 //! shapes planned from the [`KernelTuning`] ([`plan`]); anywhere else it runs
-//! the tensor-op path ([`reference`]), or the native CPU kernel of decode
+//! the tensor-op path ([`reference`]), or the native CPU kernel of
 //! attention ([`cpu`]). The tensor-op paths are also the references the CUDA
 //! kernels are checked against (`ember-engine-bench --check-kernels`) and the
 //! CPU kernel is (unit tests).
@@ -31,7 +31,9 @@ pub mod reference;
 
 use burn::prelude::*;
 
-pub use attention::{AttentionContext, AttentionShape, PagedContext};
+pub use attention::{
+    AttentionContext, PagedContext, SegmentContext, SegmentPadding, SegmentRow, TableGeometry,
+};
 pub use input_buffer::InputBuffer;
 
 use crate::tuning::KernelTuning;
@@ -170,48 +172,34 @@ impl Ops {
         reference::kv_write(k, v, qkv, slots)
     }
 
-    /// Attention of a step's queries (the Q third of `qkv`, `[B*Q, 3E]`) over
-    /// their context (see [`AttentionContext`]), the layer's K/V storage
-    /// already holding the step's new rows. Returns `[B*Q, E]`.
+    /// Attention of a step's queries (the Q third of `qkv`, `[N, 3E]`: one row
+    /// per decode sequence, or a prefill step's flat tokens) over their
+    /// context (see [`AttentionContext`]), the layer's K/V storage already
+    /// holding the step's new rows. Returns `[N, E]`.
     pub fn attention(
         &self,
         qkv: Tensor<2>,
         k: &Tensor<3>,
         v: &Tensor<3>,
-        shape: AttentionShape,
+        n_head: usize,
         context: &AttentionContext,
     ) -> Tensor<2> {
         match context {
-            AttentionContext::Paged(paged) => self.decode_attention(qkv, k, v, shape, paged),
-            AttentionContext::Fresh { mask } => {
+            AttentionContext::Paged(paged) => {
                 #[cfg(feature = "cuda")]
-                if let Some(out) = self.cuda_causal_prefill(&qkv, shape) {
-                    return out;
+                if cuda::on_cube(&qkv) {
+                    return cuda::paged_decode_attention(&self.tuning, qkv, k, v, paged, n_head);
                 }
-                reference::fresh_attention(qkv, shape, mask.clone())
+                cpu::paged_attention::decode_attention(&qkv, k, v, paged, n_head)
             }
-            AttentionContext::Gathered { slots, len, mask } => {
-                reference::gathered_attention(qkv, k, v, shape, slots.clone(), *len, mask.clone())
+            AttentionContext::Segments(seg) => {
+                #[cfg(feature = "cuda")]
+                if cuda::on_cube(&qkv) {
+                    return self.cuda_segment_attention(qkv, k, v, n_head, seg);
+                }
+                cpu::paged_attention::segment_attention(&qkv, k, v, seg, n_head)
             }
         }
-    }
-
-    /// One query per sequence over its paged context, read in place.
-    fn decode_attention(
-        &self,
-        qkv: Tensor<2>,
-        k: &Tensor<3>,
-        v: &Tensor<3>,
-        shape: AttentionShape,
-        paged: &PagedContext,
-    ) -> Tensor<2> {
-        #[cfg(feature = "cuda")]
-        if cuda::on_cube(&qkv) {
-            return cuda::paged_decode_attention(&self.tuning, qkv, k, v, paged, shape.n_head);
-        }
-        let [b, e3] = qkv.dims();
-        let q = qkv.slice([0..b, 0..e3 / 3]);
-        cpu::paged_attention::decode_attention(&q, k, v, paged, shape.n_head)
     }
 
     /// The CUDA projection kernels where the plan takes them, else the
@@ -246,17 +234,22 @@ impl Ops {
         y.reshape(out)
     }
 
-    /// The causal tensor-core prefill kernel, where it takes the batch: on
-    /// CUDA, head_dim 64, whole 16-row tiles per sequence, and not turned off
-    /// (`--prefill-attention false`).
+    /// Prefill attention on CUDA: the causal tensor-core kernel where it
+    /// applies (head_dim 64, not turned off with `--prefill-attention
+    /// false`), else the tensor-op reference.
     #[cfg(feature = "cuda")]
-    fn cuda_causal_prefill(&self, qkv: &Tensor<2>, shape: AttentionShape) -> Option<Tensor<2>> {
+    fn cuda_segment_attention(
+        &self,
+        qkv: Tensor<2>,
+        k: &Tensor<3>,
+        v: &Tensor<3>,
+        n_head: usize,
+        seg: &SegmentContext,
+    ) -> Tensor<2> {
         let [_, e3] = qkv.dims();
-        let head_dim = e3 / 3 / shape.n_head;
-        let fits = self.tuning.prefill_attention
-            && head_dim == 64
-            && shape.q_len.is_multiple_of(16)
-            && cuda::on_cube(qkv);
-        fits.then(|| cuda::prefill_attention(qkv.clone(), shape.q_len))
+        if self.tuning.prefill_attention && e3 / 3 / n_head == 64 {
+            return cuda::prefill_attention(qkv, k, v, seg);
+        }
+        reference::segment_attention(qkv, k, v, n_head, seg)
     }
 }

@@ -9,12 +9,14 @@
 //! the stop rules) is `crate::engine`'s.
 //!
 //! Step shapes: with `bucketed` on (CUDA), decode batches are padded to
-//! power-of-two buckets up to `max_batch`, prefill batches to power-of-two
-//! rows and lengths (at least [`MIN_PREFILL_BUCKET`]), and the context of a
-//! prefill over cached positions to a power-of-two number of blocks, so the
-//! set of shapes is small and known in advance (autotune and compilation run
-//! once per shape). Padding rows read and write only the padding block (one
-//! past the pool's last).
+//! power-of-two buckets up to `max_batch`, and a prefill step's flat tokens
+//! to a power-of-two token count (at least [`MIN_PREFILL_BUCKET`]): its rows
+//! pad to `max_batch` (or their own power of two past it) and never past the
+//! token bucket, so under the scheduler's knobs (prefill rows at most the
+//! decode batch, the default) a prefill step's shape is its token bucket
+//! alone. The set of shapes is small and known in advance (autotune and
+//! compilation run once per shape). Padding rows and tokens read and write
+//! only the padding block (one past the pool's last).
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -24,16 +26,19 @@ use burn::prelude::*;
 use super::buffers::{DecodeBuffers, DecodeRow};
 use super::forward::forward;
 use super::graphs::DecodeGraph;
-use super::inputs::{
-    decode_inputs, prefill_inputs, prefill_inputs_over, PrefillSeq, PrefillShape, StepInputs,
-};
+use super::inputs::{decode_inputs, prefill_inputs, PrefillSeq, PrefillShape, StepInputs};
 use crate::error::EngineError;
 use crate::model::{Gpt2, Gpt2Config, KvCache};
-use crate::ops::Ops;
+use crate::ops::plan::prefill_tile_bound;
+use crate::ops::{Ops, TableGeometry};
 use crate::sampling::{any_asked, logprobs, sample, RowChoice, SamplingParamsRows};
 use crate::types::TokenLogprobs;
 
-/// Shortest padded prompt length when prefill shapes are bucketed.
+/// Smallest token bucket of a bucketed prefill step: the tensor-core
+/// projection's row tile (Ember's projection kernels take rows in 16s from
+/// 16 on). Buckets double from here: at most half a step is padding (which
+/// costs the dense layers only: padding tokens get no attention tiles), for
+/// one shape per doubling (10 up to 8192 tokens).
 pub const MIN_PREFILL_BUCKET: usize = 16;
 
 /// What a sampled step returns: one id per real row, and each row's logprobs
@@ -126,9 +131,15 @@ impl StepRunner {
         self.shape
     }
 
-    /// The slot padding rows write to (the padding block's first).
-    fn pad_slot(&self) -> usize {
-        self.shape.num_blocks * self.shape.block_size
+    /// The block tables' geometry: `n_positions` worth of blocks, padded
+    /// with the padding block (one past the pool's last).
+    fn tables(&self) -> TableGeometry {
+        let block_size = self.shape.block_size;
+        TableGeometry {
+            block_size,
+            width: self.config.n_positions.div_ceil(block_size),
+            padding_block: self.shape.num_blocks as u32,
+        }
     }
 
     /// The decode bucket of a batch of `n` rows.
@@ -140,22 +151,30 @@ impl StepRunner {
         }
     }
 
-    /// The padded shape of a prefill batch of `n` prompts, the longest `longest`.
-    pub fn prefill_shape(&self, n: usize, longest: usize) -> PrefillShape {
-        if self.shape.bucketed {
-            PrefillShape {
-                rows: n.max(1).next_power_of_two(),
-                len: longest
-                    .max(MIN_PREFILL_BUCKET)
-                    .next_power_of_two()
-                    .min(self.config.n_positions)
-                    .max(longest),
-            }
+    /// The padded shape of a prefill step of `rows` rows and `tokens` tokens
+    /// in all (see the module docs; exact when not bucketed).
+    pub fn prefill_shape(&self, rows: usize, tokens: usize) -> PrefillShape {
+        let rows = rows.max(1);
+        if !self.shape.bucketed {
+            return PrefillShape {
+                tokens: tokens.max(1),
+                rows,
+                tiles: None,
+            };
+        }
+        let tokens = tokens.max(MIN_PREFILL_BUCKET).next_power_of_two();
+        let max_batch = self.shape.max_batch;
+        let rows = if rows <= max_batch {
+            max_batch
         } else {
-            PrefillShape {
-                rows: n.max(1),
-                len: longest.max(1),
-            }
+            rows.next_power_of_two()
+        };
+        // A row has a token at least, so rows past the tokens are padding only.
+        let rows = rows.min(tokens);
+        PrefillShape {
+            tokens,
+            rows,
+            tiles: Some(prefill_tile_bound(tokens, rows)),
         }
     }
 
@@ -219,15 +238,9 @@ impl StepRunner {
         forward(&self.model, &self.ops, &mut self.cache, inputs).narrow(0, 0, rows.len())
     }
 
-    /// Runs a prefill step of `shape` made of padding rows only (warmup).
+    /// Runs a prefill step of `shape` made of padding only (warmup).
     pub fn warm_prefill(&mut self, shape: PrefillShape) -> Result<(), EngineError> {
-        let inputs = prefill_inputs(
-            &[],
-            shape,
-            self.shape.block_size,
-            self.pad_slot(),
-            &self.device,
-        );
+        let inputs = prefill_inputs(&[], shape, self.tables(), &self.device);
         let logits = forward(&self.model, &self.ops, &mut self.cache, inputs);
         let params = SamplingParamsRows::new(shape.rows, self.config.vocab_size, &self.device);
         sample(logits, &params, 1).map(drop)
@@ -294,7 +307,7 @@ impl StepRunner {
     ) -> StepInputs {
         let block_size = self.shape.block_size;
         let max_context = self.config.n_positions;
-        let table_width = max_context.div_ceil(block_size);
+        let table_width = self.tables().width;
         let (vocab, heads) = (self.config.vocab_size, self.config.n_head);
         let device = &self.device;
         let buffers = self
@@ -310,39 +323,10 @@ impl StepRunner {
     /// the padded row count (the first `rows.len()` rows are real; the logits
     /// are `[padded, vocab]`).
     fn prefill_batch(&self, rows: &[PrefillSeq<'_>]) -> (StepInputs, usize) {
-        let longest = rows.iter().map(|r| r.tokens.len()).max().unwrap_or(1);
-        let shape = self.prefill_shape(rows.len(), longest);
-        let context = rows
-            .iter()
-            .any(|r| r.start > 0)
-            .then(|| self.prefill_context(rows));
-        let inputs = prefill_inputs_over(
-            rows,
-            shape,
-            context,
-            self.shape.block_size,
-            self.pad_slot(),
-            &self.device,
-        );
+        let tokens = rows.iter().map(|r| r.tokens.len()).sum();
+        let shape = self.prefill_shape(rows.len(), tokens);
+        let inputs = prefill_inputs(rows, shape, self.tables(), &self.device);
         (inputs, shape.rows)
-    }
-
-    /// Context length `T` of a prefill step with cached positions: the longest
-    /// row's end, rounded up to a power-of-two number of blocks when shapes are
-    /// bucketed (at most the block-table width).
-    fn prefill_context(&self, rows: &[PrefillSeq<'_>]) -> usize {
-        let end = rows
-            .iter()
-            .map(|r| r.start + r.tokens.len())
-            .max()
-            .unwrap_or(1);
-        if !self.shape.bucketed {
-            return end;
-        }
-        let bs = self.shape.block_size;
-        let width = self.config.n_positions.div_ceil(bs);
-        let blocks = end.div_ceil(bs).next_power_of_two().min(width);
-        (blocks * bs).max(end)
     }
 }
 

@@ -69,11 +69,24 @@ pub trait CudaOps: Backend {
         mma_warps: usize,
     ) -> FloatTensor<Self>;
 
-    /// Causal attention of a right-padded prefill batch straight from `qkv`
-    /// (`[B*Q, 3E]`, `seq_len` = Q rows per sequence, head_dim 64). Returns
-    /// `[B*Q, E]`.
+    /// Causal prefill attention over segments of the flat `qkv` (`[T, 3E]`,
+    /// head_dim 64): row `r`'s queries are `cu_seqlens[r]..cu_seqlens[r + 1]`
+    /// at positions from `starts[r]`, its keys and values read from the
+    /// caches (`[H, S, D]`) through `tables` (`[R, W]`, blocks of
+    /// `block_size`); one cube per `tiles` entry (`[n, 2]`: row, first
+    /// query) and head. Returns `[T, E]`, padding tokens 0.
     #[fusion(dtype = qkv, shape = { let [n, e3] = qkv.dims::<2>(); Shape::new([n, e3 / 3]) })]
-    fn prefill_attention(qkv: FloatTensor<Self>, seq_len: usize) -> FloatTensor<Self>;
+    #[allow(clippy::too_many_arguments)]
+    fn prefill_attention(
+        qkv: FloatTensor<Self>,
+        k_cache: FloatTensor<Self>,
+        v_cache: FloatTensor<Self>,
+        tables: IntTensor<Self>,
+        cu_seqlens: IntTensor<Self>,
+        starts: IntTensor<Self>,
+        tiles: IntTensor<Self>,
+        block_size: usize,
+    ) -> FloatTensor<Self>;
 
     /// LayerNorm over the rows of `x` `[R, E]` with `gamma`, `beta` `[E]`.
     #[fusion(dtype = x, shape = x)]
@@ -158,8 +171,28 @@ impl CudaOps for CubeBackend {
         }
     }
 
-    fn prefill_attention(qkv: FloatTensor<Self>, seq_len: usize) -> FloatTensor<Self> {
-        prefill_attention::launch(into_contiguous(qkv), seq_len)
+    fn prefill_attention(
+        qkv: FloatTensor<Self>,
+        k_cache: FloatTensor<Self>,
+        v_cache: FloatTensor<Self>,
+        tables: IntTensor<Self>,
+        cu_seqlens: IntTensor<Self>,
+        starts: IntTensor<Self>,
+        tiles: IntTensor<Self>,
+        block_size: usize,
+    ) -> FloatTensor<Self> {
+        prefill_attention::launch(
+            into_contiguous(qkv),
+            k_cache,
+            v_cache,
+            prefill_attention::Segments {
+                tables: into_contiguous(tables),
+                cu_seqlens: into_contiguous(cu_seqlens),
+                starts: into_contiguous(starts),
+                tiles: into_contiguous(tiles),
+            },
+            block_size,
+        )
     }
 
     fn layer_norm_rows(

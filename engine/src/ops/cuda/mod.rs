@@ -26,7 +26,7 @@ use burn::prelude::*;
 
 use extension::CudaOps;
 
-use crate::ops::attention::PagedContext;
+use crate::ops::attention::{PagedContext, SegmentContext};
 use crate::ops::plan::LinearPlan;
 use crate::tuning::KernelTuning;
 
@@ -128,10 +128,26 @@ pub fn decode_linear(
     ))
 }
 
-/// Causal attention of a right-padded prefill batch, `qkv` `[B*Q, 3E]` with
-/// `seq_len` = Q (head_dim 64, Q a multiple of 16); returns `[B*Q, E]`.
-pub fn prefill_attention(qkv: Tensor<2>, seq_len: usize) -> Tensor<2> {
-    Tensor::from_dispatch(Dispatch::prefill_attention(qkv.into_dispatch(), seq_len))
+/// Causal prefill attention over a step's segments: the flat `qkv`
+/// `[T, 3E]` (head_dim 64) against the layer's `[H, S, D]` storage, through
+/// `seg`'s offsets, starts, block tables and tiles; returns `[T, E]`
+/// (padding tokens 0).
+pub fn prefill_attention(
+    qkv: Tensor<2>,
+    k_cache: &Tensor<3>,
+    v_cache: &Tensor<3>,
+    seg: &SegmentContext,
+) -> Tensor<2> {
+    Tensor::from_dispatch(Dispatch::prefill_attention(
+        qkv.into_dispatch(),
+        k_cache.clone().into_dispatch(),
+        v_cache.clone().into_dispatch(),
+        seg.tables.clone().into_dispatch(),
+        seg.cu_seqlens.clone().into_dispatch(),
+        seg.starts.clone().into_dispatch(),
+        seg.tiles.clone().into_dispatch(),
+        seg.block_size,
+    ))
 }
 
 /// LayerNorm over the last dimension of `x` `[R, E]` (one kernel).
