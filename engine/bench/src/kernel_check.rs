@@ -3,6 +3,9 @@
 //! the tensor-op reference (gather through the block tables + mask + Burn's
 //! attention; `select_assign`), on random data on the device. Ragged context
 //! lengths (1 to the full table), blocks in scattered order, f16 on CUDA.
+//! Prefill attention prints one line per case (fresh ragged rows, a chunk
+//! after cached positions, prefix hits, shared blocks, the engine's padding),
+//! so one run tells which fails.
 
 use ember_engine::EngineDevice;
 
@@ -28,7 +31,9 @@ mod cuda {
         decode_linear, kv_write, layer_norm_rows, paged_decode_attention, prefill_attention,
     };
     use ember_engine::ops::plan::{self, LinearPlan};
-    use ember_engine::ops::{reference, PagedContext};
+    use ember_engine::ops::{
+        reference, PagedContext, SegmentContext, SegmentPadding, SegmentRow, TableGeometry,
+    };
     use ember_engine::{EngineDevice, KernelTuning};
     use serde_json::json;
 
@@ -65,34 +70,6 @@ mod cuda {
         max_diff(floats(got), floats(want))
     }
 
-    /// Max |kernel - reference| of causal prefill attention over `b`
-    /// sequences of `q` rows (`h` heads of 64): the reference is softmax
-    /// with a causal mask in f32 tensor ops.
-    fn prefill_check(b: usize, q: usize, h: usize, dev: &Device) -> f32 {
-        let e = h * 64;
-        let qkv = Tensor::<2>::random([b * q, 3 * e], Distribution::Normal(0.0, 1.0), dev);
-        let got = prefill_attention(qkv.clone(), q);
-        let x = qkv.cast(DType::F32);
-        let heads = |t: Tensor<2>| t.reshape([b, q, h, 64]).swap_dims(1, 2); // [B, H, Q, D]
-        let n = b * q;
-        let (qh, kh) = (
-            heads(x.clone().slice([0..n, 0..e])),
-            heads(x.clone().slice([0..n, e..2 * e])),
-        );
-        let vh = heads(x.slice([0..n, 2 * e..3 * e]));
-        let scores = qh.matmul(kh.transpose()).mul_scalar(0.125); // [B, H, Q, Q]
-        let i = Tensor::<1, Int>::arange(0..q as i64, dev)
-            .reshape([q, 1])
-            .expand([q, q]);
-        let j = Tensor::<1, Int>::arange(0..q as i64, dev)
-            .reshape([1, q])
-            .expand([q, q]);
-        let future = j.greater(i).reshape([1, 1, q, q]).expand([b, h, q, q]);
-        let p = burn::tensor::activation::softmax(scores.mask_fill(future, -1.0e30), 3);
-        let want = p.matmul(vh).swap_dims(1, 2).reshape([n, e]);
-        max_diff(floats(got), floats(want))
-    }
-
     pub fn run(device: &EngineDevice) -> anyhow::Result<serde_json::Value> {
         let dev = &device.device;
         let tuning = device.ops.tuning();
@@ -102,12 +79,7 @@ mod cuda {
         let (write_diff, in_place) = kv_write_check(lens.len(), h, d, dev);
         let gemv_diff = projection_check(tuning, dev);
         let ln_diff = layer_norm_check(dev);
-        // Causal prefill attention: a partial cube (48 rows), several cubes
-        // per sequence, one tile.
-        let prefill_diff = [(3, 48), (2, 256), (1, 16)]
-            .into_iter()
-            .map(|(b, q)| prefill_check(b, q, h, dev))
-            .fold(0.0f32, f32::max);
+        let prefill = prefill_checks(h, dev);
 
         println!(
             "device {}: kernel check (H {h}, D {d}, block {BLOCK}, lens {lens:?}, and x10)",
@@ -117,7 +89,9 @@ mod cuda {
         println!("  paged decode attention, contexts split across cubes: max |kernel - reference| = {split_diff:e}; counters left at zero: {}", counters_left == 0);
         println!("  decode GEMV and tensor-core projection (bias, GELU, residual): max |kernel - tensor ops| = {gemv_diff:e}");
         println!("  layer norm: max |kernel - tensor ops| = {ln_diff:e}");
-        println!("  causal prefill attention (3x48, 2x256, 1x16): max |kernel - f32 reference| = {prefill_diff:e}");
+        for (case, diff) in &prefill {
+            println!("  prefill attention, {case}: max |kernel - reference| = {diff:e}");
+        }
         println!(
             "  kv write: max |kernel - select_assign| = {write_diff:e}; in place: {}",
             in_place
@@ -131,7 +105,11 @@ mod cuda {
             "kv_write_in_place": in_place,
             "gemv_max_abs_diff": gemv_diff,
             "layer_norm_max_abs_diff": ln_diff,
-            "prefill_attention_max_abs_diff": prefill_diff,
+            "prefill_attention_max_abs_diff": prefill.iter().map(|c| c.1).fold(0.0f32, f32::max),
+            "prefill_attention_cases": prefill
+                .iter()
+                .map(|(case, diff)| json!({"case": case, "max_abs_diff": diff}))
+                .collect::<Vec<_>>(),
         }))
     }
 
@@ -202,6 +180,127 @@ mod cuda {
             attention_diff.max(attention_check(tuning, &big_qkv, &cache, &big_paged, h));
 
         (attention_diff, split_diff, counters_left)
+    }
+
+    /// Blocks of the prefill checks' cache (the last one is the padding block).
+    const PREFILL_BLOCKS: usize = 200;
+    /// Blocks per table: GPT-2's 1024 positions.
+    const PREFILL_WIDTH: usize = 1024 / BLOCK;
+
+    /// Max |kernel - reference| of prefill attention over rows `(tokens,
+    /// start)` with block tables `tables` (one per row), padded to `padding`
+    /// and to `tokens` flat tokens when given: random K/V in the cache,
+    /// random `qkv`, both read by both sides.
+    fn segment_check(
+        rows: &[(usize, usize)],
+        tables: &[Vec<u32>],
+        padding: (SegmentPadding, Option<usize>),
+        h: usize,
+        dev: &Device,
+    ) -> f32 {
+        let e = h * 64;
+        let random =
+            |shape: [usize; 3]| Tensor::<3>::random(shape, Distribution::Normal(0.0, 1.0), dev);
+        let slots = PREFILL_BLOCKS * BLOCK;
+        let cache = LayerKv {
+            k: random([h, slots, 64]),
+            v: random([h, slots, 64]),
+        };
+        let real: usize = rows.iter().map(|r| r.0).sum();
+        let (padding, tokens) = padding;
+        let t = tokens.unwrap_or(real);
+        let qkv = Tensor::<2>::random([t, 3 * e], Distribution::Normal(0.0, 1.0), dev);
+        let segment_rows: Vec<SegmentRow<'_>> = rows
+            .iter()
+            .zip(tables)
+            .map(|(&(queries, start), table)| SegmentRow {
+                queries,
+                start,
+                table,
+            })
+            .collect();
+        let geometry = TableGeometry {
+            block_size: BLOCK,
+            width: PREFILL_WIDTH,
+            padding_block: (PREFILL_BLOCKS - 1) as u32,
+        };
+        let seg = SegmentContext::new(&segment_rows, padding, geometry, dev);
+        let got = prefill_attention(qkv.clone(), &cache.k, &cache.v, &seg);
+        let want = reference::segment_attention(qkv, &cache.k, &cache.v, h, &seg);
+        max_diff(floats(got), floats(want))
+    }
+
+    /// Scattered tables: entry `j` of row `r` is block `(7 (64 r + j) + 3)
+    /// mod 199`, never the padding block.
+    fn scattered_tables(rows: usize) -> Vec<Vec<u32>> {
+        (0..rows)
+            .map(|r| {
+                (0..PREFILL_WIDTH)
+                    .map(|j| ((7 * (r * PREFILL_WIDTH + j) + 3) % (PREFILL_BLOCKS - 1)) as u32)
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// Prefill attention against the reference, one named case each: fresh
+    /// rows of ragged lengths, a chunk after cached positions, prefix-cache
+    /// hits, blocks shared between rows in reverse order, and the engine's
+    /// padding (token bucket, rows, tiles).
+    fn prefill_checks(h: usize, dev: &Device) -> Vec<(String, f32)> {
+        let exact = (
+            SegmentPadding {
+                rows: 0,
+                tiles: None,
+            },
+            None,
+        );
+        let fresh = [(1, 0), (17, 0), (64, 0), (100, 0), (256, 0)];
+        let chunk = [(60, 100), (33, 0)];
+        let hits = [(33, 192), (16, 1008), (1, 500)];
+        // Two rows sharing their first 4 blocks (a prefix hit on the same
+        // prompt), tables walking the pool backwards.
+        let shared: Vec<Vec<u32>> = (0..2)
+            .map(|r| {
+                (0..PREFILL_WIDTH)
+                    .map(|j| match j {
+                        0..=3 => (190 - 13 * j) as u32,
+                        _ => (PREFILL_BLOCKS - 2 - 2 * j - r) as u32 % 190,
+                    })
+                    .collect()
+            })
+            .collect();
+        let mixed: Vec<(usize, usize)> = [&fresh[..], &chunk[..], &hits[..]].concat();
+        let tokens: usize = mixed.iter().map(|r| r.0).sum();
+        let bucket = tokens.next_power_of_two();
+        let padded = (
+            SegmentPadding {
+                rows: 64,
+                tiles: Some(plan::prefill_tile_bound(bucket, 64)),
+            },
+            Some(bucket),
+        );
+        vec![
+            (
+                "fresh rows of 1, 17, 64, 100, 256 tokens".to_string(),
+                segment_check(&fresh, &scattered_tables(5), exact, h, dev),
+            ),
+            (
+                "a 60-token chunk after 100 cached positions, and a fresh row".into(),
+                segment_check(&chunk, &scattered_tables(2), exact, h, dev),
+            ),
+            (
+                "prefix hits: 33 tokens after 192, 16 after 1008, 1 after 500".into(),
+                segment_check(&hits, &scattered_tables(3), exact, h, dev),
+            ),
+            (
+                "shared and backward blocks: 130 fresh, 70 after 64".into(),
+                segment_check(&[(130, 0), (70, 64)], &shared, exact, h, dev),
+            ),
+            (
+                format!("all ten rows padded to {bucket} tokens, 64 rows, padding tiles"),
+                segment_check(&mixed, &scattered_tables(10), padded, h, dev),
+            ),
+        ]
     }
 
     /// KV write of `b` rows (`h` heads of `d`): the kernel on the cache

@@ -436,6 +436,9 @@ pub fn launch(
         "prefill attention: the K/V caches must be row-major [H, S, D] storage"
     );
     let [tiles, _] = segments.tiles.shape().dims::<2>();
+    if tiles == 0 {
+        return out; // padding only (an unbucketed warmup step)
+    }
     let (f, i) = (qkv.dtype, segments.tables.dtype);
     let vs = vector_size(&qkv, &[64, e3, cache_strides[0], cache_strides[1]]);
     prefill_attention_kernel::launch(
