@@ -10,7 +10,7 @@
 //! prefill knobs allow: a prefill step is one flat sequence of its rows'
 //! tokens, so its shape is its token bucket (and a row bucket, which the
 //! token bucket fixes while the prefill row knob stays within the decode
-//! batch: `crate::step::runner`). Fresh prompts, chunks and prefix-cache
+//! batch: `crate::step::shapes`). Fresh prompts, chunks and prefix-cache
 //! hits share these shapes. Warmup steps run padding only: they take no
 //! blocks and leave no sequence behind. With decode graphs on, each decode
 //! bucket's step is then captured (`crate::step::graphs`).
@@ -22,7 +22,9 @@ use std::time::Instant;
 
 use crate::error::EngineError;
 use crate::sampling::RowChoice;
-use crate::step::{PrefillShape, StepRunner};
+pub use crate::step::shapes::powers_of_two_up_to;
+use crate::step::shapes::prefill_shapes;
+use crate::step::StepRunner;
 
 /// What a warmup did.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -63,7 +65,11 @@ pub fn run(runner: &mut StepRunner, limits: Limits) -> Result<WarmupReport, Engi
     let (decode, prefill) = if bucketed {
         (
             powers_of_two_up_to(runner.shape().max_batch),
-            prefill_shapes(runner, limits.prefill_max_batch, limits.prefill_max_tokens),
+            prefill_shapes(
+                &runner.shape(),
+                limits.prefill_max_batch,
+                limits.prefill_max_tokens,
+            ),
         )
     } else {
         (vec![1], vec![runner.prefill_shape(1, 16)])
@@ -96,36 +102,4 @@ pub fn run(runner: &mut StepRunner, limits: Limits) -> Result<WarmupReport, Engi
         "engine warmed up"
     );
     Ok(report)
-}
-
-/// Every prefill shape reachable under the prefill knobs: each token bucket
-/// up to that of `max_tokens`, with each row count up to `max_batch` (and
-/// at most the step's tokens).
-fn prefill_shapes(runner: &StepRunner, max_batch: usize, max_tokens: usize) -> Vec<PrefillShape> {
-    let mut shapes = Vec::new();
-    let largest = runner.prefill_shape(1, max_tokens).tokens;
-    let mut tokens = runner.prefill_shape(1, 1).tokens;
-    loop {
-        for rows in powers_of_two_up_to(max_batch.max(1).min(tokens)) {
-            shapes.push(runner.prefill_shape(rows, tokens));
-        }
-        if tokens >= largest {
-            break;
-        }
-        tokens = runner.prefill_shape(1, tokens + 1).tokens;
-    }
-    shapes.sort_by_key(|s| (s.tokens, s.rows));
-    shapes.dedup();
-    shapes
-}
-
-/// 1, 2, 4, ... below `max`, then `max` (empty for 0).
-pub fn powers_of_two_up_to(max: usize) -> Vec<usize> {
-    let mut v: Vec<usize> = std::iter::successors(Some(1usize), |n| n.checked_mul(2))
-        .take_while(|&n| n < max)
-        .collect();
-    if max > 0 {
-        v.push(max);
-    }
-    v
 }

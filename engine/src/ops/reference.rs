@@ -150,8 +150,8 @@ pub fn segment_attention(
     let (h, d) = (n_head, e3 / 3 / n_head);
     let (qm, tm) = (seg.max_queries.max(1), seg.max_context.max(1));
     let device = qkv.device();
-    let first = seg.cu_seqlens.clone().slice([0..r]);
-    let ends = seg.cu_seqlens.clone().slice([1..r + 1]);
+    let first = seg.cu_seqlens.clone().narrow(0, 0, r);
+    let ends = seg.cu_seqlens.clone().narrow(0, 1, r);
     // Query `i` of row `r` is its query `min(i, len - 1)` (padding repeats
     // the last one; an empty row reads its first slot, any valid row).
     let last = (ends.clone() - first.clone()).sub_scalar(1).clamp_min(0);

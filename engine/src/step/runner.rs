@@ -8,15 +8,9 @@
 //! logprobs where asked). The host half (which sequence holds which blocks,
 //! the stop rules) is `crate::engine`'s.
 //!
-//! Step shapes: with `bucketed` on (CUDA), decode batches are padded to
-//! power-of-two buckets up to `max_batch`, and a prefill step's flat tokens
-//! to a power-of-two token count (at least [`MIN_PREFILL_BUCKET`]): its rows
-//! pad to `max_batch` (or their own power of two past it) and never past the
-//! token bucket, so under the scheduler's knobs (prefill rows at most the
-//! decode batch, the default) a prefill step's shape is its token bucket
-//! alone. The set of shapes is small and known in advance (autotune and
-//! compilation run once per shape). Padding rows and tokens read and write
-//! only the padding block (one past the pool's last).
+//! Step shapes (CUDA buckets, exact on the CPU) are [`super::shapes`]'s.
+//! Padding rows and tokens read and write only the padding block (one past
+//! the pool's last).
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -27,35 +21,16 @@ use super::buffers::{DecodeBuffers, DecodeRow};
 use super::forward::forward;
 use super::graphs::DecodeGraph;
 use super::inputs::{decode_inputs, prefill_inputs, PrefillSeq, PrefillShape, StepInputs};
+use super::shapes::{self, RunnerShape};
 use crate::error::EngineError;
 use crate::model::{Gpt2, Gpt2Config, KvCache};
-use crate::ops::plan::prefill_tile_bound;
 use crate::ops::{Ops, TableGeometry};
 use crate::sampling::{any_asked, logprobs, sample, RowChoice, SamplingParamsRows};
 use crate::types::TokenLogprobs;
 
-/// Smallest token bucket of a bucketed prefill step: the tensor-core
-/// projection's row tile (Ember's projection kernels take rows in 16s from
-/// 16 on). Buckets double from here: at most half a step is padding (which
-/// costs the dense layers only: padding tokens get no attention tiles), for
-/// one shape per doubling (10 up to 8192 tokens).
-pub const MIN_PREFILL_BUCKET: usize = 16;
-
 /// What a sampled step returns: one id per real row, and each row's logprobs
 /// where it asked.
 pub type Sampled = (Vec<u32>, Vec<Option<TokenLogprobs>>);
-
-/// The cache layout and step shapes a runner is built for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RunnerShape {
-    pub block_size: usize,
-    /// Blocks in the pool (the padding block is one more).
-    pub num_blocks: usize,
-    /// Largest decode batch (and decode bucket).
-    pub max_batch: usize,
-    /// Pad step shapes to buckets (CUDA).
-    pub bucketed: bool,
-}
 
 /// The device half of the engine (see the module docs).
 pub struct StepRunner {
@@ -144,38 +119,12 @@ impl StepRunner {
 
     /// The decode bucket of a batch of `n` rows.
     pub fn decode_bucket(&self, n: usize) -> usize {
-        if self.shape.bucketed {
-            n.max(1).next_power_of_two().min(self.shape.max_batch)
-        } else {
-            n.max(1)
-        }
+        shapes::decode_bucket(&self.shape, n)
     }
 
-    /// The padded shape of a prefill step of `rows` rows and `tokens` tokens
-    /// in all (see the module docs; exact when not bucketed).
+    /// The padded shape of a prefill step of `rows` rows and `tokens` tokens.
     pub fn prefill_shape(&self, rows: usize, tokens: usize) -> PrefillShape {
-        let rows = rows.max(1);
-        if !self.shape.bucketed {
-            return PrefillShape {
-                tokens: tokens.max(1),
-                rows,
-                tiles: None,
-            };
-        }
-        let tokens = tokens.max(MIN_PREFILL_BUCKET).next_power_of_two();
-        let max_batch = self.shape.max_batch;
-        let rows = if rows <= max_batch {
-            max_batch
-        } else {
-            rows.next_power_of_two()
-        };
-        // A row has a token at least, so rows past the tokens are padding only.
-        let rows = rows.min(tokens);
-        PrefillShape {
-            tokens,
-            rows,
-            tiles: Some(prefill_tile_bound(tokens, rows)),
-        }
+        shapes::prefill_shape(&self.shape, rows, tokens)
     }
 
     /// One decode step over `rows` (at most `max_batch`), each sampled by its

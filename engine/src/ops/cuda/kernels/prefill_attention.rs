@@ -143,7 +143,7 @@ pub fn prefill_attention_kernel<F: Float, I: Numeric, N: Size>(
     }
     let mut m = f32::new(-1.0e30);
     let mut l = f32::new(0.0);
-    let chunks = (visible + 63) / 64;
+    let chunks = (visible - 1) / 64 + 1; // visible >= 1
     for ch in 0..chunks {
         let pos0 = ch * 64;
         sync_cube();
