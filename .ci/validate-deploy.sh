@@ -5,6 +5,9 @@
 #   - kubernetes-validate --strict on deploy/k8s/*.yaml (newest schema it ships,
 #     and the oldest Kubernetes we support: native gRPC probes are GA in 1.27)
 #   - the Compose Specification schema on deploy/compose.yaml (check-jsonschema)
+#   - .ci/check-k8s-wiring.py: the manifests fit together (Secrets the
+#     Deployment mounts exist with the right keys, ember-server's file flags
+#     point into mounted volumes, probe and Service ports name container ports)
 #   - shellcheck on the shell scripts, py_compile on the Python scripts
 #
 # The tools come from PyPI (pinned below) into a venv that is reused while the
@@ -79,7 +82,7 @@ for f in deploy/*.sh deploy/ember-healthcheck bench/*.sh .ci/validate-deploy.sh;
     [[ -f "$f" ]] && shell_scripts+=("$f")
 done
 py_scripts=()
-for f in bench/*.py; do
+for f in bench/*.py .ci/*.py; do
     [[ -f "$f" ]] && py_scripts+=("$f")
 done
 
@@ -90,11 +93,14 @@ check "kubernetes-validate (Kubernetes $K8S_OLDEST)" \
     kubernetes-validate --strict --kubernetes-version "$K8S_OLDEST" deploy/k8s/*.yaml
 check "compose-spec deploy/compose.yaml" \
     check-jsonschema --builtin-schema vendor.compose-spec deploy/compose.yaml
+# PyYAML comes with kubernetes-validate (python3 is the tools' own).
+check "k8s wiring (secrets, mounts, ports)" \
+    python3 .ci/check-k8s-wiring.py deploy/k8s/*.yaml
 check "shellcheck" shellcheck "${shell_scripts[@]}"
 if ((${#py_scripts[@]})); then
     # Compile into a temp dir: nothing written into the tree.
     pycache=$(mktemp -d)
-    check "py_compile bench/*.py" env PYTHONPYCACHEPREFIX="$pycache" \
+    check "py_compile bench/*.py .ci/*.py" env PYTHONPYCACHEPREFIX="$pycache" \
         python3 -m py_compile "${py_scripts[@]}"
     rm -rf "$pycache"
 fi

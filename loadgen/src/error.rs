@@ -14,21 +14,25 @@ pub enum Error {
     #[error("invalid {flag}: {reason}")]
     InvalidArgument { flag: &'static str, reason: String },
 
-    /// A `--target` is not a valid URI.
-    #[error("invalid --target {target:?}: {source}")]
+    /// A `--target` / `--base-url` is not a valid address.
+    #[error("invalid {flag} {target:?}: {reason}")]
     BadTarget {
+        flag: &'static str,
         target: String,
-        source: tonic::transport::Error,
+        reason: String,
     },
 
-    /// The HTTP/2 connection to a target could not be opened.
-    #[error("cannot connect to {target}: {source}")]
-    Connect {
-        target: String,
-        source: tonic::transport::Error,
-    },
+    /// The connection to a target could not be opened (or, for the OpenAI
+    /// backend, the served model could not be found out).
+    #[error("cannot connect to {target}: {reason}")]
+    Connect { target: String, reason: String },
 
-    /// `--pretok` could not load or run the GPT-2 tokenizer.
+    /// `--tls-ca` could not be read or holds no certificate.
+    #[error("--tls-ca {}: {reason}", path.display())]
+    Tls { path: PathBuf, reason: String },
+
+    /// `--pretok` (or the chat endpoint's token-id prompts) could not load or
+    /// run the GPT-2 tokenizer.
     #[error(transparent)]
     Tokenizer(#[from] ember_common::tokenizer::TokenizerError),
 

@@ -1,19 +1,22 @@
 //! `loadgen`: parse the flags, log to stderr, run the benchmark, turn failed
-//! requests into a non-zero exit (unless `--allow-errors`). `loadgen calibrate
-//! [FLAGS]` measures loadgen against its built-in mock server instead;
-//! `loadgen mock [FLAGS]` serves that mock on its own.
+//! requests into a non-zero exit (unless `--allow-errors`). `loadgen compare
+//! [FLAGS]` runs several targets in turn; `loadgen calibrate [FLAGS]`
+//! measures loadgen against its built-in mock server; `loadgen mock [FLAGS]`
+//! serves that mock on its own.
 
 use std::io::IsTerminal;
 
 use anyhow::bail;
 use clap::Parser;
+use ember_loadgen::modes::{calibrate, compare, limits, mock};
+use ember_loadgen::Outcome;
 use tracing_subscriber::EnvFilter;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let mut argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let mode = match argv.get(1).and_then(|a| a.to_str()) {
-        Some(m @ ("calibrate" | "mock")) => Some(m.to_owned()),
+        Some(m @ ("calibrate" | "mock" | "compare")) => Some(m.to_owned()),
         _ => None,
     };
     if let Some(m) = &mode {
@@ -32,23 +35,35 @@ async fn main() -> anyhow::Result<()> {
         .with_env_filter(filter)
         .with_ansi(colour)
         .init();
+    // Thousands of HTTP/1.1 streams need thousands of sockets.
+    let open_files = limits::raise_open_files();
+    tracing::debug!(?open_files, "open-file limit");
 
-    match mode.as_deref() {
+    let (outcome, allow_errors) = match mode.as_deref() {
         Some("calibrate") => {
-            let cal = ember_loadgen::calibrate::CalibrateArgs::parse_from(argv);
-            ember_loadgen::calibrate::run(cal).await?;
+            calibrate::run(calibrate::CalibrateArgs::parse_from(argv)).await?;
+            return Ok(());
+        }
+        Some("mock") => {
+            mock::serve(mock::MockArgs::parse_from(argv)).await?;
             return Ok(());
         }
         Some(_) => {
-            let mock = ember_loadgen::mock::MockArgs::parse_from(argv);
-            ember_loadgen::mock::serve(mock).await?;
-            return Ok(());
+            let args = compare::CompareArgs::parse_from(argv);
+            let allow = args.base.allow_errors;
+            (compare::run(args).await?, allow)
         }
-        None => {}
-    }
-    let args = ember_loadgen::Args::parse_from(argv);
-    let allow_errors = args.allow_errors;
-    let outcome = ember_loadgen::run(args).await?;
+        None => {
+            let args = ember_loadgen::Args::parse_from(argv);
+            let allow = args.allow_errors;
+            (ember_loadgen::run(args).await?, allow)
+        }
+    };
+    exit_code(outcome, allow_errors)
+}
+
+/// Failed requests fail the command, unless `--allow-errors`.
+fn exit_code(outcome: Outcome, allow_errors: bool) -> anyhow::Result<()> {
     if outcome.failed > 0 && !allow_errors {
         bail!(
             "{} of {} requests failed (counted by status under Errors); \

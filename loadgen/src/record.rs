@@ -1,14 +1,49 @@
 //! What one request looked like: every client timestamp (ns since the run's
 //! t0 on the client's monotonic clock) next to the server's own timeline
-//! (durations on the server's clock). This is the `--requests-out` line, and
-//! the input of every statistic.
+//! (durations on the server's clock), whichever backend carried it. This is
+//! the `--requests-out` line, and the input of every statistic.
 //!
 //! The two clocks are never subtracted from each other: reconciliation compares
 //! durations (client TTFT vs server TTFT, client vs server inter-token gaps).
+//! A backend fills a record with [`RequestRecord::begin`], pushes token
+//! arrivals, then ends it with [`RequestRecord::succeed`] or
+//! [`RequestRecord::fail`]; [`RequestRecord::derive`] computes the rest.
 
-use ember_common::pb::{FinishReason, ServerTiming};
+use std::time::Instant;
+
 use serde::Serialize;
-use tonic::Code;
+
+/// Where a request sits in its run, and the run's clock.
+#[derive(Debug, Clone, Copy)]
+pub struct Slot {
+    /// Run number.
+    pub run: usize,
+    /// Warmup or measured run.
+    pub warmup: bool,
+    /// Position in the schedule.
+    pub index: usize,
+    /// The run's t0: every timestamp is recorded as ns since it.
+    pub t0: Instant,
+    /// When the schedule wanted this request submitted.
+    pub intended: Instant,
+}
+
+/// Nanoseconds from `t0` to `t` (0 if `t` is earlier).
+pub fn ns_since(t0: Instant, t: Instant) -> u64 {
+    u64::try_from(t.saturating_duration_since(t0).as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Where a record's completion token count came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TokenSource {
+    /// The gRPC `Finished.completion_tokens` (one `Token` message each).
+    Server,
+    /// The OpenAI `usage` chunk (`stream_options.include_usage`).
+    Usage,
+    /// No usage came: the number of token chunks received.
+    Chunks,
+}
 
 /// One request of one run.
 #[derive(Debug, Clone, Serialize)]
@@ -19,41 +54,54 @@ pub struct RequestRecord {
     pub warmup: bool,
     /// Position in the run's schedule.
     pub index: usize,
-    /// The id sent (and echoed by the server), to find the request in its logs.
+    /// `loadgen compare`: the series (target set) it belongs to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub series: Option<String>,
+    /// The id sent (gRPC `request_id`, HTTP `x-request-id`), to find the
+    /// request in the server's logs.
     pub request_id: String,
     /// The target URL it went to.
     pub target: String,
     /// Which connection to that target carried it.
     pub channel: usize,
-    /// The stream ended with `Finished` and status OK.
+    /// The stream ended normally (gRPC `Finished` and OK; HTTP `[DONE]`
+    /// after a `finish_reason`).
     pub ok: bool,
-    /// gRPC status code name: "OK", "RESOURCE_EXHAUSTED", ...
-    pub status: &'static str,
-    /// The status message of a failure.
+    /// "OK", a gRPC status code name ("RESOURCE_EXHAUSTED", ...), `HTTP_<code>`
+    /// for an HTTP error status, `STREAM_ERROR` for an error event in an SSE
+    /// stream, `DEADLINE_EXCEEDED` for the client's `--timeout`.
+    pub status: String,
+    /// The failure's message (the gRPC status message, the OpenAI error body's
+    /// message, type and param).
     pub error_message: Option<String>,
-    /// From the server (`Started`/`Finished`), else the client's `--pretok` count.
+    /// From the server (`Started`/`Finished`, or `usage`), else the client's
+    /// own count of the token ids it sent.
     pub prompt_tokens: Option<u32>,
-    /// `Finished.completion_tokens`, or the tokens received before a failure.
+    /// Tokens generated: see `tokens_from`.
     pub completion_tokens: u32,
-    /// "LENGTH", "EOS" or "CANCELLED"; null without a `Finished`.
-    pub finish_reason: Option<&'static str>,
+    /// Where `completion_tokens` came from.
+    pub tokens_from: TokenSource,
+    /// Upper case: "LENGTH", "EOS", "STOP", "CANCELLED" (gRPC); "LENGTH",
+    /// "STOP", "ABORT" (HTTP `finish_reason`); null if none came.
+    pub finish_reason: Option<String>,
     /// When the schedule wanted it submitted.
     pub intended_start_ns: u64,
-    /// When the Generate call started.
+    /// When the call started.
     pub submit_start_ns: u64,
-    /// When the call returned the response stream (or its error).
+    /// When the call returned the response stream (response headers), or its
+    /// error.
     pub submit_end_ns: u64,
     /// When the first token arrived.
     pub first_token_ns: Option<u64>,
-    /// When the stream ended (the `Finished` message or the failure).
+    /// When the stream ended (the last message, or the failure).
     pub finish_ns: u64,
-    /// When each token arrived.
+    /// When each token event arrived (a gRPC `Token`, an SSE token chunk).
     pub token_recv_ns: Vec<u64>,
     /// submit start - intended start.
     pub submit_lag_ns: u64,
     /// first token - submit start.
     pub client_ttft_ns: Option<u64>,
-    /// (last token - first token) / (tokens - 1); null under 2 tokens.
+    /// (last token - first token) / (completion tokens - 1); null under 2.
     pub client_tpot_ns: Option<u64>,
     /// finish - submit start.
     pub latency_ns: u64,
@@ -61,11 +109,13 @@ pub struct RequestRecord {
     pub latency_from_intended_ns: u64,
     /// Network + client overhead: client TTFT - server TTFT (two durations).
     pub overhead_ns: Option<i64>,
-    /// The server's timeline; null unless the request finished OK.
+    /// The server's timeline; null unless the request finished OK and the
+    /// server reported one (gRPC always; HTTP with Ember's extension).
     pub server: Option<ServerRecord>,
 }
 
-/// The server's account of one request, from `Started`, `Token` and `Finished`.
+/// The server's account of one request: gRPC `Started`, `Token` and
+/// `Finished.timing`, or HTTP's `ember` and `ember_timing` fields.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct ServerRecord {
     /// received -> tokenized.
@@ -90,28 +140,14 @@ pub struct ServerRecord {
     pub cached_prompt_tokens: u32,
     /// Prefill steps that computed the rest of the prompt (> 1: chunked).
     pub prefill_chunks: u32,
-    /// `Started.server_time_ns` (received -> enqueued).
+    /// received -> enqueued (gRPC `Started.server_time_ns`, HTTP
+    /// `ember_timing.enqueued_at_ns`).
     pub started_server_time_ns: u64,
     /// Each token's `server_time_ns` (received -> sampled).
     pub token_server_time_ns: Vec<u64>,
 }
 
 impl ServerRecord {
-    /// Fills the durations from `Finished.timing`.
-    pub fn set_timing(&mut self, t: &ServerTiming) {
-        self.tokenize_ns = t.tokenize_ns;
-        self.enqueue_ns = t.enqueue_ns;
-        self.queue_wait_ns = t.queue_wait_ns;
-        self.prefill_to_first_token_ns = t.prefill_to_first_token_ns;
-        self.server_ttft_ns = t.server_ttft_ns;
-        self.decode_ns = t.decode_ns;
-        self.total_ns = t.total_ns;
-        self.prefill_batch_size = t.prefill_batch_size;
-        self.admitted_iteration = t.admitted_iteration;
-        self.cached_prompt_tokens = t.cached_prompt_tokens;
-        self.prefill_chunks = t.prefill_chunks;
-    }
-
     /// Gaps between consecutive tokens on the server's clock.
     pub fn itl_ns(&self) -> impl Iterator<Item = u64> + '_ {
         self.token_server_time_ns
@@ -120,7 +156,85 @@ impl ServerRecord {
     }
 }
 
+/// The identity of a request before it is sent.
+#[derive(Debug, Clone)]
+pub struct Begin<'a> {
+    /// Its place and clock.
+    pub slot: Slot,
+    /// The id it carries.
+    pub request_id: String,
+    /// Target URL.
+    pub target: &'a str,
+    /// Connection number on that target.
+    pub channel: usize,
+    /// Prompt tokens the client knows (token ids sent).
+    pub prompt_tokens: Option<u32>,
+    /// How the backend counts tokens when the server does not say.
+    pub tokens_from: TokenSource,
+}
+
 impl RequestRecord {
+    /// A record whose call starts at `submit_start` and returned at
+    /// `submit_end`; it fails as UNKNOWN until the backend says otherwise.
+    pub fn begin(b: Begin<'_>, submit_start: Instant, submit_end: Instant) -> RequestRecord {
+        let t0 = b.slot.t0;
+        RequestRecord {
+            run: b.slot.run,
+            warmup: b.slot.warmup,
+            index: b.slot.index,
+            series: None,
+            request_id: b.request_id,
+            target: b.target.to_string(),
+            channel: b.channel,
+            ok: false,
+            status: "UNKNOWN".into(),
+            error_message: None,
+            prompt_tokens: b.prompt_tokens,
+            completion_tokens: 0,
+            tokens_from: b.tokens_from,
+            finish_reason: None,
+            intended_start_ns: ns_since(t0, b.slot.intended),
+            submit_start_ns: ns_since(t0, submit_start),
+            submit_end_ns: ns_since(t0, submit_end),
+            first_token_ns: None,
+            finish_ns: 0,
+            token_recv_ns: Vec::new(),
+            submit_lag_ns: 0,
+            client_ttft_ns: None,
+            client_tpot_ns: None,
+            latency_ns: 0,
+            latency_from_intended_ns: 0,
+            overhead_ns: None,
+            server: None,
+        }
+    }
+
+    /// Ends the record as OK at `finish_ns` (since t0), with the server's
+    /// timeline if it sent one, and derives the rest.
+    pub fn succeed(mut self, finish_ns: u64, server: Option<ServerRecord>) -> RequestRecord {
+        self.ok = true;
+        self.status = "OK".into();
+        self.finish_ns = finish_ns;
+        self.server = server;
+        self.derive();
+        self
+    }
+
+    /// Ends the record as failed with `status` and `message` at `finish_ns`;
+    /// the tokens received before the failure count as completion tokens.
+    pub fn fail(mut self, status: String, message: String, finish_ns: u64) -> RequestRecord {
+        tracing::debug!(request_id = %self.request_id, %status, %message, "request failed");
+        self.ok = false;
+        self.status = status;
+        self.error_message = Some(message);
+        self.finish_ns = finish_ns;
+        if self.completion_tokens == 0 {
+            self.completion_tokens = u32::try_from(self.token_recv_ns.len()).unwrap_or(u32::MAX);
+        }
+        self.derive();
+        self
+    }
+
     /// Gaps between consecutive token arrivals on the client's clock.
     pub fn itl_ns(&self) -> impl Iterator<Item = u64> + '_ {
         self.token_recv_ns
@@ -128,17 +242,21 @@ impl RequestRecord {
             .map(|w| w[1].saturating_sub(w[0]))
     }
 
-    /// Fills the fields derived from the timestamps.
+    /// Fills the fields derived from the timestamps. TPOT divides by the
+    /// completion tokens (the server's count), so a server that packs several
+    /// tokens into one chunk still gets its per-token time.
     pub fn derive(&mut self) {
         self.submit_lag_ns = self.submit_start_ns.saturating_sub(self.intended_start_ns);
         self.first_token_ns = self.token_recv_ns.first().copied();
         self.client_ttft_ns = self
             .first_token_ns
             .map(|f| f.saturating_sub(self.submit_start_ns));
+        let tokens = u64::from(self.completion_tokens).max(self.token_recv_ns.len() as u64);
         self.client_tpot_ns = match (self.token_recv_ns.first(), self.token_recv_ns.last()) {
-            (Some(first), Some(last)) if self.token_recv_ns.len() >= 2 => {
-                Some((last - first) / (self.token_recv_ns.len() as u64 - 1))
+            (Some(first), Some(last)) if tokens >= 2 && last > first => {
+                Some((last - first) / (tokens - 1))
             }
+            (Some(_), Some(_)) if self.token_recv_ns.len() >= 2 => Some(0),
             _ => None,
         };
         self.latency_ns = self.finish_ns.saturating_sub(self.submit_start_ns);
@@ -150,77 +268,38 @@ impl RequestRecord {
     }
 }
 
-/// The canonical upper-case name of a gRPC status code ("RESOURCE_EXHAUSTED").
-pub fn status_name(code: Code) -> &'static str {
-    match code {
-        Code::Ok => "OK",
-        Code::Cancelled => "CANCELLED",
-        Code::Unknown => "UNKNOWN",
-        Code::InvalidArgument => "INVALID_ARGUMENT",
-        Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
-        Code::NotFound => "NOT_FOUND",
-        Code::AlreadyExists => "ALREADY_EXISTS",
-        Code::PermissionDenied => "PERMISSION_DENIED",
-        Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
-        Code::FailedPrecondition => "FAILED_PRECONDITION",
-        Code::Aborted => "ABORTED",
-        Code::OutOfRange => "OUT_OF_RANGE",
-        Code::Unimplemented => "UNIMPLEMENTED",
-        Code::Internal => "INTERNAL",
-        Code::Unavailable => "UNAVAILABLE",
-        Code::DataLoss => "DATA_LOSS",
-        Code::Unauthenticated => "UNAUTHENTICATED",
-    }
-}
-
-/// "EOS", "LENGTH", "CANCELLED"; `None` for an unspecified or unknown value.
-pub fn finish_reason_name(value: i32) -> Option<&'static str> {
-    match FinishReason::try_from(value).ok()? {
-        FinishReason::Eos => Some("EOS"),
-        FinishReason::Length => Some("LENGTH"),
-        FinishReason::Cancelled => Some("CANCELLED"),
-        FinishReason::Stop => Some("STOP"),
-        FinishReason::Unspecified => None,
-    }
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
 
     pub(crate) fn record(recv: Vec<u64>, server_ttft: Option<u64>) -> RequestRecord {
-        let mut r = RequestRecord {
+        let t0 = Instant::now();
+        let slot = Slot {
             run: 0,
             warmup: false,
             index: 0,
-            request_id: "x".into(),
-            target: "t".into(),
-            channel: 0,
-            ok: true,
-            status: "OK",
-            error_message: None,
-            prompt_tokens: Some(3),
-            completion_tokens: recv.len() as u32,
-            finish_reason: Some("LENGTH"),
-            intended_start_ns: 1_000,
-            submit_start_ns: 1_500,
-            submit_end_ns: 2_000,
-            first_token_ns: None,
-            finish_ns: 50_000,
-            token_recv_ns: recv,
-            submit_lag_ns: 0,
-            client_ttft_ns: None,
-            client_tpot_ns: None,
-            latency_ns: 0,
-            latency_from_intended_ns: 0,
-            overhead_ns: None,
-            server: server_ttft.map(|t| ServerRecord {
-                server_ttft_ns: t,
-                ..Default::default()
-            }),
+            t0,
+            intended: t0 + std::time::Duration::from_nanos(1_000),
         };
-        r.derive();
-        r
+        let begin = Begin {
+            slot,
+            request_id: "x".into(),
+            target: "t",
+            channel: 0,
+            prompt_tokens: Some(3),
+            tokens_from: TokenSource::Server,
+        };
+        let mut r = RequestRecord::begin(begin, t0, t0);
+        r.submit_start_ns = 1_500;
+        r.submit_end_ns = 2_000;
+        r.completion_tokens = recv.len() as u32;
+        r.token_recv_ns = recv;
+        r.finish_reason = Some("LENGTH".into());
+        let server = server_ttft.map(|t| ServerRecord {
+            server_ttft_ns: t,
+            ..Default::default()
+        });
+        r.succeed(50_000, server)
     }
 
     #[test]
@@ -237,20 +316,24 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn tpot_divides_by_the_reported_token_count() {
+        // Two chunks 30 us apart that carried 4 tokens (usage said so).
+        let mut r = record(vec![10_000, 40_000], None);
+        r.completion_tokens = 4;
+        r.derive();
+        assert_eq!(r.client_tpot_ns, Some(10_000));
+    }
+
+    #[test]
     fn one_token_has_no_tpot_and_failure_no_overhead() {
         let r = record(vec![10_000], None);
         assert_eq!(r.client_tpot_ns, None);
         assert_eq!(r.overhead_ns, None);
         assert_eq!(r.itl_ns().count(), 0);
-    }
-
-    #[test]
-    fn names() {
-        assert_eq!(status_name(Code::ResourceExhausted), "RESOURCE_EXHAUSTED");
-        assert_eq!(
-            finish_reason_name(FinishReason::Length as i32),
-            Some("LENGTH")
-        );
-        assert_eq!(finish_reason_name(99), None);
+        let failed =
+            record(vec![10_000, 20_000], None).fail("HTTP_429".into(), "full".into(), 60_000);
+        assert!(!failed.ok);
+        assert_eq!(failed.status, "HTTP_429");
+        assert_eq!(failed.completion_tokens, 2);
     }
 }

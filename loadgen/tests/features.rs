@@ -167,7 +167,7 @@ async fn gamma_and_trace_arrivals_fire_on_their_plan() {
     ])
     .await;
     assert_eq!(run.code(), Some(0), "{}", run.stderr);
-    let planned = ember_loadgen::schedule::gamma_offsets(20, 200.0, 0.5, 9);
+    let planned = ember_loadgen::workload::schedule::gamma_offsets(20, 200.0, 0.5, 9);
     let intended: Vec<u64> = run
         .requests
         .iter()
@@ -320,7 +320,7 @@ async fn loadgen_mock_serves_on_its_own_and_queues_beyond_its_slots() {
         .next()
         .expect("a first line")
         .expect("readable");
-    let addr = ember_loadgen::child::parse_listening(&line)
+    let addr = ember_testkit::child::parse_listening(&line)
         .expect("a listening line")
         .expect("an address");
     let url = format!("http://{addr}");
@@ -346,10 +346,33 @@ async fn loadgen_mock_serves_on_its_own_and_queues_beyond_its_slots() {
         waits[1] >= 31_000_000 && waits[2] >= 62_000_000,
         "queue waits {waits:?}"
     );
-    ember_loadgen::child::sigterm(mock.id()).expect("SIGTERM");
+    ember_testkit::child::sigterm(mock.id()).expect("SIGTERM");
     let status = mock.wait().expect("wait");
     assert!(
         status.success(),
         "loadgen mock exits 0 on SIGTERM: {status}"
     );
+}
+
+#[test]
+fn loadgen_mock_keeps_serving_when_its_stdout_is_gone() {
+    // A parent reads the first line and may close the pipe; writing the
+    // other lines must not kill the mock. /dev/full fails every write.
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .expect("/dev/full");
+    let mut mock = std::process::Command::new(env!("CARGO_BIN_EXE_loadgen"))
+        .arg("mock")
+        .stdout(full)
+        .spawn()
+        .expect("spawn loadgen mock");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert!(
+        mock.try_wait().expect("try_wait").is_none(),
+        "loadgen mock died when stdout failed"
+    );
+    ember_testkit::child::sigterm(mock.id()).expect("SIGTERM");
+    let status = mock.wait().expect("wait");
+    assert!(status.success(), "exits 0 on SIGTERM: {status}");
 }

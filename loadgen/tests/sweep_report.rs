@@ -4,55 +4,16 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
-use common::{loadgen, start, u, MockConfig};
+use common::{assert_well_formed, loadgen, start, u, MockConfig};
 
 fn tmp_dir(name: &str) -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("sweep-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     dir
-}
-
-/// Checks that every tag is closed in order (enough for the SVG and HTML we
-/// write: no unquoted `<` in text, void HTML elements listed).
-fn assert_well_formed(path: &Path, html: bool) {
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let void = ["meta", "br", "hr", "img", "input", "link"];
-    let mut stack: Vec<String> = Vec::new();
-    let mut rest = text.as_str();
-    while let Some(open) = rest.find('<') {
-        let close = rest[open..]
-            .find('>')
-            .unwrap_or_else(|| panic!("{}: unclosed `<`", path.display()))
-            + open;
-        let tag = &rest[open + 1..close];
-        rest = &rest[close + 1..];
-        if tag.starts_with('!') || tag.starts_with('?') || tag.ends_with('/') {
-            continue;
-        }
-        if let Some(name) = tag.strip_prefix('/') {
-            let top = stack.pop().unwrap_or_default();
-            assert_eq!(
-                top,
-                name.trim(),
-                "{}: </{name}> closes <{top}>",
-                path.display()
-            );
-            continue;
-        }
-        let name = tag
-            .split_whitespace()
-            .next()
-            .unwrap_or_default()
-            .to_string();
-        if !(html && void.contains(&name.as_str())) {
-            stack.push(name);
-        }
-    }
-    assert!(stack.is_empty(), "{}: unclosed {stack:?}", path.display());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -255,50 +216,71 @@ async fn sweep_auto_runs_baseline_saturation_and_rates_up_to_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calibrate_measures_loadgen_against_the_built_in_mock() {
-    let json = tmp_dir("calibration.json");
-    let run = loadgen(&[
-        "calibrate",
-        "--streams",
-        "40",
-        "--ttft-ms",
-        "30",
-        "--itl-ms",
-        "10",
-        "--tokens",
-        "4",
-        "--json",
-        json.to_str().expect("utf-8"),
-    ])
-    .await;
-    assert_eq!(run.code(), Some(0), "{}\n{}", run.stdout, run.stderr);
-    assert!(
-        run.stdout.contains("=== calibration ===") && run.stdout.contains("TTFT error"),
-        "{}",
-        run.stdout
-    );
-    let c: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).expect("calibration json"))
-            .expect("json");
-    assert_eq!(u(&c, "ok"), 40);
-    assert_eq!(
-        u(&c["itl_error_ms"], "count"),
-        40 * 3,
-        "one error per token pair"
-    );
-    assert_eq!(u(&c["ttft_error_ms"], "count"), 40);
-    // Loopback on one machine: loadgen adds well under the mock's 30 ms TTFT
-    // (generous for a noisy 2-core box; a clock or unit error would be far off).
-    let p50 = c["ttft_error_ms"]["p50"].as_f64().expect("p50");
-    assert!((0.0..30.0).contains(&p50), "TTFT error p50 {p50} ms");
-    assert!(c["itl_error_ms"]["p50"].as_f64().expect("p50") < 10.0);
-    assert_eq!(
-        c["pass"].as_bool(),
-        Some(
-            c["ttft_error_ms"]["p99"].as_f64().expect("p99") < 1.0
-                && c["itl_error_ms"]["p99"].as_f64().expect("p99") < 1.0
-        )
-    );
-    let _ = std::fs::remove_file(json);
+    // gRPC; the OpenAI door over HTTP/1.1; over HTTP/2 with the mock in its
+    // own process.
+    let cases: [(&[&str], &str); 3] = [
+        (&[], "ember (gRPC, HTTP/2)"),
+        (
+            &["--backend", "openai"],
+            "openai /v1/completions (HTTP/1.1)",
+        ),
+        (
+            &["--backend", "openai", "--http", "2", "--mock-process"],
+            "openai /v1/completions (HTTP/2)",
+        ),
+    ];
+    for (k, (extra, transport)) in cases.iter().enumerate() {
+        let json = tmp_dir(&format!("calibration-{k}.json"));
+        let mut args = vec![
+            "calibrate",
+            "--streams",
+            "40",
+            "--ttft-ms",
+            "30",
+            "--itl-ms",
+            "10",
+            "--tokens",
+            "4",
+            "--json",
+            json.to_str().expect("utf-8"),
+        ];
+        args.extend_from_slice(extra);
+        let run = loadgen(&args).await;
+        assert_eq!(run.code(), Some(0), "{extra:?}: {}", run.output());
+        assert!(
+            run.stdout.contains("=== calibration ===") && run.stdout.contains("TTFT error"),
+            "{}",
+            run.stdout
+        );
+        let c: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).expect("calibration json"))
+                .expect("json");
+        assert_eq!(c["transport"], *transport);
+        assert_eq!(u(&c, "ok"), 40, "{extra:?}");
+        assert_eq!(
+            u(&c["itl_error_ms"], "count"),
+            40 * 3,
+            "{extra:?}: one error per token pair"
+        );
+        assert_eq!(u(&c["ttft_error_ms"], "count"), 40);
+        // Loopback on one machine: loadgen adds well under the mock's 30 ms
+        // TTFT (generous for a noisy 2-core box; a clock or unit error, or a
+        // client that buffers the stream, would be far off).
+        let p50 = c["ttft_error_ms"]["p50"].as_f64().expect("p50");
+        assert!(
+            (0.0..30.0).contains(&p50),
+            "{extra:?}: TTFT error p50 {p50} ms"
+        );
+        assert!(c["itl_error_ms"]["p50"].as_f64().expect("p50") < 10.0);
+        assert_eq!(
+            c["pass"].as_bool(),
+            Some(
+                c["ttft_error_ms"]["p99"].as_f64().expect("p99") < 1.0
+                    && c["itl_error_ms"]["p99"].as_f64().expect("p99") < 1.0
+            )
+        );
+        let _ = std::fs::remove_file(json);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

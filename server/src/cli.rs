@@ -15,6 +15,7 @@ use ember_engine::{DeviceOptions, DeviceSpec, EngineConfig, KernelTuning, KvBudg
 
 use crate::logging::LogFormat;
 use crate::scheduler::SchedulerKnobs;
+use crate::service::doors::{DoorArgs, DoorConfig};
 
 /// Ember: a continuous-batching GPT-2 inference server (gRPC, streaming).
 #[derive(Debug, Clone, Parser)]
@@ -126,6 +127,11 @@ pub struct Args {
     /// docs/performance.md).
     #[command(flatten)]
     pub tuning: KernelTuning,
+
+    /// The front doors' flags: --http-listen, --served-model-name, TLS, API
+    /// keys (`service::doors`).
+    #[command(flatten)]
+    pub doors: DoorArgs,
 }
 
 /// Validated startup configuration: what each layer is built from.
@@ -144,6 +150,8 @@ pub struct ServerConfig {
     pub shutdown_timeout: Duration,
     pub metrics_addr: Option<SocketAddr>,
     pub warmup: bool,
+    /// The front doors: HTTP, the served name, TLS, API keys.
+    pub doors: DoorConfig,
 }
 
 /// A flag with a value it cannot take; the message names the flag.
@@ -219,6 +227,7 @@ impl Args {
                 self.shutdown_timeout
             )));
         }
+        let doors = self.doors.validate().map_err(FlagError)?;
         let metrics_addr = match self.metrics_port {
             Some(0) => return Err(FlagError("--metrics-port must be positive, got 0".into())),
             Some(port) => Some(SocketAddr::new(self.listen.ip(), port)),
@@ -244,6 +253,7 @@ impl Args {
             shutdown_timeout: Duration::from_secs_f64(self.shutdown_timeout),
             metrics_addr,
             warmup: !self.no_warmup,
+            doors,
         })
     }
 }

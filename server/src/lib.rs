@@ -7,8 +7,11 @@
 //!   flag): the scheduler's knobs, the engine's config, the device options.
 //! - [`server`]: wiring and lifecycle: gRPC services (Inference,
 //!   health, reflection), readiness, draining shutdown.
-//! - [`service`]: the `ember.v1.Inference` handlers: validation, tokenization
-//!   off the scheduler thread, the per-request response stream, error -> status.
+//! - [`service`]: the one request path (validation, tokenization off the
+//!   scheduler thread, the per-request response stream, error -> status), the
+//!   gRPC door (`ember.v1.Inference`), API keys and TLS.
+//! - [`http`]: the OpenAI-compatible HTTP door (`--http-listen`), translating
+//!   into and out of that same request path.
 //! - [`scheduler`]: the continuous-batching loop on its own thread; owns the
 //!   engine (any `ember_engine::StepEngine`); fed by a command channel.
 //! - [`metrics`]: Prometheus names (vLLM's) and recording helpers.
@@ -16,6 +19,7 @@
 //!   on a terminal, per-request span close lines, panics through tracing).
 
 pub mod cli;
+pub mod http;
 pub mod logging;
 pub mod metrics;
 pub mod scheduler;

@@ -12,6 +12,11 @@
 //! `ServerTiming`; the scheduler only sets gauges once per iteration. Without
 //! `--metrics-port` no recorder is installed and every call here is a cheap
 //! no-op.
+//!
+//! Both front doors (gRPC and the OpenAI-compatible HTTP API) feed the same
+//! series through the same calls; `ember:requests_total{front_door, outcome}`
+//! counts each request once, at its end or its rejection, by the door it came
+//! in through. vLLM's series keep vLLM's exact label sets.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -40,6 +45,7 @@ pub const PREFIX_CACHE_HITS: &str = "vllm:prefix_cache_hits_total";
 pub const KV_BLOCKS_USED: &str = "ember:kv_cache_blocks_used";
 pub const REQUEST_ABORTED: &str = "ember:request_aborted_total";
 pub const REQUEST_REJECTED: &str = "ember:request_rejected_total";
+pub const REQUESTS_BY_DOOR: &str = "ember:requests_total";
 
 /// Latency buckets (seconds) of the request-level histograms.
 const LATENCY_BUCKETS: [f64; 20] = [
@@ -81,6 +87,31 @@ impl FinishedReason {
         }
     }
 }
+
+/// The front door a request came in through (the `front_door` label, and the
+/// `front_door` field of the request's log line).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FrontDoor {
+    /// `ember.v1.Inference` over gRPC.
+    Grpc,
+    /// The OpenAI-compatible HTTP API (`--http-listen`).
+    Http,
+}
+
+impl FrontDoor {
+    pub const ALL: [FrontDoor; 2] = [Self::Grpc, Self::Http];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Grpc => "grpc",
+            Self::Http => "http",
+        }
+    }
+}
+
+/// The `outcome` of a request refused before it was queued (the others are
+/// [`FinishedReason`] labels).
+pub const OUTCOME_REJECTED: &str = "rejected";
 
 /// Starts the `/metrics` HTTP listener on the current tokio runtime; every
 /// series gets `model_name="<model_name>"`.
@@ -149,6 +180,10 @@ fn describe() {
         REQUEST_REJECTED,
         "Requests refused before queueing, by reason."
     );
+    describe_counter!(
+        REQUESTS_BY_DOOR,
+        "Requests by front door (grpc, http) and outcome (stop, length, abort, error, rejected)."
+    );
     describe_counter!(PROMPT_TOKENS, "Prompt tokens of admitted requests.");
     describe_counter!(GENERATION_TOKENS, "Generated tokens.");
     describe_counter!(
@@ -166,6 +201,13 @@ fn describe() {
 fn start_counters_at_zero() {
     for reason in FinishedReason::ALL {
         metrics::counter!(REQUEST_SUCCESS, "finished_reason" => reason.label()).absolute(0);
+    }
+    for door in FrontDoor::ALL {
+        let outcomes = FinishedReason::ALL.map(FinishedReason::label);
+        for outcome in outcomes.into_iter().chain([OUTCOME_REJECTED]) {
+            metrics::counter!(REQUESTS_BY_DOOR, "front_door" => door.label(), "outcome" => outcome)
+                .absolute(0);
+        }
     }
     for name in [
         PROMPT_TOKENS,
@@ -221,11 +263,14 @@ pub fn next_token(gap: Duration) {
 /// request's truncated latency never lands among real ones.
 pub fn finished(
     reason: FinishedReason,
+    door: FrontDoor,
     timing: Option<&ServerTiming>,
     prompt: u32,
     generated: u32,
 ) {
     metrics::counter!(REQUEST_SUCCESS, "finished_reason" => reason.label()).increment(1);
+    metrics::counter!(REQUESTS_BY_DOOR, "front_door" => door.label(), "outcome" => reason.label())
+        .increment(1);
     let Some(t) = timing else { return };
     if !matches!(reason, FinishedReason::Stop | FinishedReason::Length) {
         return;
@@ -243,11 +288,16 @@ pub fn finished(
 }
 
 /// An aborted request's cause: `cancelled` (client gone, shutdown) or
-/// `deadline` (its grpc-timeout passed).
+/// `deadline` (its deadline passed: grpc-timeout, or x-request-timeout on
+/// HTTP).
 pub fn aborted(cause: &'static str) {
     metrics::counter!(REQUEST_ABORTED, "reason" => cause).increment(1);
 }
 
-pub fn rejected(reason: &'static str) {
+/// A request refused before it was queued (`reason`: the
+/// `ember:request_rejected_total` label), at `door`.
+pub fn rejected(reason: &'static str, door: FrontDoor) {
     metrics::counter!(REQUEST_REJECTED, "reason" => reason).increment(1);
+    metrics::counter!(REQUESTS_BY_DOOR, "front_door" => door.label(), "outcome" => OUTCOME_REJECTED)
+        .increment(1);
 }

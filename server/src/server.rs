@@ -1,17 +1,28 @@
 //! Wiring and lifecycle: start the scheduler on the chosen device, serve gRPC
-//! (Inference, grpc.health.v1, reflection), and shut down in order.
+//! (Inference, grpc.health.v1, reflection) and, with `--http-listen`, the
+//! OpenAI-compatible HTTP API, both over one [`Frontend`]; shut down in order.
 //!
 //! Lifecycle:
-//! 1. The listener is already bound (so `:0` is known before loading); health
-//!    reports NOT_SERVING while the scheduler thread loads and warms up.
+//! 1. The gRPC listener is already bound (so `:0` is known before loading);
+//!    the HTTP listener is bound first thing here and announced as the
+//!    second stdout line, `http listening on <ip:port>`. Health reports
+//!    NOT_SERVING (HTTP `/health`: 503) while the scheduler thread loads and
+//!    warms up.
 //! 2. Ready: [`ModelInfo`] is published to handlers, health turns SERVING.
-//! 3. `shutdown` resolves (SIGTERM/SIGINT in the binary): draining starts: health
-//!    NOT_SERVING, new `Generate` calls get UNAVAILABLE; running and queued
-//!    requests get `--shutdown-timeout` to finish, then the rest are cancelled
-//!    (they end with FINISH_REASON_CANCELLED). Then tonic stops and the
-//!    scheduler thread is joined.
+//! 3. `shutdown` resolves (SIGTERM/SIGINT in the binary): draining starts:
+//!    health NOT_SERVING, new requests get UNAVAILABLE on gRPC and 503 on
+//!    HTTP (the same check, in [`Frontend`]); running and queued requests of
+//!    both doors get `--shutdown-timeout` to finish, then the rest are
+//!    cancelled (they end with FINISH_REASON_CANCELLED, `abort` on HTTP).
+//!    Then both listeners stop (HTTP connections get a few seconds to flush)
+//!    and the scheduler thread is joined.
+//!
+//! TLS (`--tls-cert`) wraps both listeners; API keys (`--api-key`) guard
+//! `ember.v1.Inference` and the HTTP `/v1` routes, not health.
 
 use std::future::Future;
+use std::io::Write;
+use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -20,16 +31,22 @@ use anyhow::Context;
 use ember_common::pb::inference_server::InferenceServer;
 use ember_common::tokenizer::Gpt2Tokenizer;
 use tokio::net::TcpListener;
+use tokio::sync::oneshot::error::RecvError;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
 use tonic::transport::server::TcpIncoming;
+use tonic_health::pb::health_server::{Health, HealthServer};
 use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
 use ember_engine::model::ModelSource;
 
 use crate::cli::ServerConfig;
-use crate::scheduler::{self, SchedulerConfig, SchedulerHandle, SchedulerStats, Spawned};
+use crate::scheduler::{
+    self, ModelInfo, SchedulerConfig, SchedulerHandle, SchedulerStats, Spawned,
+};
 use crate::service::in_flight::InFlightTracker;
-use crate::service::{InferenceService, ServiceState};
+use crate::service::{auth, Frontend, InferenceService, ServiceState};
 
 /// Runs the server on `listener` until `shutdown` resolves and draining ends.
 /// An error means the server could not start (model, device, tokenizer).
@@ -38,13 +55,20 @@ pub async fn run(
     listener: TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
-    let model = &config.engine.model;
-    let tokenizer = load_tokenizer(model)?;
+    let http_listener = match config.doors.http_listen {
+        Some(addr) => Some(bind_http(addr).await?),
+        None => None,
+    };
+    let tokenizer = load_tokenizer(&config.engine.model)?;
     let (health, health_service) = tonic_health::server::health_reporter();
     set_health(&health, ServingStatus::NotServing).await;
+    let model_name = config
+        .doors
+        .served_model_name
+        .clone()
+        .unwrap_or_else(|| served_model_name(&config.engine.model));
     if let Some(addr) = config.metrics_addr {
-        crate::metrics::install(addr, &served_model_name(model))
-            .context("starting the metrics listener")?;
+        crate::metrics::install(addr, &model_name).context("starting the metrics listener")?;
     }
 
     let mut engine = config.engine.clone();
@@ -66,71 +90,158 @@ pub async fn run(
         in_flight: InFlightTracker::default(),
     });
 
-    let reflection = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(ember_common::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1()
-        .context("building the reflection service")?;
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-    let serve = tonic::transport::Server::builder()
-        .add_service(health_service)
-        .add_service(reflection)
-        .add_service(InferenceServer::new(InferenceService::new(
-            handle.clone(),
-            Arc::clone(&state),
-        )))
-        .serve_with_incoming_shutdown(incoming, async {
-            let _ = stop_rx.await;
-        });
-    let serve_task = tokio::spawn(serve);
+    let frontend = Frontend::new(handle.clone(), Arc::clone(&state));
+    let doors = Doors::start(
+        &config,
+        listener,
+        http_listener,
+        frontend,
+        health_service,
+        &model_name,
+    )?;
 
     tokio::pin!(shutdown);
-    let startup: anyhow::Result<bool> = tokio::select! {
-        r = ready => match r {
-            Ok(Ok(info)) => {
-                tracing::info!(model = %info.name, device = %info.device, kv_blocks = info.limits.kv_blocks_total,
-                    seconds = info.load_seconds, "model loaded and warmed up; SERVING");
-                if matches!(config.engine.model, ModelSource::Preset { .. }) {
-                    tracing::warn!("random weights: generated text is meaningless (use --model-dir for real GPT-2 weights)");
-                }
-                let _ = state.model.set(info);
-                set_health(&health, ServingStatus::Serving).await;
-                Ok(true)
-            }
-            Ok(Err(msg)) => Err(anyhow::anyhow!("model startup failed: {msg}")),
-            Err(_) => Err(anyhow::anyhow!("the scheduler thread died during startup")),
-        },
+    let started = tokio::select! {
+        r = ready => on_ready(r, &config, &state, &health).await,
         _ = &mut shutdown => Ok(false),
     };
-    let started = match startup {
-        Ok(started) => started,
+    match started {
+        Ok(true) => shutdown.await,
+        Ok(false) => {}
         Err(err) => {
-            let _ = stop_tx.send(());
-            let _ = serve_task.await;
+            doors.stop().await;
             return Err(err);
         }
-    };
-    if started {
-        shutdown.await;
     }
 
     tracing::info!(timeout = ?config.shutdown_timeout, "shutdown requested: draining");
     state.draining.store(true, Ordering::Release);
     set_health(&health, ServingStatus::NotServing).await;
     drain(&state.in_flight, &handle, config.shutdown_timeout).await;
-    let _ = stop_tx.send(());
-    match serve_task.await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => tracing::error!(error = %e, "gRPC server error"),
-        Err(e) => tracing::error!(error = %e, "gRPC server task failed"),
-    }
+    doors.stop().await;
     drop(handle);
     // The scheduler exits once every handle is gone (the service's went with
     // the server).
     let _ = tokio::task::spawn_blocking(move || join.join()).await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The scheduler's readiness report: publishes the model to the handlers and
+/// turns health SERVING (`Ok(true)`), or why startup failed.
+async fn on_ready(
+    report: Result<Result<ModelInfo, String>, RecvError>,
+    config: &ServerConfig,
+    state: &ServiceState,
+    health: &HealthReporter,
+) -> anyhow::Result<bool> {
+    match report {
+        Ok(Ok(info)) => {
+            tracing::info!(model = %info.name, device = %info.device, kv_blocks = info.limits.kv_blocks_total,
+                seconds = info.load_seconds, "model loaded and warmed up; SERVING");
+            if matches!(config.engine.model, ModelSource::Preset { .. }) {
+                tracing::warn!("random weights: generated text is meaningless (use --model-dir for real GPT-2 weights)");
+            }
+            let _ = state.model.set(info);
+            set_health(health, ServingStatus::Serving).await;
+            Ok(true)
+        }
+        Ok(Err(msg)) => Err(anyhow::anyhow!("model startup failed: {msg}")),
+        Err(_) => Err(anyhow::anyhow!("the scheduler thread died during startup")),
+    }
+}
+
+/// The running front doors: gRPC (Inference behind the API key interceptor,
+/// health, reflection) and, with `--http-listen`, HTTP; both over TLS with
+/// `--tls-cert`. One stop signal ends both.
+struct Doors {
+    /// Set to true once: both listeners stop accepting and wind down.
+    stop: watch::Sender<bool>,
+    /// tonic's server task (ends when its connections have).
+    grpc: JoinHandle<Result<(), tonic::transport::Error>>,
+    /// The HTTP listener's task, with `--http-listen`.
+    http: Option<JoinHandle<()>>,
+}
+
+impl Doors {
+    fn start<H: Health>(
+        config: &ServerConfig,
+        listener: TcpListener,
+        http_listener: Option<TcpListener>,
+        frontend: Frontend,
+        health_service: HealthServer<H>,
+        model_name: &str,
+    ) -> anyhow::Result<Doors> {
+        let (stop, stop_rx) = watch::channel(false);
+        let stopped = move || {
+            let mut rx = stop_rx.clone();
+            async move {
+                let _ = rx.wait_for(|stop| *stop).await;
+            }
+        };
+        let reflection = tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(ember_common::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .build_v1()
+            .context("building the reflection service")?;
+        let mut builder = tonic::transport::Server::builder();
+        if let Some(tls) = &config.doors.tls {
+            builder = builder
+                .tls_config(tls.grpc())
+                .context("--tls-cert/--tls-key: gRPC TLS setup")?;
+        }
+        let keys = &config.doors.api_keys;
+        let inference = InferenceServer::with_interceptor(
+            InferenceService::new(frontend.clone()),
+            auth::grpc_interceptor(keys.clone()),
+        );
+        let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+        let grpc = tokio::spawn(
+            builder
+                .add_service(health_service)
+                .add_service(reflection)
+                .add_service(inference)
+                .serve_with_incoming_shutdown(incoming, stopped()),
+        );
+        let http = http_listener.map(|listener| {
+            let router = crate::http::router(frontend, model_name.to_string(), keys.clone());
+            let tls = config.doors.tls.as_ref().map(|t| t.http_acceptor());
+            tokio::spawn(crate::http::serve::serve(listener, tls, router, stopped()))
+        });
+        Ok(Doors { stop, grpc, http })
+    }
+
+    /// Stops both listeners and waits for them (HTTP connections get
+    /// `http::serve::CLOSE_TIMEOUT` to flush).
+    async fn stop(self) {
+        let _ = self.stop.send(true);
+        match self.grpc.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::error!(error = %e, "gRPC server error"),
+            Err(e) => tracing::error!(error = %e, "gRPC server task failed"),
+        }
+        if let Some(http) = self.http {
+            if let Err(e) = http.await {
+                tracing::error!(error = %e, "HTTP server task failed");
+            }
+        }
+    }
+}
+
+/// Binds `--http-listen` and announces it: the second stdout line (after
+/// `main`'s `listening on`), `http listening on <ip:port>`, which tests and
+/// `loadgen --spawn-server` read when given port 0.
+async fn bind_http(addr: SocketAddr) -> anyhow::Result<TcpListener> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("--http-listen {addr}: cannot bind"))?;
+    let bound = listener.local_addr()?;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "http listening on {bound}")?;
+    out.flush()?;
+    drop(out);
+    tracing::info!(addr = %bound, "HTTP (OpenAI-compatible) listening");
+    Ok(listener)
 }
 
 /// Waits for queued and running requests to finish, up to `timeout`; then
@@ -195,13 +306,13 @@ fn load_tokenizer(model: &ModelSource) -> anyhow::Result<Gpt2Tokenizer> {
 }
 
 /// Opens the device `--device` names and starts the scheduler on it.
-/// Decode graphs pay off only where launches cost (CUDA, bucketed shapes).
 fn spawn_on_device(
     config: &ServerConfig,
     mut scheduler: SchedulerConfig,
 ) -> anyhow::Result<Spawned> {
     let device = ember_engine::device::open(config.device, &config.device_options)?;
     tracing::info!(device = %device.name, "engine device");
+    // Decode graphs pay off only where launches cost (CUDA, bucketed shapes).
     scheduler.engine.decode_graphs &= device.bucketed;
     Ok(scheduler::spawn(device, scheduler)?)
 }

@@ -1,6 +1,6 @@
 //! tonic client helpers: connect, run one `Generate` stream to its end with
 //! client receive times, health checks and `GetServerInfo` polling (the
-//! polling itself is `ember_loadgen::health`'s, one copy for all crates).
+//! polling itself is `ember_testkit::health`'s, one copy for all crates).
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -202,8 +202,8 @@ pub fn record(out: &mut StreamOutcome, event: Option<Event>, now: Instant) {
 /// The health status of `service` ("" = the whole server).
 pub async fn health(addr: SocketAddr, service: &str) -> anyhow::Result<ServingStatus> {
     let endpoint =
-        ember_loadgen::health::endpoint(&format!("http://{addr}")).map_err(|e| anyhow!(e))?;
-    ember_loadgen::health::check(&endpoint, service)
+        ember_testkit::health::endpoint(&format!("http://{addr}")).map_err(|e| anyhow!(e))?;
+    ember_testkit::health::check(&endpoint, service)
         .await
         .map_err(|e| anyhow!("health check {service:?}: {e}"))
 }
@@ -225,7 +225,7 @@ pub async fn health_both(addr: SocketAddr) -> anyhow::Result<ServingStatus> {
 pub async fn wait_serving(addr: SocketAddr, timeout: Duration) -> anyhow::Result<()> {
     let deadline = tokio::time::Instant::now() + timeout;
     let names = ["", ember_common::SERVICE_NAME];
-    ember_loadgen::health::wait_serving(&format!("http://{addr}"), &names, deadline, || None)
+    ember_testkit::health::wait_serving(&format!("http://{addr}"), &names, deadline, || None)
         .await
         .map_err(|e| anyhow!("not SERVING within {timeout:?}: {e}"))
 }
@@ -248,7 +248,7 @@ pub async fn wait_info(
     pred: impl Fn(&ServerInfo) -> bool,
 ) -> anyhow::Result<ServerInfo> {
     let deadline = tokio::time::Instant::now() + timeout;
-    ember_loadgen::health::wait_info(
+    ember_testkit::health::wait_info(
         channel(addr).await?,
         Duration::from_millis(10),
         deadline,
@@ -264,11 +264,11 @@ pub async fn wait_info(
 pub async fn wait_idle(addr: SocketAddr, timeout: Duration) -> anyhow::Result<ServerInfo> {
     let deadline = tokio::time::Instant::now() + timeout;
     let every = Duration::from_millis(20);
-    ember_loadgen::health::wait_info(
+    ember_testkit::health::wait_info(
         channel(addr).await?,
         every,
         deadline,
-        ember_loadgen::health::is_idle,
+        ember_testkit::health::is_idle,
     )
     .await
     .map_err(|e| anyhow!("server not idle within {timeout:?}: {e}"))

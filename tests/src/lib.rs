@@ -15,6 +15,8 @@
 //!   that other requests wait in the queue (speed-independent queueing).
 //! - [`client`]: tonic client helpers: connect, run one `Generate` stream to
 //!   its end, health checks, `GetServerInfo`.
+//! - [`http`]: `ember-server` with its HTTP front door (both announced
+//!   addresses, TLS certificates made with rcgen) and HTTP / OpenAI clients.
 //! - [`loadgen`]: run `loadgen` and parse its `--json` summary and
 //!   `--requests-out` lines.
 //! - [`netns`]: a pair of network namespaces joined by a veth pair, made and
@@ -26,6 +28,7 @@
 pub mod bins;
 pub mod blocker;
 pub mod client;
+pub mod http;
 pub mod loadgen;
 pub mod netns;
 pub mod process;

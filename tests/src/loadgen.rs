@@ -14,9 +14,9 @@ use std::time::Duration;
 use anyhow::bail;
 use serde_json::Value;
 
-/// One finished loadgen invocation: the shared type of `ember_loadgen::harness`
+/// One finished loadgen invocation: the shared type of `ember_testkit::harness`
 /// (the same one loadgen's own tests use).
-pub use ember_loadgen::harness::LoadgenRun;
+pub use ember_testkit::harness::LoadgenRun;
 
 /// Runs `loadgen --target TARGET --json .. --requests-out .. ARGS` (inside
 /// `netns` if given) with a wall-clock limit of `limit`. Fails if loadgen
@@ -35,7 +35,7 @@ pub fn run(
     };
     let mut argv = vec!["--target".to_string(), target.to_string()];
     argv.extend(args.iter().map(|a| a.to_string()));
-    let run = ember_loadgen::harness::run(&wrapper, &crate::bins::loadgen(), &argv, dir, limit)?;
+    let run = ember_testkit::harness::run(&wrapper, &crate::bins::loadgen(), &argv, dir, limit)?;
     if run.summary.is_null() {
         bail!(
             "loadgen wrote no --json; exit {}\n{}",

@@ -1,6 +1,6 @@
 //! A child process that announces its address on its first stdout line.
 //!
-//! The implementation is `ember_loadgen::child::Announced` (one copy, shared
+//! The implementation is `ember_testkit::child::Announced` (one copy, shared
 //! with `loadgen --spawn-server`): it spawns the program (optionally inside a
 //! network namespace with `ip netns exec`), reads its `listening on ADDR` line
 //! with a timeout, keeps draining stdout, and on drop sends SIGTERM, waits a
@@ -11,8 +11,8 @@
 use std::path::Path;
 use std::time::Duration;
 
-pub use ember_loadgen::child::Announced;
-use ember_loadgen::child::{ChildSpec, StderrTo};
+pub use ember_testkit::child::Announced;
+use ember_testkit::child::{ChildSpec, StderrTo};
 
 /// Spawns `program args...` (inside `netns` if given) with stderr in
 /// `stderr_path`, and waits up to `timeout` for its `listening on ADDR` line.

@@ -1,27 +1,28 @@
-//! Test support: the mock server (now `ember_loadgen::mock`, shared with
-//! `loadgen calibrate`) started for a test, and a runner for the `loadgen`
-//! binary.
+//! Test support: the mock server (`ember_testkit::mock`, shared with
+//! `loadgen calibrate` and the other crates' tests) started for a test, a
+//! runner for the `loadgen` binary, and a self-signed CA for TLS tests.
 #![allow(dead_code)] // each test binary uses a different part
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-pub use ember_loadgen::mock::{MockConfig, MockServer};
+pub use ember_testkit::mock::{MockConfig, MockServer, TlsIdentity};
 
-/// Serves the mock on `addr` (use port 0).
+/// Serves the mock's gRPC door on `addr` (use port 0), its HTTP door on a
+/// free port.
 pub async fn start_on(addr: &str, cfg: MockConfig) -> MockServer {
-    ember_loadgen::mock::start_on(addr, cfg)
+    ember_testkit::mock::start_on(addr, "127.0.0.1:0", cfg)
         .await
         .expect("start the mock server")
 }
 
-/// Serves the mock on 127.0.0.1 on a free port.
+/// Serves the mock on 127.0.0.1 on free ports.
 pub async fn start(cfg: MockConfig) -> MockServer {
     start_on("127.0.0.1:0", cfg).await
 }
 
-pub use ember_loadgen::harness::LoadgenRun;
+pub use ember_testkit::harness::LoadgenRun;
 
 /// A fresh directory for one run's files.
 fn run_dir() -> PathBuf {
@@ -34,7 +35,7 @@ fn run_dir() -> PathBuf {
 /// (blocking the calling thread, so call it from `spawn_blocking`).
 pub fn loadgen_blocking(args: &[String]) -> LoadgenRun {
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_loadgen"));
-    ember_loadgen::harness::run(&[], &bin, args, run_dir(), Duration::from_secs(300))
+    ember_testkit::harness::run(&[], &bin, args, run_dir(), Duration::from_secs(300))
         .expect("run loadgen")
 }
 
@@ -68,4 +69,80 @@ pub fn pct(values: &mut [f64], q: f64) -> f64 {
     values.sort_by(|a, b| a.partial_cmp(b).expect("no NaN"));
     let rank = ((q * values.len() as f64).ceil() as usize).clamp(1, values.len());
     values[rank - 1]
+}
+
+/// A self-signed CA and a server certificate it signed for `localhost` and
+/// 127.0.0.1: the CA's PEM (for `--tls-ca`) and the server's identity.
+pub fn self_signed_ca() -> (String, TlsIdentity) {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+    let mut ca = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(DnType::CommonName, "loadgen test CA");
+    let ca_key = KeyPair::generate().expect("CA key");
+    let ca_cert = ca.self_signed(&ca_key).expect("CA certificate");
+    let issuer = Issuer::new(ca, ca_key);
+    let mut leaf = CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])
+        .expect("server params");
+    leaf.distinguished_name
+        .push(DnType::CommonName, "localhost");
+    let leaf_key = KeyPair::generate().expect("server key");
+    let leaf_cert = leaf
+        .signed_by(&leaf_key, &issuer)
+        .expect("server certificate");
+    (
+        ca_cert.pem(),
+        TlsIdentity {
+            cert_pem: leaf_cert.pem(),
+            key_pem: leaf_key.serialize_pem(),
+        },
+    )
+}
+
+/// Writes `text` to a fresh file for one test and returns its path.
+pub fn temp_file(name: &str, text: &str) -> PathBuf {
+    let dir = run_dir();
+    std::fs::create_dir_all(&dir).expect("dir");
+    let path = dir.join(name);
+    std::fs::write(&path, text).expect("write");
+    path
+}
+
+/// Checks that every tag is closed in order (enough for the SVG and HTML we
+/// write: no unquoted `<` in text, void HTML elements listed).
+pub fn assert_well_formed(path: &Path, html: bool) {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let void = ["meta", "br", "hr", "img", "input", "link"];
+    let mut stack: Vec<String> = Vec::new();
+    let mut rest = text.as_str();
+    while let Some(open) = rest.find('<') {
+        let close = rest[open..]
+            .find('>')
+            .unwrap_or_else(|| panic!("{}: unclosed `<`", path.display()))
+            + open;
+        let tag = &rest[open + 1..close];
+        rest = &rest[close + 1..];
+        if tag.starts_with('!') || tag.starts_with('?') || tag.ends_with('/') {
+            continue;
+        }
+        if let Some(name) = tag.strip_prefix('/') {
+            let top = stack.pop().unwrap_or_default();
+            assert_eq!(
+                top,
+                name.trim(),
+                "{}: </{name}> closes <{top}>",
+                path.display()
+            );
+            continue;
+        }
+        let name = tag
+            .split_whitespace()
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        if !(html && void.contains(&name.as_str())) {
+            stack.push(name);
+        }
+    }
+    assert!(stack.is_empty(), "{}: unclosed {stack:?}", path.display());
 }

@@ -1,8 +1,16 @@
-//! The one place where errors become gRPC statuses.
+//! The one place where errors get their status.
 //!
 //! Validation -> INVALID_ARGUMENT (the message starts with the field name),
-//! queue full -> RESOURCE_EXHAUSTED, loading/draining -> UNAVAILABLE, grpc-timeout
-//! -> DEADLINE_EXCEEDED, engine failure -> INTERNAL.
+//! queue full -> RESOURCE_EXHAUSTED, loading/draining -> UNAVAILABLE, a passed
+//! deadline -> DEADLINE_EXCEEDED, engine failure -> INTERNAL, a missing or
+//! wrong API key -> UNAUTHENTICATED, an unknown model (HTTP's `model`
+//! field) -> NOT_FOUND. The HTTP front door derives its status
+//! from the same gRPC code (`http::error`), so both doors map every error the
+//! same way.
+//!
+//! [`ServiceError`] refuses a request before it is queued; [`StreamError`]
+//! ends a stream that had started. Neither knows which door the request came
+//! in through: each door words its deadline in its own header's name.
 
 use std::borrow::Cow;
 
@@ -29,6 +37,9 @@ pub enum ServiceError {
     SchedulerGone(#[from] SchedulerGone),
     #[error("tokenizer failed: {0}")]
     Tokenizer(String),
+    /// The request named a model this server does not serve (HTTP `model`).
+    #[error("the model {asked:?} does not exist: this server serves {served:?}")]
+    ModelNotFound { asked: String, served: String },
 }
 
 impl ServiceError {
@@ -48,6 +59,7 @@ impl ServiceError {
             Self::Draining => "draining",
             Self::SchedulerGone(_) => "scheduler_gone",
             Self::Tokenizer(_) => "tokenizer",
+            Self::ModelNotFound { .. } => "model_not_found",
         }
     }
 
@@ -57,6 +69,7 @@ impl ServiceError {
             Self::QueueFull(_) => Code::ResourceExhausted,
             Self::NotReady | Self::Draining | Self::SchedulerGone(_) => Code::Unavailable,
             Self::Tokenizer(_) => Code::Internal,
+            Self::ModelNotFound { .. } => Code::NotFound,
         }
     }
 }
@@ -67,12 +80,81 @@ impl From<ServiceError> for Status {
     }
 }
 
-/// Status for a request whose grpc-timeout passed.
-pub fn deadline_exceeded(stage: &str) -> Status {
-    Status::deadline_exceeded(format!("grpc-timeout passed while the request was {stage}"))
+/// Why a started stream ended without `Finished`. The client leaving is not
+/// here: nobody is left to tell.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StreamError {
+    /// The request's deadline passed while it was `stage` (queued, running).
+    #[error("the request's deadline passed while it was {stage}")]
+    DeadlineExceeded { stage: &'static str },
+    /// The engine failed the batch holding the request.
+    #[error("engine failure: {0}")]
+    EngineFailed(String),
+    /// The scheduler dropped the request without a final event: it stopped.
+    #[error("the scheduler stopped")]
+    SchedulerStopped,
 }
 
-/// Status for a request the engine failed.
-pub fn engine_failed(message: &str) -> Status {
-    Status::internal(format!("engine failure: {message}"))
+impl StreamError {
+    pub fn code(&self) -> Code {
+        match self {
+            Self::DeadlineExceeded { .. } => Code::DeadlineExceeded,
+            Self::EngineFailed(_) => Code::Internal,
+            Self::SchedulerStopped => Code::Unavailable,
+        }
+    }
+
+    /// The message, with the deadline named as the client set it
+    /// (`grpc-timeout`, `x-request-timeout`).
+    pub fn message(&self, deadline_header: &str) -> String {
+        match self {
+            Self::DeadlineExceeded { stage } => {
+                format!("{deadline_header} passed while the request was {stage}")
+            }
+            other => other.to_string(),
+        }
+    }
+
+    /// Short label (the `code` of an HTTP error body).
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::DeadlineExceeded { .. } => "deadline_exceeded",
+            Self::EngineFailed(_) => "engine_failure",
+            Self::SchedulerStopped => "scheduler_gone",
+        }
+    }
+
+    /// The gRPC status ending the stream.
+    pub fn to_status(&self) -> Status {
+        Status::new(self.code(), self.message("grpc-timeout"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stream_errors_keep_their_grpc_wording() {
+        let deadline = StreamError::DeadlineExceeded { stage: "queued" };
+        let status = deadline.to_status();
+        assert_eq!(status.code(), Code::DeadlineExceeded);
+        assert_eq!(
+            status.message(),
+            "grpc-timeout passed while the request was queued"
+        );
+        assert_eq!(
+            deadline.message("x-request-timeout"),
+            "x-request-timeout passed while the request was queued"
+        );
+        let failed = StreamError::EngineFailed("boom".into()).to_status();
+        assert_eq!(
+            (failed.code(), failed.message()),
+            (Code::Internal, "engine failure: boom")
+        );
+        assert_eq!(
+            StreamError::SchedulerStopped.to_status().code(),
+            Code::Unavailable
+        );
+    }
 }

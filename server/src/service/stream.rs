@@ -2,13 +2,17 @@
 //!
 //! A task per request reads the events the scheduler sends, detokenizes and
 //! matches stop strings ([`super::output`]), stamps server times (offsets from
-//! `received`) and feeds a small bounded channel that tonic streams to the
-//! client. It is also where the request's
-//! end is noticed:
-//! - the client leaves: tonic drops the response stream, `out.closed()` fires,
-//!   and the task sends `Cancel(ClientGone)` (the request may still be queued);
-//! - the grpc-timeout passes: the task sends `Cancel(DeadlineExceeded)` and
-//!   ends the stream with DEADLINE_EXCEEDED;
+//! `received`) and feeds a small bounded channel that a front door streams to
+//! the client: tonic as it is, the HTTP door translated into OpenAI's chunks.
+//! The proto messages (`Started`, `Token`, `Finished`) are the one internal
+//! vocabulary of a request's events; an end without `Finished` is a
+//! [`StreamError`]. It is also where the request's end is noticed:
+//! - the client leaves: the front door drops the response stream,
+//!   `out.closed()` fires, and the task sends `Cancel(ClientGone)` (the
+//!   request may still be queued);
+//! - the deadline passes (grpc-timeout, or x-request-timeout on HTTP): the
+//!   task sends `Cancel(DeadlineExceeded)` and ends the stream with
+//!   [`StreamError::DeadlineExceeded`];
 //! - a stop string matches: the task sends `Cancel(StopString)` so the
 //!   scheduler frees the sequence at once, sends the completing token (with
 //!   the text before the match) and `Finished(STOP)` without waiting.
@@ -23,24 +27,25 @@ use std::time::{Duration, Instant};
 use ember_common::pb::{self, generate_response::Event as PbEvent};
 use ember_common::tokenizer::Gpt2Tokenizer;
 use tokio::sync::mpsc;
-use tonic::Status;
 
 use super::ending::{End, Ending};
-use super::error::{deadline_exceeded, engine_failed};
+use super::error::StreamError;
 use super::output::{top_logprobs, OutputText};
 use super::stop_strings::Released;
-use crate::metrics::{self, FinishedReason};
+use crate::metrics::{self, FinishedReason, FrontDoor};
 use crate::scheduler::{Admission, CancelReason, Event, SchedulerHandle};
 use ember_engine::{SeqId, TokenLogprobs};
 
-/// Messages buffered between this task and tonic. Small: tokens should reach
-/// the socket as they come, and a slow client backs up into the (bounded by
-/// max_new_tokens) scheduler channel, never into the scheduler thread.
+/// Messages buffered between this task and the front door. Small: tokens
+/// should reach the socket as they come, and a slow client backs up into the
+/// (bounded by max_new_tokens) scheduler channel, never into the scheduler
+/// thread.
 pub const OUT_BUFFER: usize = 16;
 
-pub type OutMessage = Result<pb::GenerateResponse, Status>;
+/// One item of a request's response stream.
+pub type StreamItem = Result<pb::GenerateResponse, StreamError>;
 
-/// How close to its grpc-timeout a client that disconnects counts as having
+/// How close to its deadline a client that disconnects counts as having
 /// hit the deadline (see [`RequestStream::why_gone`]).
 pub const DEADLINE_SLACK: Duration = Duration::from_millis(50);
 
@@ -60,7 +65,9 @@ pub struct RequestStream {
     pub prompt_tokens: u32,
     pub times: Received,
     pub events: mpsc::UnboundedReceiver<Event>,
-    pub out: mpsc::Sender<OutMessage>,
+    pub out: mpsc::Sender<StreamItem>,
+    /// The door the request came in through (metrics).
+    pub door: FrontDoor,
     /// Detokenizer and stop strings: the text of each token.
     pub output: OutputText,
     /// For the text of logprob alternatives.
@@ -117,7 +124,13 @@ impl RequestStream {
             .unwrap_or_else(|| self.timing(&progress, Instant::now()));
         let (label, reason) = end.labels();
         let timing_if_done = matches!(end, End::Finished(_)).then_some(&timing);
-        metrics::finished(reason, timing_if_done, self.prompt_tokens, progress.tokens);
+        metrics::finished(
+            reason,
+            self.door,
+            timing_if_done,
+            self.prompt_tokens,
+            progress.tokens,
+        );
         if reason == FinishedReason::Abort {
             metrics::aborted(if matches!(end, End::Deadline) {
                 "deadline"
@@ -147,7 +160,7 @@ impl RequestStream {
                 _ = sleep_until_opt(self.times.deadline) => {
                     self.scheduler.cancel(self.id, CancelReason::DeadlineExceeded);
                     let stage = if progress.admission.is_some() { "running" } else { "queued" };
-                    let _ = self.out.send(Err(deadline_exceeded(stage))).await;
+                    let _ = self.out.send(Err(StreamError::DeadlineExceeded { stage })).await;
                     return End::Deadline;
                 }
                 event = self.events.recv() => event,
@@ -189,14 +202,11 @@ impl RequestStream {
                         .await;
                 }
                 Some(Event::Failed { message }) => {
-                    let _ = self.out.send(Err(engine_failed(&message))).await;
+                    let _ = self.out.send(Err(StreamError::EngineFailed(message))).await;
                     return End::Failed;
                 }
                 None => {
-                    let _ = self
-                        .out
-                        .send(Err(Status::unavailable("the scheduler stopped")))
-                        .await;
+                    let _ = self.out.send(Err(StreamError::SchedulerStopped)).await;
                     return End::SchedulerGone;
                 }
             }
@@ -297,10 +307,10 @@ impl RequestStream {
         Ok(())
     }
 
-    /// Why the client left. gRPC clients enforce their own deadline too, and
-    /// theirs started earlier (before the request crossed the network), so a
-    /// client that leaves within [`DEADLINE_SLACK`] of the deadline left
-    /// because of it.
+    /// Why the client left. Clients enforce their own deadline too (gRPC's
+    /// always do), and theirs started earlier (before the request crossed the
+    /// network), so a client that leaves within [`DEADLINE_SLACK`] of the
+    /// deadline left because of it.
     fn why_gone(&self) -> CancelReason {
         match self.times.deadline {
             Some(d) if Instant::now() + DEADLINE_SLACK >= d => CancelReason::DeadlineExceeded,
@@ -343,40 +353,5 @@ async fn sleep_until_opt(deadline: Option<Instant>) {
     match deadline {
         Some(d) => tokio::time::sleep_until(d.into()).await,
         None => std::future::pending().await,
-    }
-}
-
-/// Parses a `grpc-timeout` header value: up to 8 digits and a unit
-/// (H, M, S, m, u, n), per the gRPC over HTTP/2 spec.
-pub fn parse_grpc_timeout(value: &str) -> Option<Duration> {
-    if value.len() < 2 || value.len() > 9 {
-        return None;
-    }
-    let (digits, unit) = value.split_at(value.len() - 1);
-    let n: u64 = digits.parse().ok()?;
-    Some(match unit {
-        "H" => Duration::from_secs(n.checked_mul(3600)?),
-        "M" => Duration::from_secs(n.checked_mul(60)?),
-        "S" => Duration::from_secs(n),
-        "m" => Duration::from_millis(n),
-        "u" => Duration::from_micros(n),
-        "n" => Duration::from_nanos(n),
-        _ => return None,
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn grpc_timeout_values() {
-        assert_eq!(parse_grpc_timeout("100m"), Some(Duration::from_millis(100)));
-        assert_eq!(parse_grpc_timeout("2S"), Some(Duration::from_secs(2)));
-        assert_eq!(parse_grpc_timeout("1H"), Some(Duration::from_secs(3600)));
-        assert_eq!(parse_grpc_timeout("5u"), Some(Duration::from_micros(5)));
-        assert_eq!(parse_grpc_timeout("m"), None);
-        assert_eq!(parse_grpc_timeout("12x"), None);
-        assert_eq!(parse_grpc_timeout("123456789S"), None);
     }
 }

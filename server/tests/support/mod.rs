@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use clap::Parser;
 use ember_common::pb::{self, generate_response::Event, inference_client::InferenceClient};
-use ember_loadgen::health;
 use ember_server::cli::Args;
+use ember_testkit::health;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;

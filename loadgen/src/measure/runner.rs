@@ -1,0 +1,263 @@
+//! One run: fire the requests on their schedule, run each as its own task, and
+//! collect the records.
+//!
+//! The firing loop runs on a dedicated thread with its own current-thread
+//! runtime, so the tasks reading hundreds of streams on the main runtime never
+//! delay a firing, and the spin before each target takes no one's turn. The
+//! requests themselves are spawned onto the main runtime: with the absolute
+//! schedule a slow submission never delays the next target; with the relative
+//! schedule the loop waits for the submission to return, then sleeps the
+//! interval. A `--max-concurrency` permit is taken after the target is reached,
+//! so waiting for one shows up as submit lag.
+//!
+//! With a submit lag limit the loop stops firing once the submit lag p99 is
+//! beyond it (more than 1% of at least [`LAG_MIN_SAMPLES`] submissions late):
+//! the client, not the server, is then the bottleneck, and the run says so.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::runtime::Handle;
+use tokio::sync::{oneshot, Semaphore};
+use tokio::task::JoinHandle;
+
+use crate::client::call::execute;
+use crate::client::pool::{ConnPeak, Pool};
+use crate::error::Error;
+use crate::measure::progress::Live;
+use crate::record::{RequestRecord, Slot};
+use crate::workload::schedule::{fire_at, Plan};
+use crate::workload::PreparedRequest;
+
+/// t0 is this far after the firing loop starts, so request 0 is fired on the
+/// same precise path as every other request.
+const START_LEAD: Duration = Duration::from_millis(5);
+/// Submissions seen before the submit lag limit can stop a run.
+pub const LAG_MIN_SAMPLES: usize = 50;
+
+/// Counts submissions later than a limit, to stop a run whose client cannot
+/// keep up (submit lag p99 beyond the limit).
+#[derive(Debug)]
+pub struct LagWatch {
+    /// The limit.
+    limit: Duration,
+    /// Submissions observed.
+    seen: AtomicUsize,
+    /// Of those, later than `limit`.
+    late: AtomicUsize,
+}
+
+impl LagWatch {
+    /// A watch with this limit.
+    pub fn new(limit: Duration) -> LagWatch {
+        LagWatch {
+            limit,
+            seen: AtomicUsize::new(0),
+            late: AtomicUsize::new(0),
+        }
+    }
+
+    /// Counts one submission's lag.
+    pub fn observe(&self, lag: Duration) {
+        if lag > self.limit {
+            self.late.fetch_add(1, Ordering::Relaxed);
+        }
+        self.seen.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The reason to stop, once the p99 is beyond the limit.
+    pub fn tripped(&self) -> Option<String> {
+        let seen = self.seen.load(Ordering::Relaxed);
+        let late = self.late.load(Ordering::Relaxed);
+        (seen >= LAG_MIN_SAMPLES && late * 100 > seen).then(|| {
+            format!(
+                "stopped early: submit lag p99 above {:.1} ms ({late} of {seen} submissions late); \
+                 the client is the bottleneck at this rate",
+                self.limit.as_secs_f64() * 1e3
+            )
+        })
+    }
+}
+
+/// What one run does.
+#[derive(Debug)]
+pub struct RunSpec {
+    /// Run number.
+    pub run: usize,
+    /// Warmup (unmeasured) or measured.
+    pub warmup: bool,
+    /// When each request fires.
+    pub plan: Plan,
+    /// The requests, in firing order.
+    pub requests: Vec<PreparedRequest>,
+    /// `--max-concurrency`.
+    pub max_concurrency: Option<usize>,
+    /// `--timeout` per request.
+    pub timeout: Duration,
+    /// Stop firing when the submit lag p99 passes this.
+    pub max_submit_lag: Option<Duration>,
+    /// Live counters for the progress view.
+    pub live: Option<Arc<Live>>,
+}
+
+/// The outcome of one run.
+#[derive(Debug)]
+pub struct RunResult {
+    /// Run number.
+    pub run: usize,
+    /// Warmup or measured.
+    pub warmup: bool,
+    /// One record per request, in firing order.
+    pub records: Vec<RequestRecord>,
+    /// The target URLs, in the order given (for the per-target figures).
+    pub targets: Vec<String>,
+    /// Peak in-flight streams of each connection.
+    pub conn_peaks: Vec<ConnPeak>,
+    /// Why the run stopped before firing every request, if it did.
+    pub stopped_early: Option<String>,
+    /// Requests not fired because of that.
+    pub unsent: usize,
+}
+
+/// Runs one run to its end (every request finished or failed).
+pub async fn run_once(pool: Arc<Pool>, spec: RunSpec) -> Result<RunResult, Error> {
+    let (run, warmup) = (spec.run, spec.warmup);
+    pool.reset_peaks();
+    let handle = Handle::current();
+    let (tx, rx) = oneshot::channel();
+    let fire_pool = pool.clone();
+    std::thread::Builder::new()
+        .name("loadgen-fire".into())
+        .spawn(move || {
+            let result = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build()
+                .map(|rt| rt.block_on(fire(handle, fire_pool, spec)));
+            // The receiver only goes away if the benchmark was dropped.
+            let _ = tx.send(result);
+        })
+        .map_err(|e| Error::Internal(format!("cannot start the firing thread: {e}")))?;
+    let fired = rx
+        .await
+        .map_err(|_| Error::Internal("the firing thread ended without a result".into()))?
+        .map_err(|e| Error::Internal(format!("cannot build the firing runtime: {e}")))?;
+
+    let mut records = Vec::with_capacity(fired.tasks.len());
+    for task in fired.tasks {
+        let record = task
+            .await
+            .map_err(|e| Error::Internal(format!("a request task failed: {e}")))?;
+        records.push(record);
+    }
+    Ok(RunResult {
+        run,
+        warmup,
+        records,
+        targets: pool.urls(),
+        conn_peaks: pool.peaks(),
+        stopped_early: fired.stopped_early,
+        unsent: fired.unsent,
+    })
+}
+
+/// What the firing loop started.
+struct Fired {
+    /// One task per fired request.
+    tasks: Vec<JoinHandle<RequestRecord>>,
+    /// Set when the lag watch stopped the loop.
+    stopped_early: Option<String>,
+    /// Requests not fired.
+    unsent: usize,
+}
+
+/// The firing loop (on the dedicated thread): waits for each request's target,
+/// takes a concurrency permit, spawns the request on the main runtime.
+async fn fire(handle: Handle, pool: Arc<Pool>, spec: RunSpec) -> Fired {
+    let semaphore = spec.max_concurrency.map(|n| Arc::new(Semaphore::new(n)));
+    let watch = spec.max_submit_lag.map(|l| Arc::new(LagWatch::new(l)));
+    let total = spec.requests.len();
+    let mut stopped_early = None;
+    let t0 = Instant::now() + START_LEAD;
+    let mut next_relative = t0;
+    let mut tasks = Vec::with_capacity(spec.requests.len());
+    for (index, prepared) in spec.requests.into_iter().enumerate() {
+        if let Some(reason) = watch.as_ref().and_then(|w| w.tripped()) {
+            tracing::warn!(run = spec.run, fired = index, "{reason}");
+            stopped_early = Some(reason);
+            break;
+        }
+        let intended = match &spec.plan {
+            Plan::Absolute(offsets) => t0 + offsets.get(index).copied().unwrap_or_default(),
+            Plan::Relative { .. } => next_relative,
+        };
+        fire_at(intended).await;
+        // acquire_owned fails only on a closed semaphore; this one never closes.
+        let permit = match &semaphore {
+            Some(s) => s.clone().acquire_owned().await.ok(),
+            None => None,
+        };
+        let slot = Slot {
+            run: spec.run,
+            warmup: spec.warmup,
+            index,
+            t0,
+            intended,
+        };
+        let lease = pool.pick(index);
+        let (submitted_tx, submitted_rx) = match spec.plan {
+            Plan::Relative { .. } => {
+                let (tx, rx) = oneshot::channel();
+                (Some(tx), Some(rx))
+            }
+            Plan::Absolute(_) => (None, None),
+        };
+        let timeout = spec.timeout;
+        let (watch, live) = (watch.clone(), spec.live.clone());
+        tasks.push(handle.spawn(async move {
+            if let Some(w) = &watch {
+                w.observe(intended.elapsed());
+            }
+            let record = execute(lease, prepared, slot, timeout, submitted_tx).await;
+            drop(permit);
+            if let Some(l) = &live {
+                l.finished(&record);
+            }
+            record
+        }));
+        if let (Plan::Relative { interval }, Some(rx)) = (&spec.plan, submitted_rx) {
+            // The sender is dropped without sending only if the task died.
+            let submit_end = rx.await.unwrap_or_else(|_| Instant::now());
+            next_relative = submit_end + *interval;
+        }
+    }
+    let unsent = total - tasks.len();
+    Fired {
+        tasks,
+        stopped_early,
+        unsent,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lag_watch_trips_on_the_p99() {
+        let w = LagWatch::new(Duration::from_millis(10));
+        for _ in 0..49 {
+            w.observe(Duration::from_millis(50));
+        }
+        assert!(w.tripped().is_none(), "too few samples");
+        let w = LagWatch::new(Duration::from_millis(10));
+        for i in 0..200 {
+            // 2 of 200 late = 1%: the p99 is not beyond the limit yet.
+            w.observe(Duration::from_millis(if i < 2 { 11 } else { 10 }));
+        }
+        assert!(w.tripped().is_none());
+        w.observe(Duration::from_millis(11));
+        let reason = w.tripped().expect("3 of 201 late is over 1%");
+        assert!(reason.contains("client is the bottleneck"), "{reason}");
+    }
+}

@@ -1,0 +1,204 @@
+//! One benchmark session: the connections, the workload and the report
+//! header, and [`Bench::measure`], which fires one run (with the live view),
+//! writes its `--requests-out` lines, prints its report block and returns its
+//! statistics and records. Plain runs, sweeps and each series of `loadgen
+//! compare` are all sequences of it.
+
+use std::io::Write;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::cli::Args;
+use crate::client::pool::Pool;
+use crate::error::Error;
+use crate::measure::progress::Progress;
+use crate::measure::runner::{run_once, RunSpec};
+use crate::measure::stats::{Measured, RunStats};
+use crate::report::json::RequestsOut;
+use crate::report::model::Header;
+use crate::report::text;
+use crate::workload::schedule::{fixed_offsets, requests_per_run, Plan};
+use crate::workload::Workload;
+
+/// What the benchmark found, for the binary's exit code.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Outcome {
+    /// Requests sent, warmups included.
+    pub requests: usize,
+    /// Requests that failed, warmups included.
+    pub failed: usize,
+}
+
+/// The state shared by every run of a session.
+#[derive(Debug)]
+pub struct Bench<'a> {
+    /// The flags.
+    pub args: &'a Args,
+    /// The connections, opened once.
+    pool: Arc<Pool>,
+    /// Builds each run's requests.
+    workload: Workload,
+    /// What every report block says about the setup.
+    pub header: Header,
+    /// `--requests-out`, appended after each run.
+    requests_out: Option<RequestsOut>,
+    /// Requests sent and failed so far, for the exit code.
+    pub outcome: Outcome,
+    /// Requests per run.
+    pub requests_per_run: usize,
+    /// `loadgen compare`: the series name its records carry.
+    series: Option<String>,
+}
+
+/// How one run is fired.
+#[derive(Debug, Clone)]
+pub struct RunOpts {
+    /// Goes into request ids: `w0`, `r1`, `s3`.
+    pub label: String,
+    /// Run number (warmups and measured runs count separately).
+    pub run: usize,
+    /// Of how many (for the report's `Run: k/of`).
+    pub of: usize,
+    /// A warmup run (one report line, not in the statistics).
+    pub warmup: bool,
+    /// The request rate (None: the flags' own plan).
+    pub rate: Option<f64>,
+    /// Fire everything at t0, whatever the flags say (sweep baseline and
+    /// saturation runs).
+    pub burst: bool,
+    /// In-flight cap.
+    pub max_concurrency: Option<usize>,
+    /// Stop firing when the submit lag p99 passes this.
+    pub max_submit_lag: Option<Duration>,
+}
+
+impl<'a> Bench<'a> {
+    /// Loads the workload (a bad dataset fails here) and opens the
+    /// connections to `targets`; `series` names the series (compare).
+    pub async fn connect(
+        args: &'a Args,
+        targets: &[String],
+        requests_out: Option<RequestsOut>,
+        series: Option<String>,
+    ) -> Result<Bench<'a>, Error> {
+        let workload = Workload::from_args(args)?;
+        let requests_per_run = requests_per_run(args, workload.entries());
+        // A trace that cannot be replayed fails before anything connects.
+        let plan = Plan::new(
+            args,
+            requests_per_run,
+            args.request_rate,
+            workload.entries(),
+        )?;
+        let pool = Arc::new(Pool::connect(targets, &args.conn).await?);
+        let (model, device) = pool.describe().await;
+        let header = Header {
+            model,
+            device,
+            backend: args.conn.describe(),
+            targets: targets.len(),
+            channels: args.conn.channels,
+            http1: pool.is_http1(),
+            balance: format!("{:?}", args.conn.balance).to_lowercase(),
+            schedule: if args.sweep.active() {
+                format!("a sweep of {:?} arrivals", args.arrival).to_lowercase()
+            } else {
+                plan.describe(args, args.request_rate)
+            },
+            absolute: matches!(plan, Plan::Absolute(_)),
+            max_concurrency: args.max_concurrency,
+            slo: args.view.slo,
+        };
+        Ok(Bench {
+            args,
+            pool,
+            workload,
+            header,
+            requests_out,
+            outcome: Outcome::default(),
+            requests_per_run,
+            series,
+        })
+    }
+
+    /// Gives back the `--requests-out` file (the next series appends to it).
+    pub fn into_requests_out(self) -> Option<RequestsOut> {
+        self.requests_out
+    }
+
+    /// The target URLs.
+    pub fn urls(&self) -> Vec<String> {
+        self.pool.urls()
+    }
+
+    /// Fires one run, prints its block and returns it.
+    pub async fn measure(&mut self, o: RunOpts) -> Result<Measured, Error> {
+        let n = self.requests_per_run;
+        let args = self.args;
+        let plan = if o.burst {
+            Plan::Absolute(fixed_offsets(n, Duration::ZERO))
+        } else {
+            Plan::new(
+                args,
+                n,
+                o.rate.or(args.request_rate),
+                self.workload.entries(),
+            )?
+        };
+        let mut header = self.header.clone();
+        header.schedule = if o.burst {
+            "0 ms / absolute (burst)".to_string()
+        } else {
+            plan.describe(args, o.rate.or(args.request_rate))
+        };
+        header.max_concurrency = o.max_concurrency;
+        let progress = Progress::start(
+            args.view.progress,
+            Duration::from_secs_f64(args.view.progress_interval_s),
+            n,
+            o.label.clone(),
+        );
+        let spec = RunSpec {
+            run: o.run,
+            warmup: o.warmup,
+            plan,
+            requests: self.workload.build(&o.label, n)?,
+            max_concurrency: o.max_concurrency,
+            timeout: args.request_timeout(),
+            max_submit_lag: o.max_submit_lag,
+            live: Some(progress.live.clone()),
+        };
+        tracing::info!(run = %o.label, requests = n, "run starting");
+        let result = run_once(self.pool.clone(), spec).await;
+        progress.finish().await;
+        let mut result = result?;
+        if let Some(name) = &self.series {
+            for r in &mut result.records {
+                r.series = Some(name.clone());
+            }
+        }
+        if let Some(out) = self.requests_out.as_mut() {
+            out.write(&result.records)?;
+        }
+        let requested = if o.burst {
+            None
+        } else {
+            o.rate.or_else(|| args.requested_rate_rps())
+        };
+        let stats = RunStats::from_run(&result, requested, args.view.slo.as_ref());
+        self.outcome.requests += stats.requests;
+        self.outcome.failed += stats.failed;
+        let mut stdout = std::io::stdout().lock();
+        if o.warmup {
+            text::warmup(&mut stdout, &stats, o.of)?;
+        } else {
+            text::run(&mut stdout, &header, &stats, o.of)?;
+        }
+        stdout.flush()?;
+        Ok(Measured {
+            label: o.label,
+            stats,
+            records: result.records,
+        })
+    }
+}

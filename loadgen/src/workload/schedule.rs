@@ -1,0 +1,339 @@
+//! When each request fires: the arrival plan and the precise wait for a target.
+//!
+//! An absolute plan is a list of offsets from the run's t0 (fixed gaps,
+//! seeded exponential or gamma gaps, or a trace's timestamps); a relative plan is an interval slept after each
+//! submission returned. [`fire_at`] waits for a target instant with better than
+//! the tokio timer's 1 ms granularity: the timer until shortly before it, then
+//! a high-resolution thread sleep, then a short spin.
+
+use std::time::{Duration, Instant};
+
+use rand::{rngs::StdRng, Rng, SeedableRng};
+use rand_distr::{Exp, Gamma};
+
+use crate::cli::{Args, Arrival, SubmitSchedule};
+use crate::error::Error;
+use crate::workload::dataset::Entry;
+
+/// Until this long before a target, wait on the tokio timer (1 ms slots,
+/// rounded up, so it may end up to ~1 ms later than asked).
+const TIMER_MARGIN: Duration = Duration::from_millis(2);
+/// The last stretch is spun; before it, a thread sleep (nanosleep, with ~50 us
+/// timer slack on Linux) brings us close without burning a core, which on a
+/// small, busy machine would also cost the spinning thread its scheduling
+/// priority.
+const SPIN_MARGIN: Duration = Duration::from_micros(200);
+
+/// The arrival plan of one run.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Plan {
+    /// Request i fires at t0 + `offsets[i]`, independent of earlier submissions.
+    Absolute(Vec<Duration>),
+    /// Request i+1 fires `interval` after submission i returned; request 0 at t0.
+    Relative { interval: Duration },
+}
+
+impl Plan {
+    /// The plan of `n` requests the (validated) flags ask for. `rate` is the
+    /// request rate (--request-rate, or a sweep's rate: with fixed arrivals it
+    /// becomes gaps of 1/rate); `entries` are the --dataset entries, whose
+    /// timestamps --arrival trace replays.
+    pub fn new(
+        args: &Args,
+        n: usize,
+        rate: Option<f64>,
+        entries: Option<&[Entry]>,
+    ) -> Result<Plan, Error> {
+        // Whole nanoseconds, so offsets are exact multiples (no float drift).
+        let interval = match (args.arrival, rate) {
+            (Arrival::Fixed, Some(r)) => Duration::from_nanos((1e9 / r).round() as u64),
+            _ => Duration::from_nanos((args.submit_interval_ms * 1e6).round() as u64),
+        };
+        Ok(match (args.arrival, args.submit_schedule, rate) {
+            (Arrival::Poisson, _, Some(r)) => Plan::Absolute(poisson_offsets(n, r, args.seed)),
+            (Arrival::Gamma, _, Some(r)) => {
+                Plan::Absolute(gamma_offsets(n, r, args.burstiness, args.seed))
+            }
+            (Arrival::Trace, _, _) => Plan::Absolute(trace_offsets(
+                entries.unwrap_or_default(),
+                n,
+                args.trace_time_scale,
+            )?),
+            (_, SubmitSchedule::Relative, _) => Plan::Relative { interval },
+            _ => Plan::Absolute(fixed_offsets(n, interval)),
+        })
+    }
+
+    /// One line for the report, e.g. `250.000 ms / absolute`.
+    pub fn describe(&self, args: &Args, rate: Option<f64>) -> String {
+        let r = rate.unwrap_or(0.0);
+        match (self, args.arrival) {
+            (Plan::Absolute(_), Arrival::Poisson) => {
+                format!("poisson {r} req/s (seed {}) / absolute", args.seed)
+            }
+            (Plan::Absolute(_), Arrival::Gamma) => format!(
+                "gamma {r} req/s, burstiness {} (seed {}) / absolute",
+                args.burstiness, args.seed
+            ),
+            (Plan::Absolute(o), Arrival::Trace) => format!(
+                "trace replay of {} timestamps x {} / absolute",
+                o.len(),
+                args.trace_time_scale
+            ),
+            (Plan::Absolute(_), _) if rate.is_some() => format!("fixed {r} req/s / absolute"),
+            (Plan::Absolute(_), _) if args.submit_interval_ms == 0.0 => {
+                "0 ms / absolute (burst)".to_string()
+            }
+            (Plan::Absolute(_), _) => format!("{:.3} ms / absolute", args.submit_interval_ms),
+            (Plan::Relative { interval }, _) => {
+                format!("{:.3} ms / relative", interval.as_secs_f64() * 1e3)
+            }
+        }
+    }
+}
+
+/// Requests per run: --num-requests, capped by the trace's length when
+/// replaying one.
+pub fn requests_per_run(args: &Args, entries: Option<&[Entry]>) -> usize {
+    match (args.arrival, entries) {
+        (Arrival::Trace, Some(e)) => args.num_requests.min(e.len()),
+        _ => args.num_requests,
+    }
+}
+
+/// Offsets of the first `n` entries' timestamps, relative to the first one and
+/// multiplied by `scale`. Every entry needs a timestamp, in order.
+pub fn trace_offsets(entries: &[Entry], n: usize, scale: f64) -> Result<Vec<Duration>, Error> {
+    let mut out = Vec::with_capacity(n);
+    let mut prev = f64::NEG_INFINITY;
+    let mut first = None;
+    for (i, e) in entries.iter().take(n).enumerate() {
+        let Some(ts) = e.timestamp_ms else {
+            return Err(Error::invalid(
+                "--arrival",
+                format!("trace: dataset entry {i} has no `timestamp`"),
+            ));
+        };
+        if ts < prev {
+            return Err(Error::invalid(
+                "--arrival",
+                format!(
+                    "trace: dataset entry {i}'s timestamp {ts} is before the previous one ({prev})"
+                ),
+            ));
+        }
+        prev = ts;
+        let base = *first.get_or_insert(ts);
+        out.push(Duration::from_secs_f64((ts - base) * scale / 1e3));
+    }
+    Ok(out)
+}
+
+/// Offsets with gamma-distributed gaps (vLLM's `--burstiness`): shape
+/// `burstiness`, scale `1 / (rate * burstiness)`, so the mean gap is 1/rate
+/// and the coefficient of variation 1/sqrt(burstiness). Seeded.
+pub fn gamma_offsets(n: usize, rate: f64, burstiness: f64, seed: u64) -> Vec<Duration> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let Ok(gamma) = Gamma::new(burstiness, 1.0 / (rate * burstiness)) else {
+        // Only non-positive or NaN parameters fail; validation rejects both.
+        return fixed_offsets(n, Duration::ZERO);
+    };
+    let mut at = 0.0_f64;
+    (0..n)
+        .map(|i| {
+            if i > 0 {
+                at += rng.sample(gamma);
+            }
+            Duration::from_secs_f64(at)
+        })
+        .collect()
+}
+
+/// Offsets `i * interval` (all zero for a burst).
+pub fn fixed_offsets(n: usize, interval: Duration) -> Vec<Duration> {
+    (0..n).map(|i| interval.saturating_mul(i as u32)).collect()
+}
+
+/// Offsets of a Poisson process with `rate` arrivals per second: request 0 at
+/// 0, then exponential gaps with mean 1/rate. The same seed gives the same
+/// offsets (`rate` must be > 0; validated by the caller).
+pub fn poisson_offsets(n: usize, rate: f64, seed: u64) -> Vec<Duration> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let Ok(exp) = Exp::new(rate) else {
+        // Only a non-positive or NaN rate fails; validation rejects both.
+        return fixed_offsets(n, Duration::ZERO);
+    };
+    let mut at = 0.0_f64;
+    let mut offsets = Vec::with_capacity(n);
+    for i in 0..n {
+        if i > 0 {
+            at += rng.sample(exp);
+        }
+        offsets.push(Duration::from_secs_f64(at));
+    }
+    offsets
+}
+
+/// Returns at `target` or just after: the tokio timer until [`TIMER_MARGIN`]
+/// before it, a blocking thread sleep until [`SPIN_MARGIN`] before it, then a
+/// spin. It blocks its thread for up to [`TIMER_MARGIN`], so it is meant for
+/// the dedicated firing thread, whose runtime has nothing else to run.
+pub async fn fire_at(target: Instant) {
+    if let Some(early) = target.checked_sub(TIMER_MARGIN) {
+        if Instant::now() < early {
+            tokio::time::sleep_until(tokio::time::Instant::from_std(early)).await;
+        }
+    }
+    if let Some(close) = target.checked_sub(SPIN_MARGIN) {
+        let now = Instant::now();
+        if now < close {
+            std::thread::sleep(close - now);
+        }
+    }
+    while Instant::now() < target {
+        std::hint::spin_loop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fixed_offsets_are_multiples() {
+        let o = fixed_offsets(4, Duration::from_millis(250));
+        assert_eq!(
+            o,
+            vec![
+                Duration::ZERO,
+                Duration::from_millis(250),
+                Duration::from_millis(500),
+                Duration::from_millis(750)
+            ]
+        );
+        assert!(fixed_offsets(3, Duration::ZERO).iter().all(|d| d.is_zero()));
+    }
+
+    #[test]
+    fn poisson_is_seeded_and_monotonic() {
+        let a = poisson_offsets(100, 20.0, 7);
+        assert_eq!(a, poisson_offsets(100, 20.0, 7), "same seed, same offsets");
+        assert_ne!(
+            a,
+            poisson_offsets(100, 20.0, 8),
+            "other seed, other offsets"
+        );
+        assert_eq!(a[0], Duration::ZERO);
+        assert!(a.windows(2).all(|w| w[0] <= w[1]));
+    }
+
+    #[test]
+    fn poisson_mean_rate_matches() {
+        // 4000 gaps: the mean of n exponential gaps has a relative standard
+        // deviation of 1/sqrt(n) = 1.6%, so 6% is ~4 sigma (seeded: deterministic).
+        for (rate, seed) in [(5.0, 1), (50.0, 2), (1000.0, 3)] {
+            let n = 4001;
+            let o = poisson_offsets(n, rate, seed);
+            let achieved = (n - 1) as f64 / o[n - 1].as_secs_f64();
+            let err = (achieved - rate).abs() / rate;
+            println!(
+                "poisson rate {rate}: achieved {achieved:.3} (error {:.2}%)",
+                err * 100.0
+            );
+            assert!(err < 0.06, "rate {rate}: achieved {achieved}");
+            // The gaps are exponential, not fixed: their coefficient of
+            // variation is ~1 (fixed gaps would give 0).
+            let gaps: Vec<f64> = o.windows(2).map(|w| (w[1] - w[0]).as_secs_f64()).collect();
+            let mean = gaps.iter().sum::<f64>() / gaps.len() as f64;
+            let var = gaps.iter().map(|g| (g - mean).powi(2)).sum::<f64>() / gaps.len() as f64;
+            let cv = var.sqrt() / mean;
+            assert!((0.9..1.1).contains(&cv), "coefficient of variation {cv}");
+        }
+    }
+
+    #[test]
+    fn gamma_rate_and_burstiness() {
+        // Mean gap 1/rate whatever the shape; CV = 1/sqrt(burstiness).
+        for (b, seed) in [(0.25, 1), (1.0, 2), (4.0, 3)] {
+            let n = 8001;
+            let o = gamma_offsets(n, 20.0, b, seed);
+            assert_eq!(o, gamma_offsets(n, 20.0, b, seed), "seeded");
+            let achieved = (n - 1) as f64 / o[n - 1].as_secs_f64();
+            assert!(
+                (achieved - 20.0).abs() / 20.0 < 0.08,
+                "burstiness {b}: rate {achieved}"
+            );
+            let gaps: Vec<f64> = o.windows(2).map(|w| (w[1] - w[0]).as_secs_f64()).collect();
+            let mean = gaps.iter().sum::<f64>() / gaps.len() as f64;
+            let var = gaps.iter().map(|g| (g - mean).powi(2)).sum::<f64>() / gaps.len() as f64;
+            let cv = var.sqrt() / mean;
+            let want = 1.0 / b.sqrt();
+            assert!(
+                (cv - want).abs() / want < 0.12,
+                "burstiness {b}: cv {cv}, want {want}"
+            );
+        }
+    }
+
+    #[test]
+    fn trace_offsets_are_scaled_and_checked() {
+        let e = |ts: Option<f64>| Entry {
+            prompt: crate::workload::dataset::PromptSpec::Length(1),
+            max_new_tokens: None,
+            timestamp_ms: ts,
+        };
+        let entries = vec![
+            e(Some(1000.0)),
+            e(Some(1000.0)),
+            e(Some(1500.0)),
+            e(Some(3000.0)),
+        ];
+        let o = trace_offsets(&entries, 3, 0.5).expect("valid");
+        assert_eq!(
+            o,
+            vec![Duration::ZERO, Duration::ZERO, Duration::from_millis(250)]
+        );
+        assert!(trace_offsets(&[e(Some(5.0)), e(None)], 2, 1.0).is_err());
+        assert!(trace_offsets(&[e(Some(5.0)), e(Some(4.0))], 2, 1.0).is_err());
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn fire_at_is_never_early_and_beats_a_plain_sleep() {
+        // Pairs of waits, fire_at and a plain timer sleep in alternating
+        // order, so both see the same machine load. On a quiet machine fire_at
+        // is within microseconds and the timer alone up to ~1 ms late (its
+        // 1 ms slots); on a busy one both also wait for the OS scheduler, so
+        // the check is statistical: fire_at must win most pairs (a sign test;
+        // a fire_at no better than the timer would win about half).
+        let pairs = 200;
+        let (mut wins, mut precise, mut plain) = (0, Vec::new(), Vec::new());
+        for i in 0..pairs {
+            let mut late = [Duration::ZERO; 2];
+            for k in 0..2 {
+                let use_fire_at = (k == 0) == (i % 2 == 0);
+                let target = Instant::now() + Duration::from_micros(3000 + 37 * i as u64);
+                if use_fire_at {
+                    fire_at(target).await;
+                    assert!(Instant::now() >= target, "fired early");
+                } else {
+                    tokio::time::sleep_until(tokio::time::Instant::from_std(target)).await;
+                }
+                late[usize::from(!use_fire_at)] = Instant::now().saturating_duration_since(target);
+            }
+            wins += usize::from(late[0] < late[1]);
+            precise.push(late[0]);
+            plain.push(late[1]);
+        }
+        precise.sort();
+        plain.sort();
+        println!(
+            "fire_at won {wins}/{pairs} pairs; median lateness: fire_at {:?}, plain timer {:?}",
+            precise[pairs / 2],
+            plain[pairs / 2]
+        );
+        assert!(
+            wins * 100 >= pairs * 58,
+            "fire_at won only {wins}/{pairs} pairs"
+        );
+    }
+}

@@ -1,0 +1,294 @@
+//! The one request path behind both front doors.
+//!
+//! [`Frontend::generate`] takes a `GenerateRequest` (the gRPC door passes the
+//! client's; the HTTP door translates OpenAI's JSON into one), and runs, in
+//! the caller's task: readiness/draining checks, validation
+//! ([`super::validate`]), tokenization on tokio's blocking pool (skipped for
+//! `prompt_token_ids`), prompt checks, a pending-queue permit (or
+//! RESOURCE_EXHAUSTED at once), the submit to the scheduler; then it spawns
+//! the request's [`RequestStream`] task and returns its event stream. A
+//! refusal is counted (`received`, `rejected`, the metrics) and recorded on
+//! the request's span here, once, whichever door it came through. The doors
+//! only translate: the request in, the stream items and errors out.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use ember_common::pb;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tracing::{Instrument, Span};
+
+use super::error::ServiceError;
+use super::output::OutputText;
+use super::state::ServiceState;
+use super::stream::{self, Received, RequestStream, StreamItem};
+use super::validate::{self, PromptInput};
+use crate::metrics::{self, FrontDoor};
+use crate::scheduler::{QueuedRequest, SchedulerHandle, SchedulerStats};
+use ember_engine::SequenceRequest;
+
+/// A request's response stream: `Started`, `Token`s, then `Finished`, or a
+/// [`super::error::StreamError`]. Dropping it cancels the request.
+pub type EventStream = ReceiverStream<StreamItem>;
+
+/// How a request arrived.
+#[derive(Debug, Clone, Copy)]
+pub struct Arrival {
+    /// Which front door it came through (metrics, the log line).
+    pub door: FrontDoor,
+    /// When the door's handler was entered (t = 0 of the server timeline).
+    pub received: Instant,
+    /// When the request must be over (grpc-timeout, x-request-timeout).
+    pub deadline: Option<Instant>,
+}
+
+impl Arrival {
+    /// A request entering `door` now, with no deadline.
+    pub fn now(door: FrontDoor) -> Self {
+        Self {
+            door,
+            received: Instant::now(),
+            deadline: None,
+        }
+    }
+}
+
+/// Options a door may set beyond the request's own fields.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GenerateOptions {
+    /// `max_new_tokens` is an upper bound: once the prompt is tokenized it is
+    /// lowered to what fits the model's context and the KV cache (OpenAI's
+    /// chat API generates up to the context when no limit is given).
+    pub fit_to_context: bool,
+}
+
+/// What both front doors hold: the scheduler handle and the shared state.
+#[derive(Debug, Clone)]
+pub struct Frontend {
+    scheduler: SchedulerHandle,
+    state: Arc<ServiceState>,
+}
+
+impl Frontend {
+    pub fn new(scheduler: SchedulerHandle, state: Arc<ServiceState>) -> Self {
+        Self { scheduler, state }
+    }
+
+    pub fn state(&self) -> &ServiceState {
+        &self.state
+    }
+
+    pub fn scheduler(&self) -> &SchedulerHandle {
+        &self.scheduler
+    }
+
+    /// Loaded, warmed up and not draining: what health reports as SERVING.
+    pub fn is_serving(&self) -> bool {
+        self.state.model.get().is_some() && !self.state.draining.load(Ordering::Acquire)
+    }
+
+    /// Validates, tokenizes and enqueues `req`; returns its event stream, or
+    /// why it was refused (counted and recorded on its span).
+    pub async fn generate(
+        &self,
+        req: pb::GenerateRequest,
+        options: GenerateOptions,
+        arrival: Arrival,
+    ) -> Result<EventStream, ServiceError> {
+        let span = request_span(arrival.door);
+        let stats = self.scheduler.stats();
+        SchedulerStats::bump(&stats.received);
+        if !req.request_id.is_empty() && req.request_id.len() <= validate::MAX_REQUEST_ID_LEN {
+            // Known now, so a rejected request's line carries it too.
+            span.record("request_id", req.request_id.as_str());
+        }
+        let accepted = self
+            .accept(req, options, arrival, &span)
+            .instrument(span.clone())
+            .await;
+        if let Err(err) = &accepted {
+            self.record_refusal(&span, err, arrival.door);
+        }
+        accepted
+    }
+
+    /// Counts and logs a request a door refused before it could call
+    /// [`Self::generate`] (its translation failed: a wrong type, an
+    /// unsupported field, an unknown model), exactly as `generate` counts
+    /// its own refusals: `received`, `rejected`, the metrics, one log line.
+    pub fn refuse(&self, err: &ServiceError, door: FrontDoor, request_id: Option<&str>) {
+        let span = request_span(door);
+        if let Some(id) = request_id.filter(|id| id.len() <= validate::MAX_REQUEST_ID_LEN) {
+            span.record("request_id", id);
+        }
+        SchedulerStats::bump(&self.scheduler.stats().received);
+        self.record_refusal(&span, err, door);
+    }
+
+    fn record_refusal(&self, span: &Span, err: &ServiceError, door: FrontDoor) {
+        SchedulerStats::bump(&self.scheduler.stats().rejected);
+        metrics::rejected(err.reason(), door);
+        span.record("rejected", err.reason());
+        span.record("error", tracing::field::display(err));
+    }
+
+    async fn accept(
+        &self,
+        req: pb::GenerateRequest,
+        options: GenerateOptions,
+        arrival: Arrival,
+        span: &Span,
+    ) -> Result<EventStream, ServiceError> {
+        if self.state.draining.load(Ordering::Acquire) {
+            return Err(ServiceError::Draining);
+        }
+        let model = self.state.model.get().ok_or(ServiceError::NotReady)?;
+        let mut checked = validate::check_request(req, &self.state.knobs)?;
+        validate::check_controls(&checked, model)?;
+        let (prompt, field) = match checked.input {
+            PromptInput::Ids(ids) => (ids, "prompt_token_ids"),
+            PromptInput::Text(text) => {
+                let tokenizer = self.state.tokenizer.clone();
+                let ids = tokio::task::spawn_blocking(move || tokenizer.encode(&text))
+                    .await
+                    .map_err(|e| ServiceError::Tokenizer(e.to_string()))?
+                    .map_err(|e| ServiceError::Tokenizer(e.to_string()))?;
+                (ids, "prompt")
+            }
+        };
+        if options.fit_to_context {
+            checked.max_new_tokens = fit_to_context(
+                prompt.len(),
+                checked.max_new_tokens,
+                model.limits.context,
+                model.limits.kv_blocks_total * model.limits.block_size,
+            );
+        }
+        validate::check_prompt(&prompt, field, checked.max_new_tokens, model)?;
+        let tokenized = Instant::now();
+
+        let permit = self.scheduler.reserve()?;
+        let id = self.scheduler.next_id();
+        let mut sampling = checked.sampling;
+        if !checked.seed_given {
+            // Reproducible per server seed and request number, distinct per request.
+            sampling.seed = self.state.seed ^ id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+        let request_id = if checked.request_id.is_empty() {
+            format!("ember-{id}")
+        } else {
+            checked.request_id
+        };
+        let prompt_tokens = prompt.len() as u32;
+        span.record("request_id", request_id.as_str());
+        span.record("seq", id);
+        span.record("prompt_tokens", prompt_tokens);
+        let (events_tx, events_rx) = mpsc::unbounded_channel();
+        let enqueued = Instant::now();
+        // Counted until the stream task ends (or the submit fails): the
+        // shutdown drain waits for the count to reach zero.
+        let in_flight = self.state.in_flight.enter();
+        self.scheduler.submit(QueuedRequest {
+            seq: SequenceRequest {
+                id,
+                prompt,
+                max_new_tokens: checked.max_new_tokens,
+                ignore_eos: checked.ignore_eos,
+                sampling,
+                stop_token_ids: checked.stop_token_ids,
+                logprobs: checked.logprobs,
+            },
+            enqueued_at: enqueued,
+            events: events_tx,
+            pending_permit: permit,
+            span: span.clone(),
+        })?;
+
+        let (out_tx, out_rx) = mpsc::channel(stream::OUT_BUFFER);
+        let task = RequestStream {
+            id,
+            request_id,
+            prompt_tokens,
+            times: Received {
+                received: arrival.received,
+                tokenized,
+                enqueued,
+                deadline: arrival.deadline,
+            },
+            events: events_rx,
+            out: out_tx,
+            door: arrival.door,
+            output: OutputText::new(&self.state.tokenizer, checked.stop),
+            tokenizer: self.state.tokenizer.clone(),
+            scheduler: self.scheduler.clone(),
+            span: span.clone(),
+        };
+        tokio::spawn(
+            async move {
+                task.run().await;
+                drop(in_flight);
+            }
+            .instrument(span.clone()),
+        );
+        Ok(ReceiverStream::new(out_rx))
+    }
+}
+
+/// The most new tokens a prompt of `prompt_len` tokens leaves room for, up
+/// to `max_new_tokens`: the model's `context` and the KV cache's
+/// `kv_tokens` bound prompt + generation. At least 1, so a prompt that
+/// leaves no room is refused by the prompt checks, naming it.
+pub fn fit_to_context(
+    prompt_len: usize,
+    max_new_tokens: usize,
+    context: usize,
+    kv_tokens: usize,
+) -> usize {
+    let room = context.min(kv_tokens).saturating_sub(prompt_len);
+    max_new_tokens.min(room).max(1)
+}
+
+/// One request's span, made when it arrives at either door. Its fields are
+/// filled in as they become known: `front_door` at once; `request_id`, `seq`
+/// (the scheduler's id) and `prompt_tokens` once accepted; `rejected` and
+/// `error` if refused; and, by the stream task at the end, `finish_reason`,
+/// `completion_tokens`, `queue_wait_ms`, `ttft_ms` and `total_ms`. The
+/// scheduler enters it for its lines about the request, and its close event
+/// (logged by `main`'s subscriber) is the request's summary line.
+fn request_span(door: FrontDoor) -> Span {
+    use tracing::field::Empty;
+    tracing::info_span!(
+        "request",
+        front_door = door.label(),
+        request_id = Empty,
+        seq = Empty,
+        prompt_tokens = Empty,
+        rejected = Empty,
+        error = Empty,
+        finish_reason = Empty,
+        completion_tokens = Empty,
+        queue_wait_ms = Empty,
+        ttft_ms = Empty,
+        total_ms = Empty,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fit_to_context_leaves_room_for_the_prompt() {
+        // Room in the context: the cap stays.
+        assert_eq!(fit_to_context(10, 100, 1024, 4096), 100);
+        // The context is the bound.
+        assert_eq!(fit_to_context(1000, 100, 1024, 4096), 24);
+        // The KV cache is the bound.
+        assert_eq!(fit_to_context(10, 1000, 1024, 256), 246);
+        // No room at all: 1, which the prompt checks then refuse.
+        assert_eq!(fit_to_context(1024, 100, 1024, 4096), 1);
+        assert_eq!(fit_to_context(2000, 100, 1024, 4096), 1);
+    }
+}
