@@ -28,7 +28,8 @@ mod cuda {
     use burn::tensor::{DType, Distribution};
     use ember_engine::model::LayerKv;
     use ember_engine::ops::cuda::{
-        decode_linear, kv_write, layer_norm_rows, paged_decode_attention, prefill_attention,
+        decode_linear, kv_write, layer_norm_rows, lt_linear, paged_decode_attention,
+        prefill_attention,
     };
     use ember_engine::ops::plan::{self, LinearPlan};
     use ember_engine::ops::{
@@ -77,7 +78,11 @@ mod cuda {
         let lens = vec![256i32, 1, 17, 100, 255, 16, 33];
         let (attention_diff, split_diff, counters_left) = attention_checks(tuning, &lens, dev);
         let (write_diff, in_place) = kv_write_check(lens.len(), h, d, dev);
-        let gemv_diff = projection_check(tuning, dev);
+        let gemv_diff = projection_check(tuning, dev, ProjectionKernel::Ember);
+        let lt_diff = device
+            .ops
+            .cublaslt()
+            .then(|| projection_check(tuning, dev, ProjectionKernel::Lt));
         let ln_diff = layer_norm_check(dev);
         let prefill = prefill_checks(h, dev);
 
@@ -88,6 +93,10 @@ mod cuda {
         println!("  paged decode attention: max |kernel - reference| = {attention_diff:e}");
         println!("  paged decode attention, contexts split across cubes: max |kernel - reference| = {split_diff:e}; counters left at zero: {}", counters_left == 0);
         println!("  decode GEMV and tensor-core projection (bias, GELU, residual): max |kernel - tensor ops| = {gemv_diff:e}");
+        match lt_diff {
+            Some(d) => println!("  cuBLASLt projection (bias, GELU, residual; 1 to 4096 rows): max |cuBLASLt - tensor ops| = {d:e}"),
+            None => println!("  cuBLASLt projection: not checked (cuBLASLt unavailable or --cublaslt false)"),
+        }
         println!("  layer norm: max |kernel - tensor ops| = {ln_diff:e}");
         for (case, diff) in &prefill {
             println!("  prefill attention, {case}: max |kernel - reference| = {diff:e}");
@@ -104,6 +113,7 @@ mod cuda {
             "kv_write_max_abs_diff": write_diff,
             "kv_write_in_place": in_place,
             "gemv_max_abs_diff": gemv_diff,
+            "cublaslt_max_abs_diff": lt_diff,
             "layer_norm_max_abs_diff": ln_diff,
             "prefill_attention_max_abs_diff": prefill.iter().map(|c| c.1).fold(0.0f32, f32::max),
             "prefill_attention_cases": prefill
@@ -331,11 +341,24 @@ mod cuda {
         (write_diff, in_place_diff == 0.0)
     }
 
-    /// The decode GEMV and tensor-core projection against tensor ops, with
-    /// and without bias, GELU and residual; returns the max diff.
-    fn projection_check(tuning: &KernelTuning, dev: &Device) -> f32 {
+    /// Which projection kernels [`projection_check`] runs.
+    #[derive(Clone, Copy, PartialEq)]
+    enum ProjectionKernel {
+        /// Ember's GEMV / tensor-core kernel, as the plan picks.
+        Ember,
+        /// cuBLASLt.
+        Lt,
+    }
+
+    /// A projection kernel against tensor ops, with and without bias, GELU
+    /// and residual; returns the max diff.
+    fn projection_check(tuning: &KernelTuning, dev: &Device, kernel: ProjectionKernel) -> f32 {
         let mut gemv_diff = 0.0f32;
-        for (rows, k, n) in [
+        let large: &[(usize, usize, usize)] = match kernel {
+            ProjectionKernel::Ember => &[],
+            ProjectionKernel::Lt => &[(4096, 768, 2304), (4096, 3072, 768), (1000, 768, 50257)],
+        };
+        for &(rows, k, n) in [
             (1, 768, 2304),
             (1, 768, 50257),
             (3, 768, 768),
@@ -346,7 +369,10 @@ mod cuda {
             (8, 3072, 768),
             (64, 768, 3072),
             (48, 768, 50257),
-        ] {
+        ]
+        .iter()
+        .chain(large)
+        {
             let x = Tensor::<2>::random([rows, k], Distribution::Normal(0.0, 1.0), dev);
             let w = Tensor::<2>::random([n, k], Distribution::Normal(0.0, 0.05), dev);
             let bias = Tensor::<1>::random([n], Distribution::Normal(0.0, 1.0), dev);
@@ -355,15 +381,21 @@ mod cuda {
                 LinearPlan::Matmul => LinearPlan::Gemv,
                 p => p,
             };
+            let run = |x: Tensor<2>, bias: Option<&Tensor<1>>, gelu, residual| match kernel {
+                ProjectionKernel::Ember => decode_linear(x, &w, bias, gelu, residual, plan),
+                ProjectionKernel::Lt => lt_linear(x, &w, bias, gelu, residual),
+            };
             let want = x.clone().matmul(w.clone().transpose());
-            let got = decode_linear(x.clone(), &w, None, false, None, plan);
+            let got = run(x.clone(), None, false, None);
             gemv_diff = gemv_diff.max(max_diff(floats(got), floats(want.clone())));
-            let got = decode_linear(x.clone(), &w, Some(&bias), false, None, plan);
+            let got = run(x.clone(), Some(&bias), false, None);
             let want = want + bias.clone().unsqueeze();
             gemv_diff = gemv_diff.max(max_diff(floats(got), floats(want.clone())));
-            // GELU then a residual, as the MLP and attention outputs use them.
+            // GELU (c_fc) and the residual (c_proj), as the model uses them.
+            let got = run(x.clone(), Some(&bias), true, None);
+            gemv_diff = gemv_diff.max(max_diff(floats(got), floats(reference::gelu_tanh(want.clone()))));
             let residual = Tensor::<2>::random([rows, n], Distribution::Normal(0.0, 1.0), dev);
-            let got = decode_linear(x, &w, Some(&bias), true, Some(residual.clone()), plan);
+            let got = run(x, Some(&bias), true, Some(residual.clone()));
             let want = residual + reference::gelu_tanh(want);
             gemv_diff = gemv_diff.max(max_diff(floats(got), floats(want)));
         }

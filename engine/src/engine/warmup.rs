@@ -15,6 +15,10 @@
 //! blocks and leave no sequence behind. With decode graphs on, each decode
 //! bucket's step is then captured (`crate::step::graphs`).
 //!
+//! Before any of that, on CUDA, the projection kernels are timed against
+//! each other at every decode bucket's shapes and the fastest is recorded for
+//! the steps (and graphs) that follow (`crate::ops::Ops::tune_linear`).
+//!
 //! On the CPU (unbucketed) there is nothing to compile or tune; one small
 //! prefill and one decode step touch the weights and start the thread pool.
 
@@ -35,6 +39,10 @@ pub struct WarmupReport {
     pub prefill_shapes: usize,
     /// Decode buckets captured as hardware CUDA graphs.
     pub graphs: usize,
+    /// Projection shapes whose kernel was chosen by timing (CUDA).
+    pub tuned_shapes: usize,
+    /// Seconds the projection timing took (part of `seconds`).
+    pub tune_seconds: f64,
     pub seconds: f64,
 }
 
@@ -74,6 +82,16 @@ pub fn run(runner: &mut StepRunner, limits: Limits) -> Result<WarmupReport, Engi
     } else {
         (vec![1], vec![runner.prefill_shape(1, 16)])
     };
+    let tune_started = Instant::now();
+    let tuned = if bucketed {
+        runner.tune_projections(&decode)
+    } else {
+        Vec::new()
+    };
+    let tune_seconds = tune_started.elapsed().as_secs_f64();
+    for t in &tuned {
+        tracing::debug!(shape = ?t.shape, chosen = ?t.chosen, timings_us = ?t.timings, "projection kernel");
+    }
     for &shape in &prefill {
         runner.warm_prefill(shape)?;
     }
@@ -92,12 +110,16 @@ pub fn run(runner: &mut StepRunner, limits: Limits) -> Result<WarmupReport, Engi
         decode_shapes: decode.len() * if bucketed { 2 } else { 1 },
         prefill_shapes: prefill.len(),
         graphs,
+        tuned_shapes: tuned.len(),
+        tune_seconds,
         seconds: started.elapsed().as_secs_f64(),
     };
     tracing::info!(
         decode_shapes = report.decode_shapes,
         prefill_shapes = report.prefill_shapes,
         graphs = report.graphs,
+        tuned_shapes = report.tuned_shapes,
+        tune_seconds = report.tune_seconds,
         seconds = report.seconds,
         "engine warmed up"
     );

@@ -12,7 +12,10 @@
 //!
 //! - [`Ops::linear`], [`Ops::lm_head`]: projections with their epilogue (bias,
 //!   tanh-GELU, residual add); weights `[in, out]` on the CPU, out-major
-//!   `[out, in]` on CUDA ([`Ops::out_major_weights`]).
+//!   `[out, in]` on CUDA ([`Ops::out_major_weights`]). On CUDA each shape
+//!   runs on Ember's decode kernels, cuBLASLt or CubeCL's matmul, as
+//!   [`LinearChoices`] says: decode shapes are timed against each other at
+//!   warmup ([`Ops::tune_linear`]).
 //! - [`Ops::layer_norm`]: f32 statistics whatever the dtype.
 //! - [`Ops::kv_write`]: new K/V rows into the paged storage, in place.
 //! - [`Ops::attention`]: a step's attention over its [`AttentionContext`].
@@ -22,6 +25,7 @@
 //! all CUDA code of the crate lives under `ops/cuda/`.
 
 pub mod attention;
+pub mod choice;
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
@@ -34,6 +38,7 @@ use burn::prelude::*;
 pub use attention::{
     AttentionContext, PagedContext, SegmentContext, SegmentPadding, SegmentRow, TableGeometry,
 };
+pub use choice::{LinearChoices, LinearKernel, LinearShape};
 pub use input_buffer::InputBuffer;
 
 use crate::tuning::KernelTuning;
@@ -74,19 +79,94 @@ impl<const D: usize> Epilogue<D> {
 }
 
 /// The ops and the kernel knobs they launch with. Cheap to clone (a captured
-/// decode graph keeps a copy).
+/// decode graph keeps a copy; the kernel choices are shared).
 #[derive(Debug, Clone, Default)]
 pub struct Ops {
     tuning: KernelTuning,
+    /// Projections may run on cuBLASLt (CUDA, the library loaded, not
+    /// turned off with `--cublaslt false`).
+    cublaslt: bool,
+    /// The kernel of each projection shape (measured at warmup).
+    choices: LinearChoices,
+}
+
+/// One projection shape timed at warmup: each candidate's microseconds per
+/// call, and the winner.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TunedShape {
+    pub shape: LinearShape,
+    pub timings: Vec<(LinearKernel, f64)>,
+    pub chosen: LinearKernel,
 }
 
 impl Ops {
     pub fn new(tuning: KernelTuning) -> Self {
-        Self { tuning }
+        Self {
+            tuning,
+            cublaslt: false,
+            choices: LinearChoices::default(),
+        }
+    }
+
+    /// These ops with cuBLASLt projections on or off.
+    pub fn with_cublaslt(mut self, on: bool) -> Self {
+        self.cublaslt = on;
+        self
     }
 
     pub fn tuning(&self) -> &KernelTuning {
         &self.tuning
+    }
+
+    /// Whether projections may run on cuBLASLt.
+    pub fn cublaslt(&self) -> bool {
+        self.cublaslt
+    }
+
+    pub fn choices(&self) -> &LinearChoices {
+        &self.choices
+    }
+
+    /// The failure of a library call queued during the last step, if any
+    /// (cuBLASLt runs asynchronously on the device thread; a failed call
+    /// leaves its output unwritten).
+    pub fn take_error(&self) -> Option<String> {
+        #[cfg(feature = "cuda")]
+        if self.cublaslt {
+            return cuda::cublaslt::take_error();
+        }
+        None
+    }
+
+    /// Times every candidate kernel of each of `shapes` on `device` and
+    /// records the fastest (CUDA; nothing anywhere else). Shapes with a
+    /// single candidate are recorded without timing.
+    pub fn tune_linear(&self, device: &Device, shapes: &[LinearShape]) -> Vec<TunedShape> {
+        #[cfg(feature = "cuda")]
+        if cuda::is_cube_device(device) {
+            return shapes
+                .iter()
+                .filter_map(|&s| self.tune_shape(device, s))
+                .collect();
+        }
+        let _ = (device, shapes);
+        Vec::new()
+    }
+
+    /// The kernels that can run `shape` here.
+    pub fn linear_candidates(&self, shape: LinearShape) -> Vec<LinearKernel> {
+        let planned = plan::linear(&self.tuning, shape.rows, shape.n, shape.k, shape.lm_head);
+        let mut out = Vec::new();
+        if planned != plan::LinearPlan::Matmul {
+            out.push(LinearKernel::Ember(planned));
+        }
+        if self.cublaslt {
+            out.push(LinearKernel::Lt);
+        }
+        if out.is_empty() {
+            out.push(LinearKernel::Matmul);
+        }
+        out
     }
 
     /// Whether projections on `device` store their weights out-major
@@ -202,8 +282,7 @@ impl Ops {
         }
     }
 
-    /// The CUDA projection kernels where the plan takes them, else the
-    /// matmul on the transposed view.
+    /// A CUDA projection on the kernel [`LinearChoices`] picks for its shape.
     #[cfg(feature = "cuda")]
     fn cuda_linear<const D: usize>(
         &self,
@@ -216,22 +295,71 @@ impl Ops {
         let dims = x.dims();
         let rows: usize = dims[..D - 1].iter().product();
         let [d_out, d_in] = w.dims();
-        let plan = plan::linear(&self.tuning, rows, d_out, d_in, lm_head);
-        if plan == plan::LinearPlan::Matmul {
+        let shape = LinearShape {
+            rows,
+            n: d_out,
+            k: d_in,
+            lm_head,
+        };
+        let planned = plan::linear(&self.tuning, rows, d_out, d_in, lm_head);
+        let kernel = self.choices.choose(shape, planned, self.cublaslt);
+        if kernel == LinearKernel::Matmul {
             return reference::linear(x, w, bias, true, epilogue);
         }
-        let residual = epilogue.residual.map(|r| r.reshape([rows, d_out]));
-        let y = cuda::decode_linear(
-            x.reshape([rows, d_in]),
-            w,
-            bias,
-            epilogue.gelu,
-            residual,
-            plan,
-        );
+        let epilogue = Epilogue {
+            gelu: epilogue.gelu,
+            residual: epilogue.residual.map(|r| r.reshape([rows, d_out])),
+        };
+        let y = self.run_linear(kernel, x.reshape([rows, d_in]), w, bias, epilogue);
         let mut out = dims;
         out[D - 1] = d_out;
         y.reshape(out)
+    }
+
+    /// `x` `[rows, k]` times the out-major `w` `[n, k]` transposed with the
+    /// epilogue, on `kernel` (CUDA tensors).
+    #[cfg(feature = "cuda")]
+    pub fn run_linear(
+        &self,
+        kernel: LinearKernel,
+        x: Tensor<2>,
+        w: &Tensor<2>,
+        bias: Option<&Tensor<1>>,
+        epilogue: Epilogue<2>,
+    ) -> Tensor<2> {
+        let Epilogue { gelu, residual } = epilogue;
+        match kernel {
+            LinearKernel::Matmul => {
+                reference::linear(x, w, bias, true, Epilogue { gelu, residual })
+            }
+            LinearKernel::Lt => cuda::lt_linear(x, w, bias, gelu, residual),
+            LinearKernel::Ember(plan) => cuda::decode_linear(x, w, bias, gelu, residual, plan),
+        }
+    }
+
+    /// Times `shape`'s candidates and records the winner (see
+    /// [`Ops::tune_linear`]); `None` when nothing could be timed.
+    #[cfg(feature = "cuda")]
+    fn tune_shape(&self, device: &Device, shape: LinearShape) -> Option<TunedShape> {
+        let candidates = self.linear_candidates(shape);
+        let timings: Vec<(LinearKernel, f64)> = if candidates.len() == 1 {
+            vec![(candidates[0], 0.0)]
+        } else {
+            candidates
+                .iter()
+                .filter_map(|&k| cuda::tune::time_linear(self, device, shape, k).map(|us| (k, us)))
+                .collect()
+        };
+        let chosen = timings
+            .iter()
+            .min_by(|a, b| a.1.total_cmp(&b.1))
+            .map(|&(k, _)| k)?;
+        self.choices.record(shape, chosen);
+        Some(TunedShape {
+            shape,
+            timings,
+            chosen,
+        })
     }
 
     /// Prefill attention on CUDA: the causal tensor-core kernel where it

@@ -24,7 +24,7 @@ use super::inputs::{decode_inputs, prefill_inputs, PrefillSeq, PrefillShape, Ste
 use super::shapes::{self, RunnerShape};
 use crate::error::EngineError;
 use crate::model::{Gpt2, Gpt2Config, KvCache};
-use crate::ops::{Ops, TableGeometry};
+use crate::ops::{LinearShape, Ops, TableGeometry, TunedShape};
 use crate::sampling::{any_asked, logprobs, sample, RowChoice, SamplingParamsRows};
 use crate::types::TokenLogprobs;
 
@@ -137,7 +137,9 @@ impl StepRunner {
     ) -> Result<Sampled, EngineError> {
         let (logits, bucket) = self.decode_forward(rows, choices);
         let params = &self.decode_buffers[&bucket].sampling;
-        sample_rows(logits, params, rows.len(), top_n)
+        let sampled = sample_rows(logits, params, rows.len(), top_n)?;
+        self.check_library_calls()?;
+        Ok(sampled)
     }
 
     /// The forward half of [`StepRunner::decode`]: writes the step's inputs
@@ -177,7 +179,45 @@ impl StepRunner {
         }
         let mut params = SamplingParamsRows::new(padded, self.config.vocab_size, &self.device);
         params.write(choices);
-        sample_rows(logits, &params, choices.len(), top_n)
+        let sampled = sample_rows(logits, &params, choices.len(), top_n)?;
+        self.check_library_calls()?;
+        Ok(sampled)
+    }
+
+    /// Fails the step if a library call it queued (cuBLASLt) failed: its
+    /// output was never written, so the sampled ids are not to be trusted.
+    fn check_library_calls(&self) -> Result<(), EngineError> {
+        match self.ops.take_error() {
+            Some(message) => Err(EngineError::Device(message)),
+            None => Ok(()),
+        }
+    }
+
+    /// Times the projection kernels against each other for every decode
+    /// bucket in `buckets` (the model's four projections and the LM head at
+    /// each bucket's row count) and records the fastest (CUDA).
+    pub fn tune_projections(&self, buckets: &[usize]) -> Vec<TunedShape> {
+        let c = &self.config;
+        let e = c.n_embd;
+        let shapes: Vec<LinearShape> = buckets
+            .iter()
+            .flat_map(|&rows| {
+                let at = move |n, k, lm_head| LinearShape {
+                    rows,
+                    n,
+                    k,
+                    lm_head,
+                };
+                [
+                    at(3 * e, e, false),
+                    at(e, e, false),
+                    at(4 * e, e, false),
+                    at(e, 4 * e, false),
+                    at(c.vocab_size, e, true),
+                ]
+            })
+            .collect();
+        self.ops.tune_linear(&self.device, &shapes)
     }
 
     /// The logits `[rows.len(), vocab]` at each row's last token (a prefill

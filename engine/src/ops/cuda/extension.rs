@@ -13,6 +13,7 @@ use burn::prelude::*;
 use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::CubeBackend;
 
+use super::cublaslt::gemm;
 use super::kernels::{attention, cache_write, gemv, layer_norm, mma, prefill_attention};
 
 /// Ember's CUDA kernels as a Burn backend extension (CubeCL, fused or not).
@@ -67,6 +68,21 @@ pub trait CudaOps: Backend {
         has_residual: bool,
         mma_row_tiles: usize,
         mma_warps: usize,
+    ) -> FloatTensor<Self>;
+
+    /// The same product on cuBLASLt (its epilogues: bias, bias + tanh-GELU;
+    /// the residual as `C` with `beta = 1`), enqueued on CubeCL's stream.
+    /// Unread operands may be any tensor. Returns `[B, N]`.
+    #[fusion(dtype = x, shape = { let [b, _] = x.dims::<2>(); let [n, _] = w.dims::<2>(); Shape::new([b, n]) })]
+    #[allow(clippy::too_many_arguments)]
+    fn lt_linear(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        residual: FloatTensor<Self>,
+        has_bias: bool,
+        gelu: bool,
+        has_residual: bool,
     ) -> FloatTensor<Self>;
 
     /// Causal prefill attention over segments of the flat `qkv` (`[T, 3E]`,
@@ -169,6 +185,24 @@ impl CudaOps for CubeBackend {
                 mma_warps,
             ),
         }
+    }
+
+    fn lt_linear(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        residual: FloatTensor<Self>,
+        has_bias: bool,
+        gelu: bool,
+        has_residual: bool,
+    ) -> FloatTensor<Self> {
+        gemm::launch(
+            into_contiguous(x),
+            into_contiguous(w),
+            has_bias.then(|| into_contiguous(bias)),
+            has_residual.then(|| into_contiguous(residual)),
+            gelu,
+        )
     }
 
     fn prefill_attention(
