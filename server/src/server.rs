@@ -242,6 +242,7 @@ async fn bind_http(addr: SocketAddr) -> anyhow::Result<TcpListener> {
     drop(out);
     tracing::info!(addr = %bound, "HTTP (OpenAI-compatible) listening");
     Ok(listener)
+}
 
 /// `--prepare-cache`: loads the model and runs the whole warmup on the
 /// device (filling the kernel cache), prints what it did, and returns.

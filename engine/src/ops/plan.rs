@@ -32,7 +32,7 @@ pub const PREFILL_TILE: usize = 64;
 pub const NO_TILE: [i32; 2] = [0, i32::MAX];
 
 /// How a projection of `rows` rows runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum LinearPlan {
     /// The general matmul (Burn's, on the transposed weight view).
     Matmul,

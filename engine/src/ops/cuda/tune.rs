@@ -37,7 +37,7 @@ pub fn time_linear(
     let w = Tensor::<2>::random([shape.n, shape.k], Distribution::Normal(0.0, 0.02), device);
     let bias = (!shape.lm_head).then(|| Tensor::<1>::zeros([shape.n], device));
     let ops = ops.clone();
-    let mut call = move || {
+    let call = move || {
         let mut y = None;
         for _ in 0..CALLS {
             y = Some(ops.run_linear(kernel, x.clone(), &w, bias.as_ref(), Epilogue::none()));

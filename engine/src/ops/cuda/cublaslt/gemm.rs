@@ -8,7 +8,7 @@ use std::ffi::c_void;
 
 use burn::backend::TensorMetadata;
 use burn_cubecl::tensor::CubeTensor;
-use cubecl::environment::stream::StreamId;
+use cubecl_environment::stream::StreamId;
 use cubecl::server::{BufferBinding, ServerStorage};
 use cubecl_common::device::DeviceId;
 use cubecl_common::device_handle::DeviceHandle;
@@ -21,7 +21,7 @@ use crate::ops::choice::{GemmEpilogue, GemmKey};
 use crate::ops::cuda::launch::empty_like;
 
 /// CubeCL's CUDA server, the service the tasks run on.
-type CudaServer = <cubecl_cuda::CudaRuntime as cubecl::Runtime>::Server;
+type CudaServer = <cubecl_cuda::CudaRuntime as cubecl::__private::Runtime>::Server;
 
 /// The buffers one GEMM reads and writes, as the device thread resolves them.
 struct Bindings {
@@ -88,14 +88,13 @@ fn run(server: &mut CudaServer, device: DeviceId, key: GemmKey, b: Bindings) -> 
     let out = resolve(b.out)?;
     let workspace = resolve(b.workspace)?;
     let stream = out.resource().stream as sys::cudaStream_t;
-    let ptr = |r: &cubecl::server::ManagedResource<_>| r.resource().ptr;
     let pointers = Pointers {
-        x: ptr(&x),
-        w: ptr(&w),
-        bias: bias.as_ref().map(ptr),
-        residual: residual.as_ref().map(ptr),
-        out: ptr(&out),
-        workspace: ptr(&workspace),
+        x: x.resource().ptr,
+        w: w.resource().ptr,
+        bias: bias.as_ref().map(|b| b.resource().ptr),
+        residual: residual.as_ref().map(|r| r.resource().ptr),
+        out: out.resource().ptr,
+        workspace: workspace.resource().ptr,
     };
     state::with_device(device, |lt_device| {
         let handle = lt_device.handle()?;
