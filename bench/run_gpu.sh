@@ -10,6 +10,10 @@
 #   3. end to end: .device/ember-server on 127.0.0.1 (restarted with each knob set)
 #      and .device/loadgen on the seeds' workloads 044, 045, 048 (absolute and
 #      relative) and a single 1 x 256 stream
+#   3b. cold start (COLD_START=1, the default): seconds from launch to health
+#      SERVING (--max-batch-size 64) with an empty kernel cache, after
+#      `ember-server --prepare-cache` into another directory (and that
+#      preparation's own time), and a restart on the first cache
 #   4. peers: bench/peer_hf.py (transformers generate, eager) and
 #      bench/peer_cudagraph.py (static KV cache, one CUDA graph per step)
 #   5. bench/summarize.py: one markdown comparison table
@@ -269,11 +273,11 @@ start_server() {
     local label=$1 line='' t0
     shift
     local out=$WORK/server-$label.out err=$WORK/server-$label.log
-    t0=$(date +%s)
+    t0=$(date +%s.%N)
     say "starting server [$label]: $SERVER_BIN ${SERVER_COMMON[*]} $*"
     RUST_LOG=${RUST_LOG:-info} "$SERVER_BIN" "${SERVER_COMMON[@]}" "$@" >"$out" 2>"$err" &
     SERVER_PID=$!
-    local listen_deadline=$((t0 + T_LISTEN))
+    local listen_deadline=$((${t0%.*} + T_LISTEN))
     while :; do
         line=$(grep -m1 '^listening on ' "$out" 2>/dev/null) && break
         if ! kill -0 "$SERVER_PID" 2>/dev/null; then
@@ -287,12 +291,14 @@ start_server() {
         sleep 0.1
     done
     ADDR=${line#listening on }
-    say "server [$label] listening on $ADDR after $(($(date +%s) - t0))s; waiting for SERVING"
+    say "server [$label] listening on $ADDR after $(($(date +%s) - ${t0%.*}))s; waiting for SERVING"
     if ! wait_serving "$ADDR" "$(limit $T_SERVING "$PEER_RESERVE_S")"; then
         return 1
     fi
-    say "server [$label] SERVING after $(($(date +%s) - t0))s"
-    record "server_start:$label" 0 "$(($(date +%s) - t0))" "listening on $ADDR"
+    local took
+    took=$(awk "BEGIN { printf \"%.1f\", $(date +%s.%N) - $t0 }")
+    say "server [$label] SERVING after ${took}s"
+    record "server_start:$label" 0 "$took" "listening on $ADDR"
 }
 
 # dump_server_log LABEL: the server's stderr into the log (bounded).
@@ -354,6 +360,31 @@ else
     done
     stop_server
     [[ -n $label ]] && dump_server_log "$label"
+fi
+
+# ---- 3b. cold start ----------------------------------------------------------------
+# cold_start LABEL CACHE_DIR: one start to SERVING with --kernel-cache-dir CACHE_DIR,
+# recorded as server_start:LABEL (seconds, from launch), then stopped.
+cold_start() {
+    local label=$1 dir=$2
+    if start_server "$label" --max-batch-size 64 --kernel-cache-dir "$dir"; then
+        say "cold start [$label]: $(tail -n1 "$STAGES" | cut -f3) s to SERVING"
+    else
+        record "server_start:$label" 1 0 "server did not become SERVING"
+    fi
+    stop_server
+    grep -E 'warmup|tuned|cuBLASLt|cache' "$WORK/server-$label.log" | tail -n 8
+}
+if [[ ${COLD_START:-1} == 1 && -x $SERVER_BIN && $DEVICE == cuda ]]; then
+    cold_start cold_empty "$WORK/cache-cold"
+    cold_start restart "$WORK/cache-cold"
+    t_prep=$(date +%s.%N)
+    stage prepare_cache "$(limit 300 "$PEER_RESERVE_S")" "$SERVER_BIN" "${SERVER_COMMON[@]}" \
+        --max-batch-size 64 --kernel-cache-dir "$WORK/cache-prepared" --prepare-cache
+    say "prepare-cache took $(awk "BEGIN { printf \"%.1f\", $(date +%s.%N) - $t_prep }") s"
+    cold_start prepared "$WORK/cache-prepared"
+else
+    record cold_start skipped 0 "COLD_START=0, no server binary, or not cuda"
 fi
 
 # ---- 4. peers ------------------------------------------------------------------------

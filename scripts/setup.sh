@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Prepares the build: obtains the crates.io package cubecl-cuda 0.11.3, checks
-# its checksum, and applies our diff (third_party/cubecl-cuda-0.11.3-no-llvm.patch)
+# its checksum, and applies our diff (third_party/cubecl-cuda-0.11.3.patch)
 # into third_party/patched/cubecl-cuda, which the workspace's [patch.crates-io]
 # points at. Why: cubecl-cuda 0.11.3 always depends on cubecl-llvm, whose build
 # downloads an LLVM bundle from the internet; the diff makes that dependency an
 # optional feature, off, so kernels are compiled by NVRTC at run time instead.
+# It also exposes the CUDA stream a resolved buffer belongs to, for cuBLASLt.
 #
 # Idempotent and fast when already done (a stamp records the crate checksum and
 # the diff's hash). Needs cargo, sha256sum, tar and patch; network: crates.io only.
@@ -17,7 +18,7 @@ crate=cubecl-cuda
 version=0.11.3
 # The checksum crates.io publishes for cubecl-cuda 0.11.3 (its index entry).
 checksum=dacd0c047f781b468d094705ef042f28d68944bf862c049f5cf0b7396f730bb5
-diff_file="$repo/third_party/$crate-$version-no-llvm.patch"
+diff_file="$repo/third_party/$crate-$version.patch"
 dest="$repo/third_party/patched/$crate"
 stamp="$dest/.ember-setup"
 

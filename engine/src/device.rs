@@ -179,7 +179,11 @@ fn open_cuda(index: usize, options: &DeviceOptions) -> Result<EngineDevice, Devi
     {
         use crate::ops::cuda::runtime;
         if let Some(dir) = &options.kernel_cache_dir {
-            runtime::set_kernel_cache_dir(dir);
+            match runtime::cache_key(index) {
+                Ok(key) => runtime::set_kernel_cache_dir(&dir.join(file_name_safe(&key))),
+                // The probe below reports why CUDA cannot start.
+                Err(reason) => tracing::debug!(%reason, "no kernel cache key"),
+            }
         }
         let device = probe(|| {
             let mut device = runtime::device(index);
@@ -191,12 +195,13 @@ fn open_cuda(index: usize, options: &DeviceOptions) -> Result<EngineDevice, Devi
             reason,
         })?;
         tracing::info!(tuning = %options.tuning, "CUDA kernel tuning");
+        let cublaslt = options.tuning.cublaslt && cublaslt_usable();
         Ok(EngineDevice {
             device,
             name: format!("cuda:{index} (CUDA f16)"),
             float_bytes: 2,
             bucketed: true,
-            ops: Ops::new(options.tuning),
+            ops: Ops::new(options.tuning).with_cublaslt(cublaslt),
         })
     }
     #[cfg(not(feature = "cuda"))]
@@ -204,6 +209,36 @@ fn open_cuda(index: usize, options: &DeviceOptions) -> Result<EngineDevice, Devi
         let _ = options;
         Err(DeviceError::NoCuda(format!("cuda:{index}")))
     }
+}
+
+/// Whether cuBLASLt can be loaded; logs why not (the projections then stay
+/// on CubeCL's kernels).
+#[cfg(feature = "cuda")]
+fn cublaslt_usable() -> bool {
+    match crate::ops::cuda::cublaslt::available() {
+        Ok(()) => {
+            tracing::info!("projections may run on cuBLASLt (libcublasLt found)");
+            true
+        }
+        Err(reason) => {
+            tracing::warn!(%reason, "cuBLASLt is not available: every projection runs on CubeCL's kernels, slower for prefill and large batches");
+            false
+        }
+    }
+}
+
+/// `key` with every character but ASCII letters, digits, `.`, `_` and `-`
+/// replaced by `-` (a kernel cache subdirectory's name).
+pub fn file_name_safe(key: &str) -> String {
+    key.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect()
 }
 
 /// Sets the device's default dtypes; a second open of the same device in one
@@ -335,6 +370,15 @@ mod tests {
             open(DeviceSpec::Auto, &options).unwrap().name,
             "cpu (Flex f32)"
         );
+    }
+
+    #[test]
+    fn cache_keys_become_safe_file_names() {
+        assert_eq!(
+            file_name_safe("NVIDIA H200-sm90-driver13000-nvrtc13.0-ember0.1.0"),
+            "NVIDIA-H200-sm90-driver13000-nvrtc13.0-ember0.1.0"
+        );
+        assert_eq!(file_name_safe("a/b\\c:d e"), "a-b-c-d-e");
     }
 
     #[test]

@@ -111,6 +111,23 @@ pub struct KernelTuning {
         )
     )]
     pub prefill_attention: bool,
+
+    /// CUDA: let projections run on cuBLASLt where the warmup measures it
+    /// faster than Ember's kernels (and for every shape they do not cover);
+    /// false keeps every projection on CubeCL (Ember's kernels and CubeCL's
+    /// matmul). Without libcublasLt this is off, with a warning.
+    #[cfg_attr(
+        feature = "clap",
+        arg(
+            long,
+            env = "EMBER_CUBLASLT",
+            default_value_t = true,
+            action = clap::ArgAction::Set,
+            value_parser = parse_switch,
+            help_heading = "Kernel tuning (CUDA)"
+        )
+    )]
+    pub cublaslt: bool,
 }
 
 impl Default for KernelTuning {
@@ -123,6 +140,7 @@ impl Default for KernelTuning {
             mma_row_tiles: 4,
             attention_splits: 0,
             prefill_attention: true,
+            cublaslt: true,
         }
     }
 }
@@ -188,14 +206,15 @@ impl fmt::Display for KernelTuning {
         write!(
             f,
             "gemv-max-rows={} lm-head-gemv-max-rows={} mma-min-rows={} mma-warps={} \
-             mma-row-tiles={} attention-splits={} prefill-attention={}",
+             mma-row-tiles={} attention-splits={} prefill-attention={} cublaslt={}",
             self.gemv_max_rows,
             self.lm_head_gemv_max_rows,
             self.mma_min_rows,
             auto(self.mma_warps),
             self.mma_row_tiles,
             auto(self.attention_splits),
-            self.prefill_attention
+            self.prefill_attention,
+            self.cublaslt
         )
     }
 }
@@ -223,7 +242,7 @@ mod tests {
         assert_eq!(
             t.to_string(),
             "gemv-max-rows=256 lm-head-gemv-max-rows=8 mma-min-rows=16 mma-warps=auto \
-             mma-row-tiles=4 attention-splits=auto prefill-attention=true"
+             mma-row-tiles=4 attention-splits=auto prefill-attention=true cublaslt=true"
         );
     }
 

@@ -113,10 +113,20 @@ pub struct Args {
     pub no_cuda_graphs: bool,
 
     /// CUDA only: where CubeCL keeps autotune results and compiled kernels, so a
-    /// restart does not tune and compile again. Default:
-    /// $XDG_CACHE_HOME/ember/kernels (or ~/.cache/ember/kernels).
+    /// restart does not tune and compile again. Each GPU model, driver and
+    /// NVRTC version gets its own subdirectory, so a cache made on another GPU
+    /// is never used. Default: $XDG_CACHE_HOME/ember/kernels (or
+    /// ~/.cache/ember/kernels).
     #[arg(long, env = "EMBER_KERNEL_CACHE_DIR")]
     pub kernel_cache_dir: Option<PathBuf>,
+
+    /// Fill --kernel-cache-dir and exit: load the model, run the whole warmup
+    /// (every kernel compiled, every shape tuned, the graphs captured), print
+    /// a summary and exit 0, serving nothing. Run it once per GPU model (an
+    /// image build step on a GPU host, or a Kubernetes init container) so
+    /// servers start from a warm cache.
+    #[arg(long, env = "EMBER_PREPARE_CACHE")]
+    pub prepare_cache: bool,
 
     /// Log line format on stderr: text (colours only on a terminal) or json
     /// (one object per line). RUST_LOG sets the level (default info).
@@ -156,6 +166,8 @@ pub struct ServerConfig {
     pub warmup: bool,
     /// The front doors: HTTP, the served name, TLS, API keys.
     pub doors: DoorConfig,
+    /// `--prepare-cache`: warm up into the kernel cache, then exit.
+    pub prepare_cache: bool,
 }
 
 /// A flag with a value it cannot take; the message names the flag.
@@ -237,6 +249,11 @@ impl Args {
             Some(port) => Some(SocketAddr::new(self.listen.ip(), port)),
             None => None,
         };
+        if self.prepare_cache && self.no_warmup {
+            return Err(FlagError(
+                "--prepare-cache runs the warmup; it cannot be combined with --no-warmup".into(),
+            ));
+        }
         let kernel_cache_dir = match self.kernel_cache_dir {
             Some(dir) if dir.as_os_str().is_empty() => {
                 return Err(FlagError("--kernel-cache-dir must not be empty".into()))
@@ -259,6 +276,7 @@ impl Args {
             metrics_addr,
             warmup: !self.no_warmup,
             doors,
+            prepare_cache: self.prepare_cache,
         })
     }
 }
@@ -306,6 +324,7 @@ mod tests {
             (&["--model-dir", "/nonexistent/dir"][..], "--model-dir"),
             (&["--mma-warps", "12"][..], "--mma-warps"),
             (&["--attention-splits", "65"][..], "--attention-splits"),
+            (&["--prepare-cache", "--no-warmup"][..], "--prepare-cache"),
         ] {
             let err = parse(args).unwrap_err().to_string();
             assert!(err.contains(flag), "{args:?}: {err}");

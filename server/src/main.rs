@@ -31,6 +31,9 @@ async fn main() {
 
 async fn run(args: Args) -> anyhow::Result<()> {
     let config = args.validate()?;
+    if config.prepare_cache {
+        return ember_server::server::prepare_cache(config).await;
+    }
     let listener = TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("--listen {}: cannot bind", config.listen))?;

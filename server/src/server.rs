@@ -244,6 +244,37 @@ async fn bind_http(addr: SocketAddr) -> anyhow::Result<TcpListener> {
     Ok(listener)
 }
 
+/// `--prepare-cache`: loads the model and runs the whole warmup on the
+/// device (filling the kernel cache), prints what it did, and returns.
+pub async fn prepare_cache(config: ServerConfig) -> anyhow::Result<()> {
+    let tokenizer = load_tokenizer(&config.engine.model)?;
+    let mut engine = config.engine.clone();
+    engine.eos_token_id = tokenizer.eos_token_id();
+    let sched_config = SchedulerConfig {
+        engine,
+        knobs: config.knobs.clone(),
+        warmup: true,
+    };
+    let (handle, ready, join) = spawn_on_device(&config, sched_config)?;
+    let info = match ready.await {
+        Ok(Ok(info)) => info,
+        Ok(Err(msg)) => anyhow::bail!("model startup failed: {msg}"),
+        Err(_) => anyhow::bail!("the scheduler thread died during startup"),
+    };
+    drop(handle);
+    let _ = tokio::task::spawn_blocking(move || join.join()).await;
+    let dir = config
+        .device_options
+        .kernel_cache_dir
+        .as_deref()
+        .map_or_else(|| "<none>".to_string(), |d| d.display().to_string());
+    println!(
+        "prepared the kernel cache under {dir} for {} on {} in {:.1} s",
+        info.name, info.device, info.load_seconds
+    );
+    Ok(())
+}
+
 /// Waits for queued and running requests to finish, up to `timeout`; then
 /// cancels the rest and waits (briefly) for their streams to end. Each wait
 /// ends on the in-flight count's own signal, not on a poll.

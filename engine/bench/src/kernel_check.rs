@@ -3,6 +3,9 @@
 //! the tensor-op reference (gather through the block tables + mask + Burn's
 //! attention; `select_assign`), on random data on the device. Ragged context
 //! lengths (1 to the full table), blocks in scattered order, f16 on CUDA.
+//! Prefill attention prints one line per case (fresh ragged rows, a chunk
+//! after cached positions, prefix hits, shared blocks, the engine's padding),
+//! so one run tells which fails.
 
 use ember_engine::EngineDevice;
 
@@ -25,10 +28,13 @@ mod cuda {
     use burn::tensor::{DType, Distribution};
     use ember_engine::model::LayerKv;
     use ember_engine::ops::cuda::{
-        decode_linear, kv_write, layer_norm_rows, paged_decode_attention, prefill_attention,
+        decode_linear, kv_write, layer_norm_rows, lt_linear, paged_decode_attention,
+        prefill_attention,
     };
     use ember_engine::ops::plan::{self, LinearPlan};
-    use ember_engine::ops::{reference, PagedContext};
+    use ember_engine::ops::{
+        reference, PagedContext, SegmentContext, SegmentPadding, SegmentRow, TableGeometry,
+    };
     use ember_engine::{EngineDevice, KernelTuning};
     use serde_json::json;
 
@@ -65,34 +71,6 @@ mod cuda {
         max_diff(floats(got), floats(want))
     }
 
-    /// Max |kernel - reference| of causal prefill attention over `b`
-    /// sequences of `q` rows (`h` heads of 64): the reference is softmax
-    /// with a causal mask in f32 tensor ops.
-    fn prefill_check(b: usize, q: usize, h: usize, dev: &Device) -> f32 {
-        let e = h * 64;
-        let qkv = Tensor::<2>::random([b * q, 3 * e], Distribution::Normal(0.0, 1.0), dev);
-        let got = prefill_attention(qkv.clone(), q);
-        let x = qkv.cast(DType::F32);
-        let heads = |t: Tensor<2>| t.reshape([b, q, h, 64]).swap_dims(1, 2); // [B, H, Q, D]
-        let n = b * q;
-        let (qh, kh) = (
-            heads(x.clone().slice([0..n, 0..e])),
-            heads(x.clone().slice([0..n, e..2 * e])),
-        );
-        let vh = heads(x.slice([0..n, 2 * e..3 * e]));
-        let scores = qh.matmul(kh.transpose()).mul_scalar(0.125); // [B, H, Q, Q]
-        let i = Tensor::<1, Int>::arange(0..q as i64, dev)
-            .reshape([q, 1])
-            .expand([q, q]);
-        let j = Tensor::<1, Int>::arange(0..q as i64, dev)
-            .reshape([1, q])
-            .expand([q, q]);
-        let future = j.greater(i).reshape([1, 1, q, q]).expand([b, h, q, q]);
-        let p = burn::tensor::activation::softmax(scores.mask_fill(future, -1.0e30), 3);
-        let want = p.matmul(vh).swap_dims(1, 2).reshape([n, e]);
-        max_diff(floats(got), floats(want))
-    }
-
     pub fn run(device: &EngineDevice) -> anyhow::Result<serde_json::Value> {
         let dev = &device.device;
         let tuning = device.ops.tuning();
@@ -100,14 +78,13 @@ mod cuda {
         let lens = vec![256i32, 1, 17, 100, 255, 16, 33];
         let (attention_diff, split_diff, counters_left) = attention_checks(tuning, &lens, dev);
         let (write_diff, in_place) = kv_write_check(lens.len(), h, d, dev);
-        let gemv_diff = projection_check(tuning, dev);
+        let gemv_diff = projection_check(tuning, dev, ProjectionKernel::Ember);
+        let lt_diff = device
+            .ops
+            .cublaslt()
+            .then(|| projection_check(tuning, dev, ProjectionKernel::Lt));
         let ln_diff = layer_norm_check(dev);
-        // Causal prefill attention: a partial cube (48 rows), several cubes
-        // per sequence, one tile.
-        let prefill_diff = [(3, 48), (2, 256), (1, 16)]
-            .into_iter()
-            .map(|(b, q)| prefill_check(b, q, h, dev))
-            .fold(0.0f32, f32::max);
+        let prefill = prefill_checks(h, dev);
 
         println!(
             "device {}: kernel check (H {h}, D {d}, block {BLOCK}, lens {lens:?}, and x10)",
@@ -116,8 +93,14 @@ mod cuda {
         println!("  paged decode attention: max |kernel - reference| = {attention_diff:e}");
         println!("  paged decode attention, contexts split across cubes: max |kernel - reference| = {split_diff:e}; counters left at zero: {}", counters_left == 0);
         println!("  decode GEMV and tensor-core projection (bias, GELU, residual): max |kernel - tensor ops| = {gemv_diff:e}");
+        match lt_diff {
+            Some(d) => println!("  cuBLASLt projection (bias, GELU, residual; 1 to 4096 rows): max |cuBLASLt - tensor ops| = {d:e}"),
+            None => println!("  cuBLASLt projection: not checked (cuBLASLt unavailable or --cublaslt false)"),
+        }
         println!("  layer norm: max |kernel - tensor ops| = {ln_diff:e}");
-        println!("  causal prefill attention (3x48, 2x256, 1x16): max |kernel - f32 reference| = {prefill_diff:e}");
+        for (case, diff) in &prefill {
+            println!("  prefill attention, {case}: max |kernel - reference| = {diff:e}");
+        }
         println!(
             "  kv write: max |kernel - select_assign| = {write_diff:e}; in place: {}",
             in_place
@@ -130,8 +113,13 @@ mod cuda {
             "kv_write_max_abs_diff": write_diff,
             "kv_write_in_place": in_place,
             "gemv_max_abs_diff": gemv_diff,
+            "cublaslt_max_abs_diff": lt_diff,
             "layer_norm_max_abs_diff": ln_diff,
-            "prefill_attention_max_abs_diff": prefill_diff,
+            "prefill_attention_max_abs_diff": prefill.iter().map(|c| c.1).fold(0.0f32, f32::max),
+            "prefill_attention_cases": prefill
+                .iter()
+                .map(|(case, diff)| json!({"case": case, "max_abs_diff": diff}))
+                .collect::<Vec<_>>(),
         }))
     }
 
@@ -204,6 +192,127 @@ mod cuda {
         (attention_diff, split_diff, counters_left)
     }
 
+    /// Blocks of the prefill checks' cache (the last one is the padding block).
+    const PREFILL_BLOCKS: usize = 200;
+    /// Blocks per table: GPT-2's 1024 positions.
+    const PREFILL_WIDTH: usize = 1024 / BLOCK;
+
+    /// Max |kernel - reference| of prefill attention over rows `(tokens,
+    /// start)` with block tables `tables` (one per row), padded to `padding`
+    /// and to `tokens` flat tokens when given: random K/V in the cache,
+    /// random `qkv`, both read by both sides.
+    fn segment_check(
+        rows: &[(usize, usize)],
+        tables: &[Vec<u32>],
+        padding: (SegmentPadding, Option<usize>),
+        h: usize,
+        dev: &Device,
+    ) -> f32 {
+        let e = h * 64;
+        let random =
+            |shape: [usize; 3]| Tensor::<3>::random(shape, Distribution::Normal(0.0, 1.0), dev);
+        let slots = PREFILL_BLOCKS * BLOCK;
+        let cache = LayerKv {
+            k: random([h, slots, 64]),
+            v: random([h, slots, 64]),
+        };
+        let real: usize = rows.iter().map(|r| r.0).sum();
+        let (padding, tokens) = padding;
+        let t = tokens.unwrap_or(real);
+        let qkv = Tensor::<2>::random([t, 3 * e], Distribution::Normal(0.0, 1.0), dev);
+        let segment_rows: Vec<SegmentRow<'_>> = rows
+            .iter()
+            .zip(tables)
+            .map(|(&(queries, start), table)| SegmentRow {
+                queries,
+                start,
+                table,
+            })
+            .collect();
+        let geometry = TableGeometry {
+            block_size: BLOCK,
+            width: PREFILL_WIDTH,
+            padding_block: (PREFILL_BLOCKS - 1) as u32,
+        };
+        let seg = SegmentContext::new(&segment_rows, padding, geometry, dev);
+        let got = prefill_attention(qkv.clone(), &cache.k, &cache.v, &seg);
+        let want = reference::segment_attention(qkv, &cache.k, &cache.v, h, &seg);
+        max_diff(floats(got), floats(want))
+    }
+
+    /// Scattered tables: entry `j` of row `r` is block `(7 (64 r + j) + 3)
+    /// mod 199`, never the padding block.
+    fn scattered_tables(rows: usize) -> Vec<Vec<u32>> {
+        (0..rows)
+            .map(|r| {
+                (0..PREFILL_WIDTH)
+                    .map(|j| ((7 * (r * PREFILL_WIDTH + j) + 3) % (PREFILL_BLOCKS - 1)) as u32)
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// Prefill attention against the reference, one named case each: fresh
+    /// rows of ragged lengths, a chunk after cached positions, prefix-cache
+    /// hits, blocks shared between rows in reverse order, and the engine's
+    /// padding (token bucket, rows, tiles).
+    fn prefill_checks(h: usize, dev: &Device) -> Vec<(String, f32)> {
+        let exact = (
+            SegmentPadding {
+                rows: 0,
+                tiles: None,
+            },
+            None,
+        );
+        let fresh = [(1, 0), (17, 0), (64, 0), (100, 0), (256, 0)];
+        let chunk = [(60, 100), (33, 0)];
+        let hits = [(33, 192), (16, 1008), (1, 500)];
+        // Two rows sharing their first 4 blocks (a prefix hit on the same
+        // prompt), tables walking the pool backwards.
+        let shared: Vec<Vec<u32>> = (0..2)
+            .map(|r| {
+                (0..PREFILL_WIDTH)
+                    .map(|j| match j {
+                        0..=3 => (190 - 13 * j) as u32,
+                        _ => (PREFILL_BLOCKS - 2 - 2 * j - r) as u32 % 190,
+                    })
+                    .collect()
+            })
+            .collect();
+        let mixed: Vec<(usize, usize)> = [&fresh[..], &chunk[..], &hits[..]].concat();
+        let tokens: usize = mixed.iter().map(|r| r.0).sum();
+        let bucket = tokens.next_power_of_two();
+        let padded = (
+            SegmentPadding {
+                rows: 64,
+                tiles: Some(plan::prefill_tile_bound(bucket, 64)),
+            },
+            Some(bucket),
+        );
+        vec![
+            (
+                "fresh rows of 1, 17, 64, 100, 256 tokens".to_string(),
+                segment_check(&fresh, &scattered_tables(5), exact, h, dev),
+            ),
+            (
+                "a 60-token chunk after 100 cached positions, and a fresh row".into(),
+                segment_check(&chunk, &scattered_tables(2), exact, h, dev),
+            ),
+            (
+                "prefix hits: 33 tokens after 192, 16 after 1008, 1 after 500".into(),
+                segment_check(&hits, &scattered_tables(3), exact, h, dev),
+            ),
+            (
+                "shared and backward blocks: 130 fresh, 70 after 64".into(),
+                segment_check(&[(130, 0), (70, 64)], &shared, exact, h, dev),
+            ),
+            (
+                format!("all ten rows padded to {bucket} tokens, 64 rows, padding tiles"),
+                segment_check(&mixed, &scattered_tables(10), padded, h, dev),
+            ),
+        ]
+    }
+
     /// KV write of `b` rows (`h` heads of `d`): the kernel on the cache
     /// itself against `select_assign` on a copy. Returns (max diff, whether
     /// the caller's storage was written in place).
@@ -232,11 +341,24 @@ mod cuda {
         (write_diff, in_place_diff == 0.0)
     }
 
-    /// The decode GEMV and tensor-core projection against tensor ops, with
-    /// and without bias, GELU and residual; returns the max diff.
-    fn projection_check(tuning: &KernelTuning, dev: &Device) -> f32 {
+    /// Which projection kernels [`projection_check`] runs.
+    #[derive(Clone, Copy, PartialEq)]
+    enum ProjectionKernel {
+        /// Ember's GEMV / tensor-core kernel, as the plan picks.
+        Ember,
+        /// cuBLASLt.
+        Lt,
+    }
+
+    /// A projection kernel against tensor ops, with and without bias, GELU
+    /// and residual; returns the max diff.
+    fn projection_check(tuning: &KernelTuning, dev: &Device, kernel: ProjectionKernel) -> f32 {
         let mut gemv_diff = 0.0f32;
-        for (rows, k, n) in [
+        let large: &[(usize, usize, usize)] = match kernel {
+            ProjectionKernel::Ember => &[],
+            ProjectionKernel::Lt => &[(4096, 768, 2304), (4096, 3072, 768), (1000, 768, 50257)],
+        };
+        for &(rows, k, n) in [
             (1, 768, 2304),
             (1, 768, 50257),
             (3, 768, 768),
@@ -247,7 +369,10 @@ mod cuda {
             (8, 3072, 768),
             (64, 768, 3072),
             (48, 768, 50257),
-        ] {
+        ]
+        .iter()
+        .chain(large)
+        {
             let x = Tensor::<2>::random([rows, k], Distribution::Normal(0.0, 1.0), dev);
             let w = Tensor::<2>::random([n, k], Distribution::Normal(0.0, 0.05), dev);
             let bias = Tensor::<1>::random([n], Distribution::Normal(0.0, 1.0), dev);
@@ -256,15 +381,21 @@ mod cuda {
                 LinearPlan::Matmul => LinearPlan::Gemv,
                 p => p,
             };
+            let run = |x: Tensor<2>, bias: Option<&Tensor<1>>, gelu, residual| match kernel {
+                ProjectionKernel::Ember => decode_linear(x, &w, bias, gelu, residual, plan),
+                ProjectionKernel::Lt => lt_linear(x, &w, bias, gelu, residual),
+            };
             let want = x.clone().matmul(w.clone().transpose());
-            let got = decode_linear(x.clone(), &w, None, false, None, plan);
+            let got = run(x.clone(), None, false, None);
             gemv_diff = gemv_diff.max(max_diff(floats(got), floats(want.clone())));
-            let got = decode_linear(x.clone(), &w, Some(&bias), false, None, plan);
+            let got = run(x.clone(), Some(&bias), false, None);
             let want = want + bias.clone().unsqueeze();
             gemv_diff = gemv_diff.max(max_diff(floats(got), floats(want.clone())));
-            // GELU then a residual, as the MLP and attention outputs use them.
+            // GELU (c_fc) and the residual (c_proj), as the model uses them.
+            let got = run(x.clone(), Some(&bias), true, None);
+            gemv_diff = gemv_diff.max(max_diff(floats(got), floats(reference::gelu_tanh(want.clone()))));
             let residual = Tensor::<2>::random([rows, n], Distribution::Normal(0.0, 1.0), dev);
-            let got = decode_linear(x, &w, Some(&bias), true, Some(residual.clone()), plan);
+            let got = run(x, Some(&bias), true, Some(residual.clone()));
             let want = residual + reference::gelu_tanh(want);
             gemv_diff = gemv_diff.max(max_diff(floats(got), floats(want)));
         }

@@ -162,6 +162,7 @@ fn run(args: &Args, device: EngineDevice) -> anyhow::Result<serde_json::Value> {
     } else {
         serde_json::Value::Null
     };
+    let tuned = tune(&mut engine, &args.batch_sizes);
     let mut prompts = Prompts::new(config.vocab_size);
 
     println!(
@@ -207,7 +208,41 @@ fn run(args: &Args, device: EngineDevice) -> anyhow::Result<serde_json::Value> {
         "decode": decode_rows,
         "prefill": prefill_row,
         "server_warmup": warmup,
+        "projection_kernels": tuned,
     }))
+}
+
+/// Times the projection kernels at the decode buckets (CUDA), prints the
+/// choices and returns them as JSON.
+fn tune(engine: &mut Engine, batch_sizes: &[usize]) -> serde_json::Value {
+    let tuned = engine.tune_projections(batch_sizes);
+    if !tuned.is_empty() {
+        println!("projection kernels (rows, n x k: candidates in us per call -> chosen):");
+    }
+    let rows: Vec<serde_json::Value> = tuned
+        .iter()
+        .map(|t| {
+            let timings: Vec<String> = t
+                .timings
+                .iter()
+                .map(|(k, us)| format!("{k:?} {us:.1}"))
+                .collect();
+            let s = t.shape;
+            println!(
+                "  {:>4} rows, {} x {}{}: {} -> {:?}",
+                s.rows,
+                s.n,
+                s.k,
+                if s.lm_head { " (LM head)" } else { "" },
+                timings.join(", "),
+                t.chosen
+            );
+            json!({"rows": s.rows, "n": s.n, "k": s.k, "lm_head": s.lm_head,
+                   "timings_us": t.timings.iter().map(|(k, us)| json!({"kernel": format!("{k:?}"), "us": us})).collect::<Vec<_>>(),
+                   "chosen": format!("{:?}", t.chosen)})
+        })
+        .collect();
+    json!(rows)
 }
 
 /// Loads the model and sizes an engine for every batch and the prefill

@@ -46,6 +46,7 @@ use crate::device::EngineDevice;
 use crate::error::EngineError;
 use crate::limits::RequestLimits;
 use crate::model::{load_model, Gpt2Config};
+use crate::ops::TunedShape;
 use crate::sampling::RowChoice;
 use crate::step::{DecodeRow, PrefillSeq, RunnerShape, StepRunner};
 use crate::types::*;
@@ -389,6 +390,19 @@ impl Engine {
                 decode_graphs: self.decode_graphs,
             },
         )
+    }
+
+    /// Times the projection kernels against each other at the decode
+    /// buckets of `batch_sizes` and records the fastest for each shape (CUDA;
+    /// the warmup does this for every bucket). Returns the timings.
+    pub fn tune_projections(&mut self, batch_sizes: &[usize]) -> Vec<TunedShape> {
+        let mut buckets: Vec<usize> = batch_sizes
+            .iter()
+            .map(|&n| self.runner.decode_bucket(n))
+            .collect();
+        buckets.sort_unstable();
+        buckets.dedup();
+        self.runner.tune_projections(&buckets)
     }
 
     /// Captures the decode step of the bucket of each of `batch_sizes` as a

@@ -4,9 +4,11 @@
 //! A step's rows are `(sequence, next chunk of its prompt)`. Each chunk is
 //! cut to what is left of its prompt; rows whose chunk completes their
 //! prompt go first, because theirs are the logits that get sampled (the
-//! first token). A row that starts after cached positions (a prefix-cache
-//! hit, earlier chunks) attends over its whole context gathered from the
-//! paged cache; its new K/V go to its own fresh blocks (`crate::step`).
+//! first token). The device step concatenates the rows' tokens into one
+//! flat sequence; a row that starts after cached positions (a prefix-cache
+//! hit, earlier chunks) attends over its whole context read in place from
+//! the paged cache, like a fresh one; its new K/V go to its own fresh blocks
+//! (`crate::step`).
 
 use std::collections::HashSet;
 

@@ -6,10 +6,18 @@
 //! doing it here keeps that out of the first requests' latency, and with the
 //! caches persisted on disk a restart finds them ready. The shapes are every
 //! decode bucket (decode shapes do not depend on the context: attention walks
-//! the block tables), greedy and sampling, and every prefill bucket
-//! (rows x length) the prefill knobs allow. Warmup steps run padding rows
-//! only: they take no blocks and leave no sequence behind. With decode graphs
-//! on, each decode bucket's step is then captured (`crate::step::graphs`).
+//! the block tables), greedy and sampling, and every prefill shape the
+//! prefill knobs allow: a prefill step is one flat sequence of its rows'
+//! tokens, so its shape is its token bucket (and a row bucket, which the
+//! token bucket fixes while the prefill row knob stays within the decode
+//! batch: `crate::step::shapes`). Fresh prompts, chunks and prefix-cache
+//! hits share these shapes. Warmup steps run padding only: they take no
+//! blocks and leave no sequence behind. With decode graphs on, each decode
+//! bucket's step is then captured (`crate::step::graphs`).
+//!
+//! Before any of that, on CUDA, the projection kernels are timed against
+//! each other at every decode bucket's shapes and the fastest is recorded for
+//! the steps (and graphs) that follow (`crate::ops::Ops::tune_linear`).
 //!
 //! On the CPU (unbucketed) there is nothing to compile or tune; one small
 //! prefill and one decode step touch the weights and start the thread pool.
@@ -18,7 +26,9 @@ use std::time::Instant;
 
 use crate::error::EngineError;
 use crate::sampling::RowChoice;
-use crate::step::{PrefillShape, StepRunner};
+pub use crate::step::shapes::powers_of_two_up_to;
+use crate::step::shapes::prefill_shapes;
+use crate::step::StepRunner;
 
 /// What a warmup did.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -29,6 +39,10 @@ pub struct WarmupReport {
     pub prefill_shapes: usize,
     /// Decode buckets captured as hardware CUDA graphs.
     pub graphs: usize,
+    /// Projection shapes whose kernel was chosen by timing (CUDA).
+    pub tuned_shapes: usize,
+    /// Seconds the projection timing took (part of `seconds`).
+    pub tune_seconds: f64,
     pub seconds: f64,
 }
 
@@ -59,12 +73,25 @@ pub fn run(runner: &mut StepRunner, limits: Limits) -> Result<WarmupReport, Engi
     let (decode, prefill) = if bucketed {
         (
             powers_of_two_up_to(runner.shape().max_batch),
-            prefill_shapes(runner, limits.prefill_max_batch, limits.prefill_max_tokens),
+            prefill_shapes(
+                &runner.shape(),
+                limits.prefill_max_batch,
+                limits.prefill_max_tokens,
+            ),
         )
     } else {
-        let len = 16.min(runner.model_config().n_positions);
-        (vec![1], vec![PrefillShape { rows: 1, len }])
+        (vec![1], vec![runner.prefill_shape(1, 16)])
     };
+    let tune_started = Instant::now();
+    let tuned = if bucketed {
+        runner.tune_projections(&decode)
+    } else {
+        Vec::new()
+    };
+    let tune_seconds = tune_started.elapsed().as_secs_f64();
+    for t in &tuned {
+        tracing::debug!(shape = ?t.shape, chosen = ?t.chosen, timings_us = ?t.timings, "projection kernel");
+    }
     for &shape in &prefill {
         runner.warm_prefill(shape)?;
     }
@@ -83,51 +110,18 @@ pub fn run(runner: &mut StepRunner, limits: Limits) -> Result<WarmupReport, Engi
         decode_shapes: decode.len() * if bucketed { 2 } else { 1 },
         prefill_shapes: prefill.len(),
         graphs,
+        tuned_shapes: tuned.len(),
+        tune_seconds,
         seconds: started.elapsed().as_secs_f64(),
     };
     tracing::info!(
         decode_shapes = report.decode_shapes,
         prefill_shapes = report.prefill_shapes,
         graphs = report.graphs,
+        tuned_shapes = report.tuned_shapes,
+        tune_seconds = report.tune_seconds,
         seconds = report.seconds,
         "engine warmed up"
     );
     Ok(report)
-}
-
-/// Every prefill bucket reachable under the prefill knobs: rows up to the
-/// bucket of `max_batch`, lengths up to the context window, and no more
-/// real tokens than `max_tokens` (a bucket of `rows` holds more than
-/// `rows / 2` prompts, each of more than `len / 2` tokens, or one prompt).
-fn prefill_shapes(runner: &StepRunner, max_batch: usize, max_tokens: usize) -> Vec<PrefillShape> {
-    let mut shapes = Vec::new();
-    let rows = powers_of_two_up_to(max_batch.max(1).next_power_of_two());
-    let longest = runner.model_config().n_positions;
-    for &r in &rows {
-        let mut len = runner.prefill_shape(1, 1).len;
-        loop {
-            let shape = runner.prefill_shape(r, len);
-            let fewest_tokens = (r / 2 + 1) * (shape.len / 2 + 1);
-            if r == 1 || fewest_tokens <= max_tokens {
-                shapes.push(shape);
-            }
-            if shape.len >= longest {
-                break;
-            }
-            len = shape.len + 1;
-        }
-    }
-    shapes.dedup();
-    shapes
-}
-
-/// 1, 2, 4, ... below `max`, then `max` (empty for 0).
-pub fn powers_of_two_up_to(max: usize) -> Vec<usize> {
-    let mut v: Vec<usize> = std::iter::successors(Some(1usize), |n| n.checked_mul(2))
-        .take_while(|&n| n < max)
-        .collect();
-    if max > 0 {
-        v.push(max);
-    }
-    v
 }

@@ -18,14 +18,14 @@ pub struct Block {
 }
 
 impl Block {
-    /// `x`: `[B, Q, E]` -> `[B, Q, E]`; the layer's cache is moved in and returned.
+    /// `x`: `[N, E]` -> `[N, E]`; the layer's cache is moved in and returned.
     pub fn forward(
         &self,
         ops: &Ops,
-        x: Tensor<3>,
+        x: Tensor<2>,
         cache: LayerKv,
         meta: &AttentionMeta,
-    ) -> (Tensor<3>, LayerKv) {
+    ) -> (Tensor<2>, LayerKv) {
         let normed = self.ln_1.forward(ops, x.clone());
         let (x, cache) = self.attn.forward(ops, normed, x, cache, meta);
         let x = self.mlp.forward(ops, self.ln_2.forward(ops, x.clone()), x);

@@ -1,9 +1,12 @@
 //! The GPT-2 model: embeddings, blocks, final LayerNorm, tied LM head.
 //!
-//! The forward pass works on a padded batch of new tokens `[B, Q]` (prefill:
-//! Q = longest prompt; decode: Q = 1) and computes logits only for one row per
-//! sequence (`last_rows`), so the `[*, vocab]` projection costs `B` rows, not
-//! `B*Q`. The LM head is `wte` transposed (GPT-2 ties them).
+//! The forward pass works on one flat sequence of a step's `N` new tokens
+//! (`[N, E]` activations): a decode step's one token per sequence, or a
+//! prefill step's prompt tokens of every row concatenated. Where each token's
+//! keys and values are is the step's [`AttentionMeta`]'s business. Logits are
+//! computed only for one token per row (`last_rows`), so the `[*, vocab]`
+//! projection costs `R` rows, not `N`. The LM head is `wte` transposed
+//! (GPT-2 ties them).
 
 use burn::nn::Embedding;
 use burn::prelude::*;
@@ -25,26 +28,30 @@ pub struct Gpt2 {
 }
 
 impl Gpt2 {
-    /// - `tokens`, `positions`: `[B, Q]` (padding rows hold any valid id/position)
-    /// - `last_rows`: `[B]` index into the flattened `[B*Q]` rows of the row
-    ///   whose logits each sequence needs
+    /// - `tokens`, `positions`: `[N]` (padding tokens hold any valid id/position)
+    /// - `last_rows`: `[R]` index into the `N` tokens of the one whose logits
+    ///   each row needs
     /// - `cache`: written at `meta.write_slots` in every layer
-    /// - returns logits `[B, vocab]`
+    /// - returns logits `[R, vocab]`
     pub fn forward(
         &self,
         ops: &Ops,
-        tokens: Tensor<2, Int>,
-        positions: Tensor<2, Int>,
+        tokens: Tensor<1, Int>,
+        positions: Tensor<1, Int>,
         last_rows: Tensor<1, Int>,
         meta: &AttentionMeta,
         cache: &mut KvCache,
     ) -> Tensor<2> {
-        let [b, q] = tokens.dims();
-        let pos = self.wpe.forward(positions);
+        let [n] = tokens.dims();
+        let embed = |table: &Embedding, ids: Tensor<1, Int>| {
+            let x = table.forward(ids.reshape([1, n])); // [1, N, E]
+            let e = x.dims()[2];
+            x.reshape([n, e])
+        };
+        let pos = embed(&self.wpe, positions);
         // `wte` may be stored narrower than the activations (bf16 on the CPU
         // with `--cpu-weights bf16`); the cast is free when it is not.
-        let mut x = self.wte.forward(tokens).cast(pos.dtype()) + pos; // [B, Q, E]
-        let e = x.dims()[2];
+        let mut x = embed(&self.wte, tokens).cast(pos.dtype()) + pos; // [N, E]
 
         // Move each layer's storage through its block so writes are in place.
         let layers = std::mem::take(&mut cache.layers);
@@ -56,9 +63,9 @@ impl Gpt2 {
         }
         cache.layers = updated;
 
-        let last = x.reshape([b * q, e]).select(0, last_rows); // [B, E]
+        let last = x.select(0, last_rows); // [R, E]
         let last = self.ln_f.forward(ops, last);
         // LM head tied to `wte` (`[vocab, E]`), used in its stored layout.
-        ops.lm_head(last, &self.wte.weight.val()) // [B, vocab]
+        ops.lm_head(last, &self.wte.weight.val()) // [R, vocab]
     }
 }

@@ -10,12 +10,11 @@
 //!   because each layer's tensors are moved through the forward pass uniquely
 //!   owned (the CPU's `select_assign`), or by a kernel that writes the buffers
 //!   whoever holds them (CUDA);
-//! - a decode step's attention reads each sequence's context in place through
-//!   its block table and length (no gather, no mask); a prefill step attends
-//!   over its fresh K/V or over context gathered by slot, with a mask
-//!   ([`AttentionContext`]). Head-major storage means a gather of a batch's
-//!   context slots yields `[H, B*T, D]`, whose `[T, D]` tiles attention reads
-//!   as they are.
+//! - attention reads each query's context in place through its sequence's
+//!   block table (no gather, no mask): a decode step's one query per
+//!   sequence up to its length, a prefill step's segments causally
+//!   ([`AttentionContext`]). Head-major storage keeps each head's rows of a
+//!   block contiguous (`block_size x D`), which both kernels read as they are.
 
 use burn::prelude::*;
 
@@ -75,10 +74,10 @@ impl KvCache {
 }
 
 /// Where a forward pass writes and reads K/V, shared by all layers of one
-/// step (`B` rows of `Q` new tokens each).
+/// step (`N` new tokens).
 #[derive(Debug, Clone)]
 pub struct AttentionMeta {
-    /// `[B*Q]`: cache slot of each new token, row-major over `[B, Q]`.
+    /// `[N]`: cache slot of each new token.
     /// Padding tokens point at the padding block, which nothing real reads.
     pub write_slots: Tensor<1, Int>,
     /// Where each row's queries find their keys and values.

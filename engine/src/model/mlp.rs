@@ -16,8 +16,8 @@ pub struct Mlp {
 }
 
 impl Mlp {
-    /// `residual + mlp(x)`: `[B, Q, E]` -> `[B, Q, E]`.
-    pub fn forward(&self, ops: &Ops, x: Tensor<3>, residual: Tensor<3>) -> Tensor<3> {
+    /// `residual + mlp(x)`: `[N, E]` -> `[N, E]`.
+    pub fn forward(&self, ops: &Ops, x: Tensor<2>, residual: Tensor<2>) -> Tensor<2> {
         let hidden = self.c_fc.forward(ops, x, Epilogue::gelu());
         self.c_proj.forward(ops, hidden, Epilogue::add(residual))
     }

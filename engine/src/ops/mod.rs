@@ -16,7 +16,10 @@
 //!   tanh-GELU, residual add); weights out-major, `[out, in]`, on both
 //!   devices ([`Ops::out_major_weights`]): the decode kernels stream each
 //!   output feature's contiguous row, and Flex's matmul (larger steps)
-//!   reads the transposed view as is.
+//!   reads the transposed view as is. On CUDA each shape runs on Ember's
+//!   decode kernels, cuBLASLt or CubeCL's matmul, as [`LinearChoices`]
+//!   says: decode shapes are timed against each other at warmup
+//!   ([`Ops::tune_linear`]).
 //! - [`Ops::layer_norm`]: f32 statistics whatever the dtype.
 //! - [`Ops::kv_write`]: new K/V rows into the paged storage, in place.
 //! - [`Ops::attention`]: a step's attention over its [`AttentionContext`].
@@ -26,6 +29,7 @@
 //! all CUDA code of the crate lives under `ops/cuda/`.
 
 pub mod attention;
+pub mod choice;
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
@@ -35,7 +39,10 @@ pub mod reference;
 
 use burn::prelude::*;
 
-pub use attention::{AttentionContext, AttentionShape, PagedContext};
+pub use attention::{
+    AttentionContext, PagedContext, SegmentContext, SegmentPadding, SegmentRow, TableGeometry,
+};
+pub use choice::{LinearChoices, LinearKernel, LinearShape};
 pub use input_buffer::InputBuffer;
 
 pub use cpu::CpuKernels;
@@ -78,11 +85,25 @@ impl<const D: usize> Epilogue<D> {
 }
 
 /// The ops and the kernel knobs they launch with. Cheap to clone (a captured
-/// decode graph keeps a copy).
+/// decode graph keeps a copy; the kernel choices are shared).
 #[derive(Debug, Clone, Default)]
 pub struct Ops {
     tuning: KernelTuning,
     cpu: CpuKernels,
+    /// Projections may run on cuBLASLt (CUDA, the library loaded, not
+    /// turned off with `--cublaslt false`).
+    cublaslt: bool,
+    /// The kernel of each projection shape (measured at warmup).
+    choices: LinearChoices,
+}
+
+/// One projection shape timed at warmup: each candidate's microseconds per
+/// call, and the winner.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TunedShape {
+    pub shape: LinearShape,
+    pub timings: Vec<(LinearKernel, f64)>,
+    pub chosen: LinearKernel,
 }
 
 impl Ops {
@@ -91,6 +112,8 @@ impl Ops {
         Self {
             tuning,
             cpu: CpuKernels::detect(),
+            cublaslt: false,
+            choices: LinearChoices::default(),
         }
     }
 
@@ -99,7 +122,15 @@ impl Ops {
         Self {
             tuning: KernelTuning::default(),
             cpu,
+            cublaslt: false,
+            choices: LinearChoices::default(),
         }
+    }
+
+    /// These ops with cuBLASLt projections on or off.
+    pub fn with_cublaslt(mut self, on: bool) -> Self {
+        self.cublaslt = on;
+        self
     }
 
     pub fn tuning(&self) -> &KernelTuning {
@@ -116,6 +147,57 @@ impl Ops {
     pub fn matrix_dtype(&self) -> Option<burn::tensor::DType> {
         (self.cpu.weights == crate::cpu_tuning::CpuWeights::Bf16)
             .then_some(burn::tensor::DType::BF16)
+    }
+
+    /// Whether projections may run on cuBLASLt.
+    pub fn cublaslt(&self) -> bool {
+        self.cublaslt
+    }
+
+    pub fn choices(&self) -> &LinearChoices {
+        &self.choices
+    }
+
+    /// The failure of a library call queued during the last step, if any
+    /// (cuBLASLt runs asynchronously on the device thread; a failed call
+    /// leaves its output unwritten).
+    pub fn take_error(&self) -> Option<String> {
+        #[cfg(feature = "cuda")]
+        if self.cublaslt {
+            return cuda::cublaslt::take_error();
+        }
+        None
+    }
+
+    /// Times every candidate kernel of each of `shapes` on `device` and
+    /// records the fastest (CUDA; nothing anywhere else). Shapes with a
+    /// single candidate are recorded without timing.
+    pub fn tune_linear(&self, device: &Device, shapes: &[LinearShape]) -> Vec<TunedShape> {
+        #[cfg(feature = "cuda")]
+        if cuda::is_cube_device(device) {
+            return shapes
+                .iter()
+                .filter_map(|&s| self.tune_shape(device, s))
+                .collect();
+        }
+        let _ = (device, shapes);
+        Vec::new()
+    }
+
+    /// The kernels that can run `shape` here.
+    pub fn linear_candidates(&self, shape: LinearShape) -> Vec<LinearKernel> {
+        let planned = plan::linear(&self.tuning, shape.rows, shape.n, shape.k, shape.lm_head);
+        let mut out = Vec::new();
+        if planned != plan::LinearPlan::Matmul {
+            out.push(LinearKernel::Ember(planned));
+        }
+        if self.cublaslt {
+            out.push(LinearKernel::Lt);
+        }
+        if out.is_empty() {
+            out.push(LinearKernel::Matmul);
+        }
+        out
     }
 
     /// Whether projections on `device` store their weights out-major
@@ -248,52 +330,37 @@ impl Ops {
         reference::kv_write(k, v, qkv, slots)
     }
 
-    /// Attention of a step's queries (the Q third of `qkv`, `[B*Q, 3E]`) over
-    /// their context (see [`AttentionContext`]), the layer's K/V storage
-    /// already holding the step's new rows. Returns `[B*Q, E]`.
+    /// Attention of a step's queries (the Q third of `qkv`, `[N, 3E]`: one row
+    /// per decode sequence, or a prefill step's flat tokens) over their
+    /// context (see [`AttentionContext`]), the layer's K/V storage already
+    /// holding the step's new rows. Returns `[N, E]`.
     pub fn attention(
         &self,
         qkv: Tensor<2>,
         k: &Tensor<3>,
         v: &Tensor<3>,
-        shape: AttentionShape,
+        n_head: usize,
         context: &AttentionContext,
     ) -> Tensor<2> {
         match context {
-            AttentionContext::Paged(paged) => self.decode_attention(qkv, k, v, shape, paged),
-            AttentionContext::Fresh { mask } => {
+            AttentionContext::Paged(paged) => {
                 #[cfg(feature = "cuda")]
-                if let Some(out) = self.cuda_causal_prefill(&qkv, shape) {
-                    return out;
+                if cuda::on_cube(&qkv) {
+                    return cuda::paged_decode_attention(&self.tuning, qkv, k, v, paged, n_head);
                 }
-                reference::fresh_attention(qkv, shape, mask.clone())
+                cpu::paged_attention::decode_attention(&qkv, k, v, paged, n_head)
             }
-            AttentionContext::Gathered { slots, len, mask } => {
-                reference::gathered_attention(qkv, k, v, shape, slots.clone(), *len, mask.clone())
+            AttentionContext::Segments(seg) => {
+                #[cfg(feature = "cuda")]
+                if cuda::on_cube(&qkv) {
+                    return self.cuda_segment_attention(qkv, k, v, n_head, seg);
+                }
+                cpu::paged_attention::segment_attention(&qkv, k, v, seg, n_head)
             }
         }
     }
 
-    /// One query per sequence over its paged context, read in place.
-    fn decode_attention(
-        &self,
-        qkv: Tensor<2>,
-        k: &Tensor<3>,
-        v: &Tensor<3>,
-        shape: AttentionShape,
-        paged: &PagedContext,
-    ) -> Tensor<2> {
-        #[cfg(feature = "cuda")]
-        if cuda::on_cube(&qkv) {
-            return cuda::paged_decode_attention(&self.tuning, qkv, k, v, paged, shape.n_head);
-        }
-        let [b, e3] = qkv.dims();
-        let q = qkv.slice([0..b, 0..e3 / 3]);
-        cpu::paged_attention::decode_attention(&q, k, v, paged, shape.n_head)
-    }
-
-    /// The CUDA projection kernels where the plan takes them, else the
-    /// matmul on the transposed view.
+    /// A CUDA projection on the kernel [`LinearChoices`] picks for its shape.
     #[cfg(feature = "cuda")]
     fn cuda_linear<const D: usize>(
         &self,
@@ -306,35 +373,89 @@ impl Ops {
         let dims = x.dims();
         let rows: usize = dims[..D - 1].iter().product();
         let [d_out, d_in] = w.dims();
-        let plan = plan::linear(&self.tuning, rows, d_out, d_in, lm_head);
-        if plan == plan::LinearPlan::Matmul {
+        let shape = LinearShape {
+            rows,
+            n: d_out,
+            k: d_in,
+            lm_head,
+        };
+        let planned = plan::linear(&self.tuning, rows, d_out, d_in, lm_head);
+        let kernel = self.choices.choose(shape, planned, self.cublaslt);
+        if kernel == LinearKernel::Matmul {
             return reference::linear(x, w, bias, true, epilogue);
         }
-        let residual = epilogue.residual.map(|r| r.reshape([rows, d_out]));
-        let y = cuda::decode_linear(
-            x.reshape([rows, d_in]),
-            w,
-            bias,
-            epilogue.gelu,
-            residual,
-            plan,
-        );
+        let epilogue = Epilogue {
+            gelu: epilogue.gelu,
+            residual: epilogue.residual.map(|r| r.reshape([rows, d_out])),
+        };
+        let y = self.run_linear(kernel, x.reshape([rows, d_in]), w, bias, epilogue);
         let mut out = dims;
         out[D - 1] = d_out;
         y.reshape(out)
     }
 
-    /// The causal tensor-core prefill kernel, where it takes the batch: on
-    /// CUDA, head_dim 64, whole 16-row tiles per sequence, and not turned off
-    /// (`--prefill-attention false`).
+    /// `x` `[rows, k]` times the out-major `w` `[n, k]` transposed with the
+    /// epilogue, on `kernel` (CUDA tensors).
     #[cfg(feature = "cuda")]
-    fn cuda_causal_prefill(&self, qkv: &Tensor<2>, shape: AttentionShape) -> Option<Tensor<2>> {
+    pub fn run_linear(
+        &self,
+        kernel: LinearKernel,
+        x: Tensor<2>,
+        w: &Tensor<2>,
+        bias: Option<&Tensor<1>>,
+        epilogue: Epilogue<2>,
+    ) -> Tensor<2> {
+        let Epilogue { gelu, residual } = epilogue;
+        match kernel {
+            LinearKernel::Matmul => {
+                reference::linear(x, w, bias, true, Epilogue { gelu, residual })
+            }
+            LinearKernel::Lt => cuda::lt_linear(x, w, bias, gelu, residual),
+            LinearKernel::Ember(plan) => cuda::decode_linear(x, w, bias, gelu, residual, plan),
+        }
+    }
+
+    /// Times `shape`'s candidates and records the winner (see
+    /// [`Ops::tune_linear`]); `None` when nothing could be timed.
+    #[cfg(feature = "cuda")]
+    fn tune_shape(&self, device: &Device, shape: LinearShape) -> Option<TunedShape> {
+        let candidates = self.linear_candidates(shape);
+        let timings: Vec<(LinearKernel, f64)> = if candidates.len() == 1 {
+            vec![(candidates[0], 0.0)]
+        } else {
+            candidates
+                .iter()
+                .filter_map(|&k| cuda::tune::time_linear(self, device, shape, k).map(|us| (k, us)))
+                .collect()
+        };
+        let chosen = timings
+            .iter()
+            .min_by(|a, b| a.1.total_cmp(&b.1))
+            .map(|&(k, _)| k)?;
+        self.choices.record(shape, chosen);
+        Some(TunedShape {
+            shape,
+            timings,
+            chosen,
+        })
+    }
+
+    /// Prefill attention on CUDA: the causal tensor-core kernel where it
+    /// applies (head_dim 64, not turned off with `--prefill-attention
+    /// false`), else the tensor-op reference.
+    #[cfg(feature = "cuda")]
+    fn cuda_segment_attention(
+        &self,
+        qkv: Tensor<2>,
+        k: &Tensor<3>,
+        v: &Tensor<3>,
+        n_head: usize,
+        seg: &SegmentContext,
+    ) -> Tensor<2> {
         let [_, e3] = qkv.dims();
-        let head_dim = e3 / 3 / shape.n_head;
-        let fits = self.tuning.prefill_attention
-            && head_dim == 64
-            && shape.q_len.is_multiple_of(16)
-            && cuda::on_cube(qkv);
-        fits.then(|| cuda::prefill_attention(qkv.clone(), shape.q_len))
+        if self.tuning.prefill_attention && e3 / 3 / n_head == 64 {
+            return cuda::prefill_attention(qkv, k, v, seg);
+        }
+        reference::segment_attention(qkv, k, v, n_head, seg)
     }
 }

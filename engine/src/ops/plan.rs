@@ -4,7 +4,8 @@
 //!
 //! The constants that are properties of the kernels (not knobs) live here
 //! too: warps per cube of the GEMV and LayerNorm kernels, of the
-//! tensor-core projection's default, and of a split attention cube.
+//! tensor-core projection's default, and of a split attention cube; the
+//! query tile of prefill attention.
 
 use crate::tuning::KernelTuning;
 
@@ -22,8 +23,16 @@ pub const SPLIT_ATTENTION_WARPS: usize = 8;
 /// H200: 132).
 const PLAN_SMS: usize = 132;
 
+/// Queries per tile of prefill attention: one CUDA cube (4 warps of 16
+/// queries, over keys staged 64 at a time) or one CPU task per head.
+pub const PREFILL_TILE: usize = 64;
+
+/// The `(row, first query)` entry of a padding tile: its first query is past
+/// every row's end, so it computes nothing.
+pub const NO_TILE: [i32; 2] = [0, i32::MAX];
+
 /// How a projection of `rows` rows runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum LinearPlan {
     /// The general matmul (Burn's, on the transposed weight view).
     Matmul,
@@ -160,6 +169,29 @@ pub fn attention_lanes(chunks: usize) -> (usize, usize) {
     (lanes, chunks / lanes)
 }
 
+/// The tiles of prefill attention over rows of `lens` queries: `(row, first
+/// query)` of each run of up to [`PREFILL_TILE`] consecutive queries of one
+/// row, in row order. No tile straddles two rows, so a tile's queries share
+/// one block table and one causal diagonal.
+pub fn prefill_tiles(lens: &[usize]) -> Vec<[i32; 2]> {
+    lens.iter()
+        .enumerate()
+        .flat_map(|(row, &len)| {
+            (0..len)
+                .step_by(PREFILL_TILE)
+                .map(move |q0| [row as i32, q0 as i32])
+        })
+        .collect()
+}
+
+/// Most tiles [`prefill_tiles`] makes of `tokens` queries in `rows` rows:
+/// a row of `n` queries takes `ceil(n / 64) < n / 64 + 1` tiles, and every
+/// tile holds a query. A bucketed step pads its tile list to this length
+/// ([`NO_TILE`]), so the list's shape depends on the step's shape alone.
+pub fn prefill_tile_bound(tokens: usize, rows: usize) -> usize {
+    (tokens.div_ceil(PREFILL_TILE) + rows).min(tokens)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -258,6 +290,33 @@ mod tests {
         );
         assert_eq!(attention(1, 12, true).splits, 1);
         assert_eq!(attention(4, 12 * 64, true).splits, 4);
+    }
+
+    #[test]
+    fn prefill_tiles_cover_each_row_without_straddling() {
+        // Rows of 1, 0 (a padding row), 64, 65 and 130 queries.
+        let tiles = prefill_tiles(&[1, 0, 64, 65, 130]);
+        assert_eq!(
+            tiles,
+            [[0, 0], [2, 0], [3, 0], [3, 64], [4, 0], [4, 64], [4, 128]]
+        );
+        assert!(tiles.len() <= prefill_tile_bound(260, 5));
+        // The bound holds for every split of a token count into rows.
+        for tokens in [1, 16, 63, 64, 65, 200, 1000] {
+            for rows in 1..=tokens.min(70) {
+                let mut lens = vec![tokens / rows; rows];
+                lens[0] += tokens % rows;
+                let n = prefill_tiles(&lens).len();
+                assert!(n <= prefill_tile_bound(tokens, rows), "{tokens} in {rows}");
+                // One long row and many one-token rows: the worst case.
+                let mut skewed = vec![1; rows];
+                skewed[0] = tokens + 1 - rows;
+                let n = prefill_tiles(&skewed).len();
+                assert!(n <= prefill_tile_bound(tokens, rows), "{tokens} skewed");
+            }
+        }
+        assert_eq!(prefill_tile_bound(16, 16), 16);
+        assert_eq!(prefill_tile_bound(8192, 64), 192);
     }
 
     #[test]

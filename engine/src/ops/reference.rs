@@ -1,17 +1,19 @@
 //! The tensor-op path of every op: Burn's own ops, on any backend and dtype.
 //!
-//! This is what the CPU runs (except decode attention, which has a native
-//! kernel in [`super::cpu`]), what CUDA runs where Ember's kernels do not
-//! apply (prefill over cached context, large projections), and the reference
-//! every hand-written kernel is checked against: the CPU kernel in unit
-//! tests, the CUDA kernels by `ember-engine-bench --check-kernels`.
+//! This is what the CPU runs (except attention, which has native kernels in
+//! [`super::cpu`]), what CUDA runs where Ember's kernels do not apply (large
+//! projections, prefill attention turned off), and the reference every
+//! hand-written kernel is checked against: the CPU kernels in unit tests, the
+//! CUDA kernels by `ember-engine-bench --check-kernels`. The attention
+//! references gather each sequence's context through its block table and
+//! mask what a query may not see; the kernels read the cache in place.
 
 use burn::prelude::*;
 use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
 use burn::tensor::{DType, IndexingUpdateOp};
 
-use super::attention::{AttentionShape, PagedContext};
+use super::attention::{PagedContext, SegmentContext};
 use super::Epilogue;
 
 /// `x W + b`, then the epilogue; `w` is `[d_in, d_out]`, or `[d_out, d_in]`
@@ -93,13 +95,6 @@ pub fn kv_write(
     )
 }
 
-/// Head-major `[H, B, len, D]` view of `[B*len, E]` rows.
-fn heads(x: Tensor<2>, shape: AttentionShape, len: usize) -> Tensor<4> {
-    let [_, e] = x.dims();
-    let (b, h) = (shape.batch, shape.n_head);
-    x.reshape([b, len, h, e / h]).permute([2, 0, 1, 3])
-}
-
 /// Burn's fused attention (Flex: a native kernel; CUDA: the flash kernel,
 /// which a boolean mask and the default scale keep it on) of `q`
 /// `[H, B, Q, D]` over `k`, `v` `[H, B, T, D]`, the `[B, 1, Q, T]` mask
@@ -118,40 +113,84 @@ fn masked_attention(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, mask: Tensor<4, Bo
         .reshape([b * q_len, h * d])
 }
 
-/// Prefill without a cached prefix: each row over its own new K/V (the K
-/// and V thirds of `qkv`), `mask` `[B, 1, Q, Q]`.
-pub fn fresh_attention(qkv: Tensor<2>, shape: AttentionShape, mask: Tensor<4, Bool>) -> Tensor<2> {
-    let [n, e3] = qkv.dims();
-    let e = e3 / 3;
-    let q_len = shape.q_len;
-    let q = heads(qkv.clone().slice([0..n, 0..e]), shape, q_len);
-    let k = heads(qkv.clone().slice([0..n, e..2 * e]), shape, q_len);
-    let v = heads(qkv.slice([0..n, 2 * e..3 * e]), shape, q_len);
-    masked_attention(q, k, v, mask)
+/// `[R, len]` slots of positions `0..len` of each row through its block
+/// table (`[R, W]`, blocks of `block_size`); `len <= W * block_size`.
+fn context_slots(tables: &Tensor<2, Int>, block_size: usize, len: usize) -> Tensor<2, Int> {
+    let [r, w] = tables.dims();
+    let blocks = len.div_ceil(block_size).min(w);
+    let offsets = Tensor::<1, Int>::arange(0..block_size as i64, &tables.device());
+    let slots = tables
+        .clone()
+        .slice([0..r, 0..blocks])
+        .reshape([r, blocks, 1])
+        * block_size as i64
+        + offsets.reshape([1, 1, block_size]);
+    slots
+        .reshape([r, blocks * block_size])
+        .slice([0..r, 0..len])
 }
 
-/// Prefill over cached context: each row's `len` positions gathered from the
-/// `[H, S, D]` storage at `slots` (`[B*len]`), `mask` `[B, 1, Q, len]`.
-pub fn gathered_attention(
+/// Prefill attention by tensor ops (see [`SegmentContext`]): each row's
+/// queries are gathered from the flat `qkv` (`[T, 3E]`) into `[R, Qm]`
+/// (`Qm` = its `max_queries`; rows shorter than that repeat their last
+/// query), each row's context `0..Tm` (`max_context`) is gathered from the
+/// `[H, S, D]` storage through its block table, a mask hides every key past
+/// a query's position, and Burn's attention runs over the padded batch; the
+/// results go back to their flat rows. Padding tokens (past `cu[R]`) get
+/// zeros. Returns `[T, E]`.
+pub fn segment_attention(
     qkv: Tensor<2>,
     k_cache: &Tensor<3>,
     v_cache: &Tensor<3>,
-    shape: AttentionShape,
-    slots: Tensor<1, Int>,
-    len: usize,
-    mask: Tensor<4, Bool>,
+    n_head: usize,
+    seg: &SegmentContext,
 ) -> Tensor<2> {
-    let [n, e3] = qkv.dims();
-    let (b, h, d) = (shape.batch, shape.n_head, e3 / 3 / shape.n_head);
-    let q = heads(qkv.slice([0..n, 0..e3 / 3]), shape, shape.q_len);
-    let k = k_cache.clone().select(1, slots.clone()); // [H, B*T, D]
-    let v = v_cache.clone().select(1, slots);
-    masked_attention(
-        q,
-        k.reshape([h, b, len, d]),
-        v.reshape([h, b, len, d]),
-        mask,
-    )
+    let [t, e3] = qkv.dims();
+    let (e, r) = (e3 / 3, seg.starts.dims()[0]);
+    let (h, d) = (n_head, e3 / 3 / n_head);
+    let (qm, tm) = (seg.max_queries.max(1), seg.max_context.max(1));
+    let device = qkv.device();
+    let first = seg.cu_seqlens.clone().narrow(0, 0, r);
+    let ends = seg.cu_seqlens.clone().narrow(0, 1, r);
+    // Query `i` of row `r` is its query `min(i, len - 1)` (padding repeats
+    // the last one; an empty row reads its first slot, any valid row).
+    let last = (ends.clone() - first.clone()).sub_scalar(1).clamp_min(0);
+    let i = Tensor::<1, Int>::arange(0..qm as i64, &device)
+        .reshape([1, qm])
+        .expand([r, qm])
+        .min_pair(last.reshape([r, 1]).expand([r, qm]));
+    let flat = (first.clone().reshape([r, 1]).expand([r, qm]) + i.clone()).clamp_max(t as i64 - 1);
+    let q = qkv.slice([0..t, 0..e]).select(0, flat.reshape([r * qm]));
+    let q = q.reshape([r, qm, h, d]).permute([2, 0, 1, 3]); // [H, R, Qm, D]
+
+    let slots = context_slots(&seg.tables, seg.block_size, tm).reshape([r * tm]);
+    let k = k_cache
+        .clone()
+        .select(1, slots.clone())
+        .reshape([h, r, tm, d]);
+    let v = v_cache.clone().select(1, slots).reshape([h, r, tm, d]);
+    // Key `j` is hidden from query `i` of row `r` when `j > start[r] + i`.
+    let limit = seg.starts.clone().reshape([r, 1]).expand([r, qm]) + i;
+    let j = Tensor::<1, Int>::arange(0..tm as i64, &device)
+        .reshape([1, 1, tm])
+        .expand([r, qm, tm]);
+    let mask = j.greater(limit.reshape([r, qm, 1]).expand([r, qm, tm]));
+    let out = masked_attention(q, k, v, mask.reshape([r, 1, qm, tm])); // [R*Qm, E]
+
+    // Token `n` is in the row after every row that ends at or before it.
+    let n = Tensor::<1, Int>::arange(0..t as i64, &device);
+    let row = ends
+        .reshape([1, r])
+        .expand([t, r])
+        .lower_equal(n.clone().reshape([t, 1]).expand([t, r]))
+        .int()
+        .sum_dim(1)
+        .reshape([t]);
+    let padding = row.clone().greater_equal_elem(r as i64);
+    let row = row.clamp_max(r as i64 - 1);
+    let i = (n - first.select(0, row.clone())).clamp(0, qm as i64 - 1);
+    out.select(0, row * qm as i64 + i)
+        .mask_fill(padding.reshape([t, 1]).expand([t, e]), 0.0)
 }
 
 /// Decode attention by tensor ops: gathers every sequence's context through
@@ -171,8 +210,7 @@ pub fn decode_attention(
     let bs = paged.block_size;
     let t = w * bs;
     let device = q.device();
-    let offsets = Tensor::<1, Int>::arange(0..bs as i64, &device).reshape([1, 1, bs]);
-    let slots = (paged.tables.clone().reshape([b, w, 1]) * bs as i64 + offsets).reshape([b * t]);
+    let slots = context_slots(&paged.tables, bs, t).reshape([b * t]);
     let k = k_cache
         .clone()
         .select(1, slots.clone())

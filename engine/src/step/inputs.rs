@@ -1,39 +1,41 @@
-//! One step's model inputs: prefill batches built on the host, decode batches
-//! derived on the device from the persistent [`DecodeBuffers`].
+//! One step's model inputs: prefill steps built on the host, decode steps
+//! derived on the device from the persistent [`DecodeBuffers`]. Either way
+//! the model sees one flat sequence of `N` new tokens.
 //!
-//! - Prefill pads each row's new tokens (a whole prompt or a chunk of one) on
-//!   the right to `Q` (the longest row, or its bucket) and the batch to `B`
-//!   rows (the count, or its bucket). Every row is written to the cache: a real
-//!   token at its sequence's slot, a padding token at the padding block's first
-//!   slot, which nothing real ever reads. A row that starts after cached
-//!   positions (a prefix-cache hit, an earlier chunk) attends over its whole
-//!   context, gathered by slot through its block table
-//!   ([`AttentionContext::Gathered`]); when no row has one, attention runs
-//!   over the fresh K/V alone ([`AttentionContext::Fresh`]). The causal+padding mask
-//!   hides future and padding keys; logits are taken only at each row's last
-//!   token.
+//! - Prefill concatenates its rows' new tokens (a whole prompt, or a chunk of
+//!   one after earlier chunks or a prefix-cache hit) into one sequence of `T`
+//!   tokens, padded on CUDA to the step's token bucket, and describes the
+//!   rows with small int tensors ([`SegmentContext`]): query offsets
+//!   (`cu_seqlens`), each row's first position (`start`, its tokens already
+//!   cached), its block table, and the attention tiles; rows may be padded
+//!   too (empty segments). Every token is written to the cache (a real one at
+//!   its sequence's slot, a padding token at the padding block's first slot,
+//!   which nothing real reads), then each row's query `i` attends over
+//!   positions `0 ..= start + i` of its own sequence, read in place. Logits
+//!   are taken only at each row's last token (`last_rows`).
 //! - Decode feeds one token per row. Attention reads each row's context from
 //!   the cache through its block table and context length, straight from the
-//!   buffers ([`PagedContext`]): no slot list, no mask, and no shape that
-//!   depends on the context, so one decode graph serves every length. Nothing
-//!   is read back or uploaded here: the step's inputs were written into the
-//!   buffers once.
+//!   buffers ([`PagedContext`]): no shape depends on the context, so one
+//!   decode graph serves every length. Nothing is read back or uploaded here:
+//!   the step's inputs were written into the buffers once.
 
 use burn::prelude::*;
 
 use super::buffers::DecodeBuffers;
 use crate::kv::slot_of;
 use crate::model::AttentionMeta;
-use crate::ops::{AttentionContext, PagedContext};
+use crate::ops::{
+    AttentionContext, PagedContext, SegmentContext, SegmentPadding, SegmentRow, TableGeometry,
+};
 
 /// Everything [`Gpt2::forward`](crate::model::Gpt2::forward) needs for one step.
 #[derive(Debug, Clone)]
 pub struct StepInputs {
-    /// `[B, Q]`
-    pub tokens: Tensor<2, Int>,
-    /// `[B, Q]`
-    pub positions: Tensor<2, Int>,
-    /// `[B]`, rows of the flattened `[B*Q]` whose logits are needed.
+    /// `[N]` token ids.
+    pub tokens: Tensor<1, Int>,
+    /// `[N]` their positions.
+    pub positions: Tensor<1, Int>,
+    /// `[R]` the tokens whose logits are needed, one per row.
     pub last_rows: Tensor<1, Int>,
     pub meta: AttentionMeta,
 }
@@ -50,117 +52,71 @@ pub struct PrefillSeq<'a> {
     pub table: &'a [u32],
 }
 
-/// The padded shape of a prefill batch.
+/// The padded shape of a prefill step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PrefillShape {
-    /// Rows (sequences plus padding rows).
+    /// Flat tokens: the rows' tokens, then padding tokens.
+    pub tokens: usize,
+    /// Rows: the real ones, then empty ones.
     pub rows: usize,
-    /// Tokens per row.
-    pub len: usize,
+    /// Length of the attention tile list (padded with tiles that compute
+    /// nothing), or `None`: exactly the rows' tiles.
+    pub tiles: Option<usize>,
 }
 
-fn ints<const D: usize>(values: Vec<i32>, shape: [usize; D], device: &Device) -> Tensor<D, Int> {
-    Tensor::from_data(TensorData::new(values, shape), device)
+fn ints(values: Vec<i32>, device: &Device) -> Tensor<1, Int> {
+    let n = values.len();
+    Tensor::from_data(TensorData::new(values, [n]), device)
 }
 
-/// Builds the padded prefill batch (`shape` at least the batch's own size;
-/// rows must be non-empty). `pad_slot` takes the padding rows' K/V. Rows
-/// with a cached context (`start > 0`) attend over exactly that context.
+/// Builds a prefill step over `seqs` (each non-empty, together at most
+/// `shape`'s tokens and rows), with block tables of `geometry`.
 pub fn prefill_inputs(
     seqs: &[PrefillSeq<'_>],
     shape: PrefillShape,
-    block_size: usize,
-    pad_slot: usize,
+    geometry: TableGeometry,
     device: &Device,
 ) -> StepInputs {
-    let context = seqs
-        .iter()
-        .any(|s| s.start > 0)
-        .then(|| seqs.iter().map(|s| s.start + s.tokens.len()).max())
-        .flatten();
-    prefill_inputs_over(seqs, shape, context, block_size, pad_slot, device)
-}
-
-/// [`prefill_inputs`] with the context length chosen by the caller.
-///
-/// - `context: None`: every row starts at position 0 and attends over its
-///   fresh K/V only (`T = Q`, nothing is gathered).
-/// - `context: Some(T)`, `T >= start + len` of every row: each row's context,
-///   its cached prefix and the new tokens (written to the cache first, in the
-///   same layer), is gathered from the cache through its block table; keys
-///   past the row's end read the padding slot and are masked. Query `i` of a
-///   row sees keys `j <= start + i`.
-pub fn prefill_inputs_over(
-    seqs: &[PrefillSeq<'_>],
-    shape: PrefillShape,
-    context: Option<usize>,
-    block_size: usize,
-    pad_slot: usize,
-    device: &Device,
-) -> StepInputs {
-    let PrefillShape { rows: b, len: q } = shape;
-    let t = context.unwrap_or(q);
-    debug_assert!(b >= seqs.len() && seqs.iter().all(|s| s.tokens.len() <= q));
-    debug_assert!(context.is_some() || seqs.iter().all(|s| s.start == 0));
-    debug_assert!(seqs.iter().all(|s| s.start + s.tokens.len() <= t));
-    let mut tokens = vec![0i32; b * q];
-    let mut positions = vec![0i32; b * q];
-    let mut write_slots = vec![pad_slot as i32; b * q];
-    let mut context_slots = vec![pad_slot as i32; if context.is_some() { b * t } else { 0 }];
-    let mut last_rows = vec![0i32; b];
-    let mut starts = vec![0i32; b];
-    let mut ends = vec![0i32; b];
+    let t = shape.tokens;
+    let r = shape.rows.max(seqs.len()).max(1);
+    debug_assert!(seqs.iter().map(|s| s.tokens.len()).sum::<usize>() <= t);
+    let pad_slot = geometry.padding_block as usize * geometry.block_size;
+    let mut tokens = vec![0i32; t];
+    // Padding tokens sit at position 0 (any valid one) of the padding slot.
+    let mut positions = vec![0i32; t];
+    let mut write_slots = vec![pad_slot as i32; t];
+    let mut last_rows = vec![0i32; r];
+    let mut n = 0;
     for (i, s) in seqs.iter().enumerate() {
-        for p in 0..q {
-            // Padding tokens of a real row sit at position 0 (any valid one).
-            positions[i * q + p] = if p < s.tokens.len() {
-                (s.start + p) as i32
-            } else {
-                0
-            };
-        }
         for (p, &tok) in s.tokens.iter().enumerate() {
-            tokens[i * q + p] = tok as i32;
-            write_slots[i * q + p] = slot_of(s.table, block_size, s.start + p) as i32;
+            tokens[n + p] = tok as i32;
+            positions[n + p] = (s.start + p) as i32;
+            write_slots[n + p] = slot_of(s.table, geometry.block_size, s.start + p) as i32;
         }
-        let end = s.start + s.tokens.len();
-        if context.is_some() {
-            for pos in 0..end {
-                context_slots[i * t + pos] = slot_of(s.table, block_size, pos) as i32;
-            }
-        }
-        last_rows[i] = (i * q + s.tokens.len().max(1) - 1) as i32;
-        starts[i] = s.start as i32;
-        ends[i] = end as i32;
+        n += s.tokens.len();
+        last_rows[i] = n.saturating_sub(1) as i32;
     }
-
-    // masked[b, 0, i, j] = j > start[b] + i (future) || j >= end[b] (padding key).
-    let mask = [b, 1, q, t];
-    let i = Tensor::<1, Int>::arange(0..q as i64, device).reshape([1, 1, q, 1]);
-    let starts = ints::<1>(starts, [b], device).reshape([b, 1, 1, 1]);
-    let i = (i + starts).expand(mask);
-    let j = Tensor::<1, Int>::arange(0..t as i64, device)
-        .reshape([1, 1, 1, t])
-        .expand(mask);
-    let end = ints::<1>(ends, [b], device)
-        .reshape([b, 1, 1, 1])
-        .expand(mask);
-    let masked = j.clone().greater(i).bool_or(j.greater_equal(end));
-
+    let rows: Vec<SegmentRow<'_>> = seqs
+        .iter()
+        .map(|s| SegmentRow {
+            queries: s.tokens.len(),
+            start: s.start,
+            table: s.table,
+        })
+        .collect();
+    let padding = SegmentPadding {
+        rows: r,
+        tiles: shape.tiles,
+    };
     StepInputs {
-        tokens: ints(tokens, [b, q], device),
-        positions: ints(positions, [b, q], device),
-        last_rows: ints(last_rows, [b], device),
+        tokens: ints(tokens, device),
+        positions: ints(positions, device),
+        last_rows: ints(last_rows, device),
         meta: AttentionMeta {
-            write_slots: ints(write_slots, [b * q], device),
-            context: match context {
-                Some(len) => AttentionContext::Gathered {
-                    slots: ints(context_slots, [b * t], device),
-                    len,
-                    mask: masked,
-                },
-                None => AttentionContext::Fresh { mask: masked },
-            },
+            write_slots: ints(write_slots, device),
+            context: AttentionContext::Segments(SegmentContext::new(
+                &rows, padding, geometry, device,
+            )),
         },
     }
 }
@@ -168,10 +124,9 @@ pub fn prefill_inputs_over(
 /// The decode step's inputs from `buffers` (already written for this step);
 /// contexts of at most `max_context` positions in blocks of `block_size`.
 pub fn decode_inputs(buffers: &DecodeBuffers, block_size: usize, max_context: usize) -> StepInputs {
-    let b = buffers.rows();
     StepInputs {
-        tokens: buffers.tokens.tensor().reshape([b, 1]),
-        positions: buffers.positions.tensor().reshape([b, 1]),
+        tokens: buffers.tokens.tensor(),
+        positions: buffers.positions.tensor(),
         last_rows: buffers.last_rows.clone(),
         meta: AttentionMeta {
             write_slots: buffers.write_slots.tensor(),
@@ -195,23 +150,21 @@ mod tests {
         t.into_data().iter::<i64>().collect()
     }
 
-    fn bools(t: Tensor<4, Bool>) -> Vec<bool> {
-        t.into_data().iter::<bool>().collect()
-    }
-
-    /// The mask of a prefill context, and its gathered slots (if any).
-    fn prefill_context(
-        ctx: AttentionContext,
-    ) -> (Tensor<4, Bool>, Option<(Tensor<1, Int>, usize)>) {
+    fn segments(ctx: AttentionContext) -> SegmentContext {
         match ctx {
-            AttentionContext::Fresh { mask } => (mask, None),
-            AttentionContext::Gathered { slots, len, mask } => (mask, Some((slots, len))),
-            AttentionContext::Paged(_) => panic!("a prefill step is not paged"),
+            AttentionContext::Segments(seg) => seg,
+            AttentionContext::Paged(_) => panic!("a prefill step has segments"),
         }
     }
 
+    const GEOMETRY: TableGeometry = TableGeometry {
+        block_size: 4,
+        width: 2,
+        padding_block: 24,
+    };
+
     #[test]
-    fn prefill_mask_is_causal_and_hides_padding() {
+    fn prefill_flattens_the_rows_and_pads_tokens_rows_and_tiles() {
         let dev = Device::flex();
         let (a, b) = ([1u32, 2, 3], [7u32]);
         let seqs = [
@@ -226,29 +179,30 @@ mod tests {
                 table: &[1],
             },
         ];
-        let shape = PrefillShape { rows: 3, len: 3 };
-        let inputs = prefill_inputs(&seqs, shape, 4, 99, &dev);
-        let (mask, gathered) = prefill_context(inputs.meta.context);
-        assert!(gathered.is_none());
-        let m = bools(mask);
-        #[rustfmt::skip]
-        let expected = [
-            false, true, true,   false, false, true,   false, false, false, // seq 0: causal
-            false, true, true,   false, true, true,    false, true, true,   // seq 1: one key
-            true, true, true,    true, true, true,     true, true, true,    // padding row
-        ];
-        assert_eq!(m, expected);
-        // Real tokens at their slots, padding positions at the padding slot.
-        let slots = ints_of(inputs.meta.write_slots);
-        assert_eq!(slots, [0, 1, 2, 4, 99, 99, 99, 99, 99]);
+        let shape = PrefillShape {
+            tokens: 6,
+            rows: 3,
+            tiles: Some(4),
+        };
+        let inputs = prefill_inputs(&seqs, shape, GEOMETRY, &dev);
+        assert_eq!(ints_of(inputs.tokens), [1, 2, 3, 7, 0, 0]);
+        assert_eq!(ints_of(inputs.positions), [0, 1, 2, 0, 0, 0]);
+        // Real tokens at their slots, padding tokens at the padding slot (96).
+        assert_eq!(ints_of(inputs.meta.write_slots), [0, 1, 2, 4, 96, 96]);
         assert_eq!(ints_of(inputs.last_rows), [2, 3, 0]);
+        let seg = segments(inputs.meta.context);
+        assert_eq!(ints_of(seg.cu_seqlens), [0, 3, 4, 4]);
+        assert_eq!(ints_of(seg.starts), [0, 0, 0]);
+        assert_eq!(ints_of(seg.tables), [0, 24, 1, 24, 24, 24]);
+        let no = i64::from(i32::MAX);
+        assert_eq!(ints_of(seg.tiles), [0, 0, 1, 0, 0, no, 0, no]);
     }
 
     #[test]
-    fn a_chunk_attends_over_its_cached_context() {
+    fn a_chunk_starts_after_its_cached_positions() {
         let dev = Device::flex();
         // Row 0: positions 5..7 after 5 cached ones (blocks 3, 1 of size 4);
-        // row 1: a fresh 2-token prompt in block 2.
+        // row 1: a fresh 2-token prompt in block 2. Exact (CPU) shape.
         let (a, b) = ([8u32, 9], [4u32, 6]);
         let seqs = [
             PrefillSeq {
@@ -262,26 +216,21 @@ mod tests {
                 table: &[2],
             },
         ];
-        let shape = PrefillShape { rows: 2, len: 2 };
-        let inputs = prefill_inputs(&seqs, shape, 4, 99, &dev);
-        let (mask, gathered) = prefill_context(inputs.meta.context);
-        let (slots, len) = gathered.expect("a gathered context");
-        assert_eq!(len, 7);
-        #[rustfmt::skip]
-        assert_eq!(ints_of(slots), [
-            12, 13, 14, 15, 4, 5, 6,
-            8, 9, 99, 99, 99, 99, 99,
-        ]);
+        let shape = PrefillShape {
+            tokens: 4,
+            rows: 2,
+            tiles: None,
+        };
+        let inputs = prefill_inputs(&seqs, shape, GEOMETRY, &dev);
         assert_eq!(ints_of(inputs.meta.write_slots), [5, 6, 8, 9]);
         assert_eq!(ints_of(inputs.positions), [5, 6, 0, 1]);
         assert_eq!(ints_of(inputs.last_rows), [1, 3]);
-        let m = bools(mask);
-        let f = false;
-        #[rustfmt::skip]
-        assert_eq!(m, [
-            f, f, f, f, f, f, true,   f, f, f, f, f, f, f,          // sees 0..=5, then 0..=6
-            f, true, true, true, true, true, true,   f, f, true, true, true, true, true,
-        ]);
+        let seg = segments(inputs.meta.context);
+        assert_eq!(ints_of(seg.cu_seqlens), [0, 2, 4]);
+        assert_eq!(ints_of(seg.starts), [5, 0]);
+        assert_eq!(ints_of(seg.tables), [3, 1, 2, 24]);
+        assert_eq!(ints_of(seg.tiles), [0, 0, 1, 0]);
+        assert_eq!((seg.max_queries, seg.max_context), (2, 7));
     }
 
     #[test]

@@ -1,8 +1,10 @@
 //! One step on the device: its inputs, the buffers they live in, the forward
 //! pass, and the decode graphs that replay it.
 //!
+//! - [`shapes`]: the shape a runner is built for and each step's padded
+//!   shape (CUDA buckets).
 //! - [`inputs`]: a step's model inputs (prefill built on the host, decode
-//!   derived on the device from the buffers) and the prefill shapes.
+//!   derived on the device from the buffers).
 //! - [`buffers`]: the persistent device buffers a decode step's inputs are
 //!   written into, one set per decode bucket (in place on CUDA).
 //! - [`forward`]: the model over a step's inputs (eager steps and graphs).
@@ -16,7 +18,9 @@ pub mod forward;
 pub mod graphs;
 pub mod inputs;
 pub mod runner;
+pub mod shapes;
 
 pub use buffers::DecodeRow;
 pub use inputs::{PrefillSeq, PrefillShape, StepInputs};
-pub use runner::{RunnerShape, StepRunner, MIN_PREFILL_BUCKET};
+pub use runner::StepRunner;
+pub use shapes::{RunnerShape, MIN_PREFILL_BUCKET};

@@ -8,13 +8,9 @@
 //! logprobs where asked). The host half (which sequence holds which blocks,
 //! the stop rules) is `crate::engine`'s.
 //!
-//! Step shapes: with `bucketed` on (CUDA), decode batches are padded to
-//! power-of-two buckets up to `max_batch`, prefill batches to power-of-two
-//! rows and lengths (at least [`MIN_PREFILL_BUCKET`]), and the context of a
-//! prefill over cached positions to a power-of-two number of blocks, so the
-//! set of shapes is small and known in advance (autotune and compilation run
-//! once per shape). Padding rows read and write only the padding block (one
-//! past the pool's last).
+//! Step shapes (CUDA buckets, exact on the CPU) are [`super::shapes`]'s.
+//! Padding rows and tokens read and write only the padding block (one past
+//! the pool's last).
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -24,33 +20,17 @@ use burn::prelude::*;
 use super::buffers::{DecodeBuffers, DecodeRow};
 use super::forward::forward;
 use super::graphs::DecodeGraph;
-use super::inputs::{
-    decode_inputs, prefill_inputs, prefill_inputs_over, PrefillSeq, PrefillShape, StepInputs,
-};
+use super::inputs::{decode_inputs, prefill_inputs, PrefillSeq, PrefillShape, StepInputs};
+use super::shapes::{self, RunnerShape};
 use crate::error::EngineError;
 use crate::model::{Gpt2, Gpt2Config, KvCache};
-use crate::ops::Ops;
+use crate::ops::{LinearShape, Ops, TableGeometry, TunedShape};
 use crate::sampling::{any_asked, logprobs, sample, RowChoice, SamplingParamsRows};
 use crate::types::TokenLogprobs;
-
-/// Shortest padded prompt length when prefill shapes are bucketed.
-pub const MIN_PREFILL_BUCKET: usize = 16;
 
 /// What a sampled step returns: one id per real row, and each row's logprobs
 /// where it asked.
 pub type Sampled = (Vec<u32>, Vec<Option<TokenLogprobs>>);
-
-/// The cache layout and step shapes a runner is built for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RunnerShape {
-    pub block_size: usize,
-    /// Blocks in the pool (the padding block is one more).
-    pub num_blocks: usize,
-    /// Largest decode batch (and decode bucket).
-    pub max_batch: usize,
-    /// Pad step shapes to buckets (CUDA).
-    pub bucketed: bool,
-}
 
 /// The device half of the engine (see the module docs).
 pub struct StepRunner {
@@ -126,37 +106,25 @@ impl StepRunner {
         self.shape
     }
 
-    /// The slot padding rows write to (the padding block's first).
-    fn pad_slot(&self) -> usize {
-        self.shape.num_blocks * self.shape.block_size
+    /// The block tables' geometry: `n_positions` worth of blocks, padded
+    /// with the padding block (one past the pool's last).
+    fn tables(&self) -> TableGeometry {
+        let block_size = self.shape.block_size;
+        TableGeometry {
+            block_size,
+            width: self.config.n_positions.div_ceil(block_size),
+            padding_block: self.shape.num_blocks as u32,
+        }
     }
 
     /// The decode bucket of a batch of `n` rows.
     pub fn decode_bucket(&self, n: usize) -> usize {
-        if self.shape.bucketed {
-            n.max(1).next_power_of_two().min(self.shape.max_batch)
-        } else {
-            n.max(1)
-        }
+        shapes::decode_bucket(&self.shape, n)
     }
 
-    /// The padded shape of a prefill batch of `n` prompts, the longest `longest`.
-    pub fn prefill_shape(&self, n: usize, longest: usize) -> PrefillShape {
-        if self.shape.bucketed {
-            PrefillShape {
-                rows: n.max(1).next_power_of_two(),
-                len: longest
-                    .max(MIN_PREFILL_BUCKET)
-                    .next_power_of_two()
-                    .min(self.config.n_positions)
-                    .max(longest),
-            }
-        } else {
-            PrefillShape {
-                rows: n.max(1),
-                len: longest.max(1),
-            }
-        }
+    /// The padded shape of a prefill step of `rows` rows and `tokens` tokens.
+    pub fn prefill_shape(&self, rows: usize, tokens: usize) -> PrefillShape {
+        shapes::prefill_shape(&self.shape, rows, tokens)
     }
 
     /// One decode step over `rows` (at most `max_batch`), each sampled by its
@@ -169,7 +137,9 @@ impl StepRunner {
     ) -> Result<Sampled, EngineError> {
         let (logits, bucket) = self.decode_forward(rows, choices);
         let params = &self.decode_buffers[&bucket].sampling;
-        sample_rows(logits, params, rows.len(), top_n)
+        let sampled = sample_rows(logits, params, rows.len(), top_n)?;
+        self.check_library_calls()?;
+        Ok(sampled)
     }
 
     /// The forward half of [`StepRunner::decode`]: writes the step's inputs
@@ -209,7 +179,45 @@ impl StepRunner {
         }
         let mut params = SamplingParamsRows::new(padded, self.config.vocab_size, &self.device);
         params.write(choices);
-        sample_rows(logits, &params, choices.len(), top_n)
+        let sampled = sample_rows(logits, &params, choices.len(), top_n)?;
+        self.check_library_calls()?;
+        Ok(sampled)
+    }
+
+    /// Fails the step if a library call it queued (cuBLASLt) failed: its
+    /// output was never written, so the sampled ids are not to be trusted.
+    fn check_library_calls(&self) -> Result<(), EngineError> {
+        match self.ops.take_error() {
+            Some(message) => Err(EngineError::Device(message)),
+            None => Ok(()),
+        }
+    }
+
+    /// Times the projection kernels against each other for every decode
+    /// bucket in `buckets` (the model's four projections and the LM head at
+    /// each bucket's row count) and records the fastest (CUDA).
+    pub fn tune_projections(&self, buckets: &[usize]) -> Vec<TunedShape> {
+        let c = &self.config;
+        let e = c.n_embd;
+        let shapes: Vec<LinearShape> = buckets
+            .iter()
+            .flat_map(|&rows| {
+                let at = move |n, k, lm_head| LinearShape {
+                    rows,
+                    n,
+                    k,
+                    lm_head,
+                };
+                [
+                    at(3 * e, e, false),
+                    at(e, e, false),
+                    at(4 * e, e, false),
+                    at(e, 4 * e, false),
+                    at(c.vocab_size, e, true),
+                ]
+            })
+            .collect();
+        self.ops.tune_linear(&self.device, &shapes)
     }
 
     /// The logits `[rows.len(), vocab]` at each row's last token (a prefill
@@ -219,15 +227,9 @@ impl StepRunner {
         forward(&self.model, &self.ops, &mut self.cache, inputs).narrow(0, 0, rows.len())
     }
 
-    /// Runs a prefill step of `shape` made of padding rows only (warmup).
+    /// Runs a prefill step of `shape` made of padding only (warmup).
     pub fn warm_prefill(&mut self, shape: PrefillShape) -> Result<(), EngineError> {
-        let inputs = prefill_inputs(
-            &[],
-            shape,
-            self.shape.block_size,
-            self.pad_slot(),
-            &self.device,
-        );
+        let inputs = prefill_inputs(&[], shape, self.tables(), &self.device);
         let logits = forward(&self.model, &self.ops, &mut self.cache, inputs);
         let params = SamplingParamsRows::new(shape.rows, self.config.vocab_size, &self.device);
         sample(logits, &params, 1).map(drop)
@@ -294,7 +296,7 @@ impl StepRunner {
     ) -> StepInputs {
         let block_size = self.shape.block_size;
         let max_context = self.config.n_positions;
-        let table_width = max_context.div_ceil(block_size);
+        let table_width = self.tables().width;
         let (vocab, heads) = (self.config.vocab_size, self.config.n_head);
         let device = &self.device;
         let buffers = self
@@ -310,39 +312,10 @@ impl StepRunner {
     /// the padded row count (the first `rows.len()` rows are real; the logits
     /// are `[padded, vocab]`).
     fn prefill_batch(&self, rows: &[PrefillSeq<'_>]) -> (StepInputs, usize) {
-        let longest = rows.iter().map(|r| r.tokens.len()).max().unwrap_or(1);
-        let shape = self.prefill_shape(rows.len(), longest);
-        let context = rows
-            .iter()
-            .any(|r| r.start > 0)
-            .then(|| self.prefill_context(rows));
-        let inputs = prefill_inputs_over(
-            rows,
-            shape,
-            context,
-            self.shape.block_size,
-            self.pad_slot(),
-            &self.device,
-        );
+        let tokens = rows.iter().map(|r| r.tokens.len()).sum();
+        let shape = self.prefill_shape(rows.len(), tokens);
+        let inputs = prefill_inputs(rows, shape, self.tables(), &self.device);
         (inputs, shape.rows)
-    }
-
-    /// Context length `T` of a prefill step with cached positions: the longest
-    /// row's end, rounded up to a power-of-two number of blocks when shapes are
-    /// bucketed (at most the block-table width).
-    fn prefill_context(&self, rows: &[PrefillSeq<'_>]) -> usize {
-        let end = rows
-            .iter()
-            .map(|r| r.start + r.tokens.len())
-            .max()
-            .unwrap_or(1);
-        if !self.shape.bucketed {
-            return end;
-        }
-        let bs = self.shape.block_size;
-        let width = self.config.n_positions.div_ceil(bs);
-        let blocks = end.div_ceil(bs).next_power_of_two().min(width);
-        (blocks * bs).max(end)
     }
 }
 

@@ -3,8 +3,10 @@
 //! - [`gemv`]: decode-sized projections and the LM head, streaming each
 //!   out-major weight matrix once per step with vector loads, rows split
 //!   across the rayon pool, bias/GELU/residual in the epilogue.
-//! - [`paged_attention`]: decode attention read in place from the paged cache
-//!   (rayon over sequence x head pairs), instead of gathering the context.
+//! - [`paged_attention`]: decode and prefill attention read in place from
+//!   the paged cache, instead of gathering each context and masking it.
+//! - [`tiled_attention`]: the kernel both run: tiles of causal queries of one
+//!   sequence, in parallel over (tile, head) on the rayon pool.
 //! - [`isa`]: which instruction set the kernels run on ([`CpuIsa`]), detected
 //!   once when the device is opened.
 //! - [`flex_slices`]: the `f32` slices of dense Flex tensors those kernels
@@ -16,6 +18,7 @@ mod flex_slices;
 pub mod gemv;
 pub mod isa;
 pub mod paged_attention;
+pub mod tiled_attention;
 
 pub use isa::CpuIsa;
 

@@ -1,152 +1,214 @@
-//! Decode attention read straight from the paged KV cache, on the CPU (Flex).
+//! Attention read straight from the paged KV cache, on the CPU (Flex):
+//! decode steps and prefill steps, one kernel ([`super::tiled_attention`]).
 //!
-//! The tensor-op path gathers each sequence's context out of the cache
-//! (`[H, B*T, D]`, a copy of every live K and V row) and then runs Burn's fused
-//! attention over it. On the CPU that gather is a fifth of a batch-16 step, so
-//! a decode step (one query per sequence) reads K and V in place instead: for
-//! each (sequence, head) pair, in parallel over the rayon pool, it walks the
-//! sequence's block table, takes `q . k` (scaled by `1/sqrt(D)`), a softmax
-//! over the `len` visible positions, and the weighted sum of the V rows. No
-//! mask is needed: positions `>= len` are simply not visited.
+//! The tensor-op path gathers each sequence's context out of the cache (a
+//! copy of every live K and V row, padded to the longest) and runs Burn's
+//! fused attention over it with a mask. Here each query reads K and V in
+//! place through its block table and visits only the positions it sees:
 //!
-//! [`reference::decode_attention`] is the tensor-op path (gather through the
-//! tables, mask, Burn's attention): the reference a test holds the native
-//! kernel to (and the GPU check holds the CubeCL kernel to), and the fallback
-//! when the inputs are not f32 Flex tensors.
+//! - decode ([`PagedContext`]): one query per sequence, over its length;
+//! - prefill ([`SegmentContext`]): the step's tiles, each a run of up to 64
+//!   queries of one segment of the flat token sequence, query `i` of row
+//!   `r` over positions `0 ..= start[r] + i`.
+//!
+//! [`reference::decode_attention`] and [`reference::segment_attention`] are
+//! the tensor-op paths: the references the tests hold this kernel to (and the
+//! GPU check holds the CubeCL kernels to), and the fallback when the inputs
+//! are not f32 Flex tensors or an index is out of range.
 
+use burn::backend::flex::FlexTensor;
 use burn::prelude::*;
 use burn::tensor::DType;
-use rayon::prelude::*;
 
-use super::flex_slices::{axpy, dense, dot, values};
-use crate::ops::attention::PagedContext;
+use super::flex_slices::{dense, values};
+use super::tiled_attention::{attend, Geometry, Tile};
+use crate::ops::attention::{PagedContext, SegmentContext};
+use crate::ops::plan::PREFILL_TILE;
 use crate::ops::reference;
 
 /// Attention of one query per sequence over its paged context.
 ///
-/// - `q`: `[B, E]` queries (`E = H * D`)
+/// - `qkv`: `[B, 3E]` (its Q third is read, `E = H * D`)
 /// - `k`, `v`: the layer's storage, `[H, S, D]` each
 /// - `paged`: block tables `[B, W]` and visible lengths `[B]`
 /// - returns `[B, E]`: the native kernel on f32 Flex tensors with valid
 ///   tables, [`reference::decode_attention`] otherwise
 pub fn decode_attention(
-    q: &Tensor<2>,
+    qkv: &Tensor<2>,
     k: &Tensor<3>,
     v: &Tensor<3>,
     paged: &PagedContext,
     n_head: usize,
 ) -> Tensor<2> {
-    native(q, k, v, paged, n_head)
-        .unwrap_or_else(|| reference::decode_attention(q.clone(), k, v, paged, n_head))
+    native_decode(qkv, k, v, paged, n_head).unwrap_or_else(|| {
+        let [b, e3] = qkv.dims();
+        let q = qkv.clone().slice([0..b, 0..e3 / 3]);
+        reference::decode_attention(q, k, v, paged, n_head)
+    })
 }
 
-/// The native CPU kernel; `None` off Flex/f32 or with out-of-range indices.
-fn native(
-    q: &Tensor<2>,
+/// Prefill attention over a step's segments.
+///
+/// - `qkv`: `[T, 3E]`, the step's flat tokens
+/// - `k`, `v`: the layer's storage, `[H, S, D]` each, already holding the
+///   step's new rows
+/// - returns `[T, E]` (padding tokens 0): the native kernel on f32 Flex
+///   tensors with valid indices, [`reference::segment_attention`] otherwise
+pub fn segment_attention(
+    qkv: &Tensor<2>,
+    k: &Tensor<3>,
+    v: &Tensor<3>,
+    seg: &SegmentContext,
+    n_head: usize,
+) -> Tensor<2> {
+    native_segments(qkv, k, v, seg, n_head)
+        .unwrap_or_else(|| reference::segment_attention(qkv.clone(), k, v, n_head, seg))
+}
+
+/// The dense f32 storage of the inputs every call shares, and their geometry
+/// (the table width left to the caller).
+struct Inputs {
+    qkv: FlexTensor,
+    k: FlexTensor,
+    v: FlexTensor,
+    tables: FlexTensor,
+    geometry: Geometry,
+}
+
+/// `qkv`, `k`, `v` and `tables` as dense Flex storage; `None` off Flex/f32
+/// or with shapes that do not agree.
+fn inputs(
+    qkv: &Tensor<2>,
+    k: &Tensor<3>,
+    v: &Tensor<3>,
+    tables: &Tensor<2, Int>,
+    block_size: usize,
+    n_head: usize,
+) -> Option<Inputs> {
+    let [rows, e3] = qkv.dims();
+    let [h, slots, d] = k.dims();
+    if h != n_head || 3 * h * d != e3 || qkv.dtype() != DType::F32 || v.dims() != k.dims() {
+        return None;
+    }
+    let tables = dense(tables)?;
+    (tables.dtype() == DType::I32).then_some(())?;
+    Some(Inputs {
+        geometry: Geometry {
+            rows,
+            q_stride: e3,
+            heads: h,
+            slots,
+            head_dim: d,
+            table_width: tables.layout().shape()[1],
+            block_size,
+        },
+        qkv: dense(qkv)?,
+        k: dense(k)?,
+        v: dense(v)?,
+        tables,
+    })
+}
+
+/// Runs the kernel over `tiles`; `[N, E]` on `device`.
+fn run(inputs: &Inputs, tiles: &[Tile], device: &Device) -> Option<Tensor<2>> {
+    let g = inputs.geometry;
+    let out = attend(
+        values::<f32>(&inputs.qkv),
+        values::<f32>(&inputs.k),
+        values::<f32>(&inputs.v),
+        values::<i32>(&inputs.tables),
+        tiles,
+        g,
+    )?;
+    let e = g.heads * g.head_dim;
+    Some(Tensor::from_data(TensorData::new(out, [g.rows, e]), device))
+}
+
+/// The native decode kernel: one one-query tile per sequence.
+fn native_decode(
+    qkv: &Tensor<2>,
     k: &Tensor<3>,
     v: &Tensor<3>,
     paged: &PagedContext,
     n_head: usize,
 ) -> Option<Tensor<2>> {
-    let [b, e] = q.dims();
-    let [h, s, d] = k.dims();
-    if h != n_head || h * d != e || q.dtype() != DType::F32 {
+    let inputs = inputs(qkv, k, v, &paged.tables, paged.block_size, n_head)?;
+    let lens = int_values(&paged.lens)?;
+    if lens.len() != inputs.geometry.rows || lens.iter().any(|&l| l < 0) {
         return None;
     }
-    let device = q.device();
-    let q = dense(q)?;
-    let k = dense(k)?;
-    let v = dense(v)?;
-    let tables = dense(&paged.tables)?;
-    let lens = dense(&paged.lens)?;
-    if tables.dtype() != DType::I32 || lens.dtype() != DType::I32 {
-        return None;
-    }
-    let shape = Shape {
-        heads: h,
-        slots: s,
-        head_dim: d,
-        table_width: tables.layout().shape()[1],
-        block_size: paged.block_size,
-    };
-    let out = attend(
-        values::<f32>(&q),
-        values::<f32>(&k),
-        values::<f32>(&v),
-        values::<i32>(&tables),
-        values::<i32>(&lens),
-        shape,
+    let tiles: Vec<Tile> = lens
+        .iter()
+        .enumerate()
+        .map(|(b, &len)| Tile {
+            table: b,
+            first_row: b,
+            queries: usize::from(len > 0),
+            first_len: len as usize,
+        })
+        .collect();
+    run(&inputs, &tiles, &qkv.device())
+}
+
+/// The native prefill kernel over the context's tiles.
+fn native_segments(
+    qkv: &Tensor<2>,
+    k: &Tensor<3>,
+    v: &Tensor<3>,
+    seg: &SegmentContext,
+    n_head: usize,
+) -> Option<Tensor<2>> {
+    let inputs = inputs(qkv, k, v, &seg.tables, seg.block_size, n_head)?;
+    let tiles = segment_tiles(
+        &int_values(&seg.cu_seqlens)?,
+        &int_values(&seg.starts)?,
+        &int_values(&seg.tiles)?,
     )?;
-    Some(Tensor::from_data(TensorData::new(out, [b, e]), &device))
+    run(&inputs, &tiles, &qkv.device())
 }
 
-/// Sizes [`attend`] works with.
-#[derive(Debug, Clone, Copy)]
-struct Shape {
-    heads: usize,
-    slots: usize,
-    head_dim: usize,
-    /// Blocks per table row (`W`).
-    table_width: usize,
-    block_size: usize,
-}
-
-/// The kernel over raw slices; `None` if an index is out of range.
-fn attend(
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    tables: &[i32],
-    lens: &[i32],
-    shape: Shape,
-) -> Option<Vec<f32>> {
-    let Shape {
-        heads: h,
-        slots: s,
-        head_dim: d,
-        table_width: w,
-        block_size: bs,
-    } = shape;
-    let blocks = s / bs.max(1);
-    let valid_block = |b: i32| (0..blocks as i64).contains(&i64::from(b));
-    if bs == 0
-        || !tables.iter().all(|&b| valid_block(b))
-        || lens.iter().any(|&l| l < 0 || l as usize > w * bs)
-    {
+/// The kernel's tiles from the context's `(row, first query)` pairs: the
+/// queries of each that its row has (padding tiles: none). `None` on a row
+/// out of range or offsets that go backwards.
+fn segment_tiles(cu: &[i32], starts: &[i32], pairs: &[i32]) -> Option<Vec<Tile>> {
+    let rows = starts.len();
+    if cu.len() != rows + 1 || cu.windows(2).any(|w| w[0] < 0 || w[1] < w[0]) {
         return None;
     }
-    let scale = 1.0 / (d as f32).sqrt();
-    let mut out = vec![0.0f32; q.len()];
-    out.par_chunks_mut(d).enumerate().for_each(|(row, out)| {
-        let (seq, head) = (row / h, row % h);
-        let query = &q[row * d..(row + 1) * d];
-        let len = lens[seq] as usize;
-        let table = &tables[seq * w..(seq + 1) * w];
-        let head_base = head * s * d;
-        let at = |t: usize| head_base + (table[t / bs] as usize * bs + t % bs) * d;
-        let mut scores: Vec<f32> = (0..len)
-            .map(|t| dot(query, &k[at(t)..at(t) + d]) * scale)
-            .collect();
-        let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let mut total = 0.0;
-        for x in &mut scores {
-            *x = (*x - max).exp();
-            total += *x;
-        }
-        for (t, &p) in scores.iter().enumerate() {
-            axpy(p / total, &v[at(t)..at(t) + d], out);
-        }
-    });
-    Some(out)
+    pairs
+        .chunks_exact(2)
+        .map(|pair| {
+            let (row, q0) = (usize::try_from(pair[0]).ok()?, pair[1].max(0) as usize);
+            let len = (cu.get(row + 1)? - cu[row]) as usize;
+            let start = usize::try_from(starts[row]).ok()?;
+            Some(Tile {
+                table: row,
+                first_row: cu[row] as usize + q0.min(len),
+                queries: len.saturating_sub(q0).min(PREFILL_TILE),
+                first_len: start + q0.min(len) + 1,
+            })
+        })
+        .collect()
+}
+
+/// The values of a small int tensor on Flex, as `i32`.
+fn int_values<const D: usize>(t: &Tensor<D, Int>) -> Option<Vec<i32>> {
+    let t = dense(t)?;
+    (t.dtype() == DType::I32).then(|| values::<i32>(&t).to_vec())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ops::attention::{SegmentPadding, SegmentRow, TableGeometry};
     use burn::tensor::Distribution;
 
     fn ints<const D: usize>(v: Vec<i32>, shape: [usize; D], dev: &Device) -> Tensor<D, Int> {
         Tensor::from_data(TensorData::new(v, shape), dev)
+    }
+
+    fn normal<const D: usize>(shape: [usize; D], dev: &Device) -> Tensor<D> {
+        Tensor::random(shape, Distribution::Normal(0.0, 1.0), dev)
     }
 
     fn max_diff(a: Tensor<2>, b: Tensor<2>) -> f32 {
@@ -154,22 +216,24 @@ mod tests {
             a.into_data().iter::<f32>().collect(),
             b.into_data().iter::<f32>().collect(),
         );
+        assert_eq!(a.len(), b.len());
         a.iter()
             .zip(&b)
             .map(|(x, y)| (x - y).abs())
             .fold(0.0f32, f32::max)
     }
 
-    /// The native kernel against the tensor-op reference, with ragged
+    /// The native decode kernel against the tensor-op reference, with ragged
     /// lengths and scattered, shared and padding blocks.
     #[test]
-    fn matches_the_tensor_op_reference() {
+    fn decode_matches_the_tensor_op_reference() {
         let dev = Device::flex();
         let (b, h, d, bs, blocks, w) = (3, 4, 16, 4, 10, 3);
-        let e = h * d;
-        let k = Tensor::random([h, blocks * bs, d], Distribution::Normal(0.0, 1.0), &dev);
-        let v = Tensor::random([h, blocks * bs, d], Distribution::Normal(0.0, 1.0), &dev);
-        let q = Tensor::<2>::random([b, e], Distribution::Normal(0.0, 1.0), &dev);
+        let (k, v) = (
+            normal([h, blocks * bs, d], &dev),
+            normal([h, blocks * bs, d], &dev),
+        );
+        let qkv = normal([b, 3 * h * d], &dev);
         let paged = PagedContext {
             tables: ints(vec![7, 2, 5, 1, 9, 9, 2, 9, 9], [b, w], &dev),
             lens: ints(vec![12, 5, 1], [b], &dev),
@@ -177,7 +241,8 @@ mod tests {
             max_context: w * bs,
             arrivals: None,
         };
-        let got = native(&q, &k, &v, &paged, h).expect("flex path");
+        let got = native_decode(&qkv, &k, &v, &paged, h).expect("flex path");
+        let q = qkv.slice([0..b, 0..h * d]);
         let want = reference::decode_attention(q, &k, &v, &paged, h);
         let worst = max_diff(got, want);
         assert!(worst < 1e-5, "max diff {worst}");
@@ -190,7 +255,7 @@ mod tests {
             Tensor::zeros([2, 8, 8], &dev),
             Tensor::zeros([2, 8, 8], &dev),
         );
-        let q = Tensor::<2>::zeros([1, 16], &dev);
+        let qkv = Tensor::<2>::zeros([1, 48], &dev);
         let bad = PagedContext {
             tables: ints(vec![0, 9], [1, 2], &dev),
             lens: ints(vec![8], [1], &dev),
@@ -198,12 +263,98 @@ mod tests {
             max_context: 8,
             arrivals: None,
         };
-        assert!(native(&q, &k, &v, &bad, 2).is_none());
+        assert!(native_decode(&qkv, &k, &v, &bad, 2).is_none());
         let too_long = PagedContext {
             lens: ints(vec![9], [1], &dev),
             tables: ints(vec![0, 1], [1, 2], &dev),
             ..bad
         };
-        assert!(native(&q, &k, &v, &too_long, 2).is_none());
+        assert!(native_decode(&qkv, &k, &v, &too_long, 2).is_none());
+        let mut seg = segments(&[(5, 0)], 1, 2, &dev);
+        seg.tables = ints(vec![0, 9], [1, 2], &dev);
+        let qkv = Tensor::<2>::zeros([5, 48], &dev);
+        assert!(native_segments(&qkv, &k, &v, &seg, 2).is_none());
+    }
+
+    /// Rows `(queries, start)` over scattered tables of `w` blocks of 4
+    /// (block `(7 * i + 3) % 40` at table entry `i`), padded to `rows` rows
+    /// and, when `rows` exceeds the real ones, to 3 more tiles.
+    fn segments(spec: &[(usize, usize)], rows: usize, w: usize, dev: &Device) -> SegmentContext {
+        let tables: Vec<Vec<u32>> = (0..spec.len())
+            .map(|r| {
+                (0..w)
+                    .map(|j| ((7 * (r * w + j) + 3) % 40) as u32)
+                    .collect()
+            })
+            .collect();
+        let rows_in: Vec<SegmentRow<'_>> = spec
+            .iter()
+            .zip(&tables)
+            .map(|(&(queries, start), table)| SegmentRow {
+                queries,
+                start,
+                table,
+            })
+            .collect();
+        let lens: Vec<usize> = spec.iter().map(|s| s.0).collect();
+        let real_tiles = crate::ops::plan::prefill_tiles(&lens).len();
+        let padding = SegmentPadding {
+            rows,
+            tiles: (rows > spec.len()).then_some(real_tiles + 3),
+        };
+        let geometry = TableGeometry {
+            block_size: 4,
+            width: w,
+            padding_block: 40,
+        };
+        SegmentContext::new(&rows_in, padding, geometry, dev)
+    }
+
+    /// The native prefill kernel against the tensor-op reference: fresh rows
+    /// of ragged lengths (one past a tile), a chunk after cached positions, a
+    /// prefix-cache hit, one-token rows; then the same padded as on CUDA
+    /// (empty rows, padding tiles and padding tokens, which get zeros).
+    #[test]
+    fn segments_match_the_tensor_op_reference() {
+        let dev = Device::flex();
+        let (h, d, slots) = (3, 16, 41 * 4);
+        let (k, v) = (normal([h, slots, d], &dev), normal([h, slots, d], &dev));
+        let spec = [(1, 0), (17, 0), (65, 0), (30, 37), (5, 48), (1, 90)];
+        let tokens: usize = spec.iter().map(|s| s.0).sum();
+        for (rows, padded_tokens) in [(spec.len(), tokens), (8, tokens + 11)] {
+            let seg = segments(&spec, rows, 24, &dev);
+            let qkv = normal([padded_tokens, 3 * h * d], &dev);
+            let got = native_segments(&qkv, &k, &v, &seg, h).expect("flex path");
+            let want = reference::segment_attention(qkv, &k, &v, h, &seg);
+            let pad: Vec<f32> = got
+                .clone()
+                .slice([tokens..padded_tokens, 0..h * d])
+                .into_data()
+                .iter::<f32>()
+                .collect();
+            assert!(pad.iter().all(|&x| x == 0.0), "padding tokens get zeros");
+            let worst = max_diff(got, want);
+            assert!(worst < 1e-5, "{rows} rows: max diff {worst}");
+        }
+    }
+
+    /// A one-query segment is a decode query: the same numbers either way.
+    #[test]
+    fn a_one_query_segment_is_a_decode_step() {
+        let dev = Device::flex();
+        let (h, d) = (2, 8);
+        let (k, v) = (normal([h, 41 * 4, d], &dev), normal([h, 41 * 4, d], &dev));
+        let seg = segments(&[(1, 9)], 1, 3, &dev);
+        let paged = PagedContext {
+            tables: seg.tables.clone(),
+            lens: ints(vec![10], [1], &dev),
+            block_size: 4,
+            max_context: 12,
+            arrivals: None,
+        };
+        let qkv = normal([1, 3 * h * d], &dev);
+        let a = segment_attention(&qkv, &k, &v, &seg, h);
+        let b = decode_attention(&qkv, &k, &v, &paged, h);
+        assert_eq!(max_diff(a, b), 0.0);
     }
 }

@@ -13,6 +13,7 @@ use burn::prelude::*;
 use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::CubeBackend;
 
+use super::cublaslt::gemm;
 use super::kernels::{attention, cache_write, gemv, layer_norm, mma, prefill_attention};
 
 /// Ember's CUDA kernels as a Burn backend extension (CubeCL, fused or not).
@@ -69,11 +70,39 @@ pub trait CudaOps: Backend {
         mma_warps: usize,
     ) -> FloatTensor<Self>;
 
-    /// Causal attention of a right-padded prefill batch straight from `qkv`
-    /// (`[B*Q, 3E]`, `seq_len` = Q rows per sequence, head_dim 64). Returns
-    /// `[B*Q, E]`.
+    /// The same product on cuBLASLt (its epilogues: bias, bias + tanh-GELU;
+    /// the residual as `C` with `beta = 1`), enqueued on CubeCL's stream.
+    /// Unread operands may be any tensor. Returns `[B, N]`.
+    #[fusion(dtype = x, shape = { let [b, _] = x.dims::<2>(); let [n, _] = w.dims::<2>(); Shape::new([b, n]) })]
+    #[allow(clippy::too_many_arguments)]
+    fn lt_linear(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        residual: FloatTensor<Self>,
+        has_bias: bool,
+        gelu: bool,
+        has_residual: bool,
+    ) -> FloatTensor<Self>;
+
+    /// Causal prefill attention over segments of the flat `qkv` (`[T, 3E]`,
+    /// head_dim 64): row `r`'s queries are `cu_seqlens[r]..cu_seqlens[r + 1]`
+    /// at positions from `starts[r]`, its keys and values read from the
+    /// caches (`[H, S, D]`) through `tables` (`[R, W]`, blocks of
+    /// `block_size`); one cube per `tiles` entry (`[n, 2]`: row, first
+    /// query) and head. Returns `[T, E]`, padding tokens 0.
     #[fusion(dtype = qkv, shape = { let [n, e3] = qkv.dims::<2>(); Shape::new([n, e3 / 3]) })]
-    fn prefill_attention(qkv: FloatTensor<Self>, seq_len: usize) -> FloatTensor<Self>;
+    #[allow(clippy::too_many_arguments)]
+    fn prefill_attention(
+        qkv: FloatTensor<Self>,
+        k_cache: FloatTensor<Self>,
+        v_cache: FloatTensor<Self>,
+        tables: IntTensor<Self>,
+        cu_seqlens: IntTensor<Self>,
+        starts: IntTensor<Self>,
+        tiles: IntTensor<Self>,
+        block_size: usize,
+    ) -> FloatTensor<Self>;
 
     /// LayerNorm over the rows of `x` `[R, E]` with `gamma`, `beta` `[E]`.
     #[fusion(dtype = x, shape = x)]
@@ -158,8 +187,46 @@ impl CudaOps for CubeBackend {
         }
     }
 
-    fn prefill_attention(qkv: FloatTensor<Self>, seq_len: usize) -> FloatTensor<Self> {
-        prefill_attention::launch(into_contiguous(qkv), seq_len)
+    fn lt_linear(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        residual: FloatTensor<Self>,
+        has_bias: bool,
+        gelu: bool,
+        has_residual: bool,
+    ) -> FloatTensor<Self> {
+        gemm::launch(
+            into_contiguous(x),
+            into_contiguous(w),
+            has_bias.then(|| into_contiguous(bias)),
+            has_residual.then(|| into_contiguous(residual)),
+            gelu,
+        )
+    }
+
+    fn prefill_attention(
+        qkv: FloatTensor<Self>,
+        k_cache: FloatTensor<Self>,
+        v_cache: FloatTensor<Self>,
+        tables: IntTensor<Self>,
+        cu_seqlens: IntTensor<Self>,
+        starts: IntTensor<Self>,
+        tiles: IntTensor<Self>,
+        block_size: usize,
+    ) -> FloatTensor<Self> {
+        prefill_attention::launch(
+            into_contiguous(qkv),
+            k_cache,
+            v_cache,
+            prefill_attention::Segments {
+                tables: into_contiguous(tables),
+                cu_seqlens: into_contiguous(cu_seqlens),
+                starts: into_contiguous(starts),
+                tiles: into_contiguous(tiles),
+            },
+            block_size,
+        )
     }
 
     fn layer_norm_rows(

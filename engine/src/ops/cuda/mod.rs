@@ -1,7 +1,9 @@
 //! Everything CUDA in the crate (built with the `cuda` feature only).
 //!
-//! - [`extension`]: Ember's CubeCL kernels as a Burn backend extension, and
-//!   [`kernels`]: one file per kernel (the `#[cube]` code and its launch).
+//! - [`extension`]: Ember's CubeCL kernels and the cuBLASLt GEMM as a Burn
+//!   backend extension; [`kernels`]: one file per kernel (the `#[cube]` code
+//!   and its launch); [`cublaslt`]: GEMMs on cuBLASLt, on CubeCL's stream;
+//!   [`tune`]: timing the projection kernels against each other at warmup.
 //! - This file: the kernels as functions of plain `Tensor`s, which
 //!   [`crate::ops::Ops`] calls when a tensor lives on CUDA.
 //! - [`inplace`]: host bytes into an existing device buffer (decode inputs
@@ -15,18 +17,20 @@
 //! [`crate::ops::reference`] are what each kernel is checked against
 //! (`ember-engine-bench --check-kernels`).
 
+pub mod cublaslt;
 pub mod extension;
 pub mod inplace;
 pub mod kernels;
 pub mod launch;
 pub mod runtime;
+pub mod tune;
 
 use burn::backend::{Dispatch, DispatchDevice};
 use burn::prelude::*;
 
 use extension::CudaOps;
 
-use crate::ops::attention::PagedContext;
+use crate::ops::attention::{PagedContext, SegmentContext};
 use crate::ops::plan::LinearPlan;
 use crate::tuning::KernelTuning;
 
@@ -128,10 +132,55 @@ pub fn decode_linear(
     ))
 }
 
-/// Causal attention of a right-padded prefill batch, `qkv` `[B*Q, 3E]` with
-/// `seq_len` = Q (head_dim 64, Q a multiple of 16); returns `[B*Q, E]`.
-pub fn prefill_attention(qkv: Tensor<2>, seq_len: usize) -> Tensor<2> {
-    Tensor::from_dispatch(Dispatch::prefill_attention(qkv.into_dispatch(), seq_len))
+/// `x` `[B, K]` times `w` `[N, K]` (out-major) transposed, plus `bias`, then
+/// tanh-GELU when `gelu`, then `residual` `[B, N]`, on cuBLASLt. Returns
+/// `[B, N]`.
+pub fn lt_linear(
+    x: Tensor<2>,
+    w: &Tensor<2>,
+    bias: Option<&Tensor<1>>,
+    gelu: bool,
+    residual: Option<Tensor<2>>,
+) -> Tensor<2> {
+    let (bias, has_bias) = match bias {
+        Some(b) => (b.clone().into_dispatch(), true),
+        None => (w.clone().into_dispatch(), false),
+    };
+    let (residual, has_residual) = match residual {
+        Some(r) => (r.into_dispatch(), true),
+        None => (w.clone().into_dispatch(), false),
+    };
+    Tensor::from_dispatch(Dispatch::lt_linear(
+        x.into_dispatch(),
+        w.clone().into_dispatch(),
+        bias,
+        residual,
+        has_bias,
+        gelu,
+        has_residual,
+    ))
+}
+
+/// Causal prefill attention over a step's segments: the flat `qkv`
+/// `[T, 3E]` (head_dim 64) against the layer's `[H, S, D]` storage, through
+/// `seg`'s offsets, starts, block tables and tiles; returns `[T, E]`
+/// (padding tokens 0).
+pub fn prefill_attention(
+    qkv: Tensor<2>,
+    k_cache: &Tensor<3>,
+    v_cache: &Tensor<3>,
+    seg: &SegmentContext,
+) -> Tensor<2> {
+    Tensor::from_dispatch(Dispatch::prefill_attention(
+        qkv.into_dispatch(),
+        k_cache.clone().into_dispatch(),
+        v_cache.clone().into_dispatch(),
+        seg.tables.clone().into_dispatch(),
+        seg.cu_seqlens.clone().into_dispatch(),
+        seg.starts.clone().into_dispatch(),
+        seg.tiles.clone().into_dispatch(),
+        seg.block_size,
+    ))
 }
 
 /// LayerNorm over the last dimension of `x` `[R, E]` (one kernel).

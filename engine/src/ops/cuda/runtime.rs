@@ -2,7 +2,11 @@
 //!
 //! CubeCL keeps its autotune results and compiled kernels in one database
 //! under a directory; it must be pointed there before anything touches
-//! CubeCL, so that a restart reuses both (`--kernel-cache-dir`).
+//! CubeCL, so that a restart reuses both (`--kernel-cache-dir`). Compiled
+//! kernels and tuning results belong to one GPU model, driver and NVRTC, so
+//! each combination gets its own subdirectory ([`cache_key`], read from the
+//! driver before CubeCL starts): a cache prepared on another GPU (or copied
+//! into an image built elsewhere) is never used, only ignored.
 
 use std::path::Path;
 
@@ -32,4 +36,36 @@ pub fn set_kernel_cache_dir(dir: &Path) {
 /// Burn's CUDA device `index` (nothing runs until its first use).
 pub fn device(index: usize) -> Device {
     Device::cuda(index)
+}
+
+/// The kernel cache's subdirectory for CUDA device `index`: the GPU's name
+/// and compute capability, the driver's and NVRTC's versions, and Ember's
+/// (its kernels change between versions), e.g.
+/// `NVIDIA H200-sm90-driver13000-nvrtc13.0-ember0.1.0` (the caller makes it
+/// a safe file name).
+pub fn cache_key(index: usize) -> Result<String, String> {
+    let read = || -> Result<String, String> {
+        use cudarc::driver::{result, sys};
+        result::init().map_err(|e| format!("cuInit: {e:?}"))?;
+        let dev = result::device::get(index as i32).map_err(|e| format!("cuDeviceGet: {e:?}"))?;
+        let name = result::device::get_name(dev).map_err(|e| format!("cuDeviceGetName: {e:?}"))?;
+        let attr = |a| {
+            // Safety: a valid device and a compute-capability attribute.
+            unsafe { result::device::get_attribute(dev, a) }.map_err(|e| format!("cuDeviceGetAttribute: {e:?}"))
+        };
+        let major = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+        let minor = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+        let mut driver = 0;
+        // Safety: writes one int.
+        unsafe { sys::cuDriverGetVersion(&mut driver) };
+        let (mut nv_major, mut nv_minor) = (0, 0);
+        // Safety: writes two ints.
+        unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut nv_major, &mut nv_minor) };
+        Ok(format!(
+            "{name}-sm{major}{minor}-driver{driver}-nvrtc{nv_major}.{nv_minor}-ember{}",
+            env!("CARGO_PKG_VERSION")
+        ))
+    };
+    // The dynamic loaders panic when a library is missing.
+    std::panic::catch_unwind(read).map_err(|_| "the CUDA driver or NVRTC could not be loaded".to_string())?
 }

@@ -8,7 +8,9 @@
 //! - [`gemv`]: the decode GEMV with the bias / GELU / residual epilogue.
 //! - [`mma`]: the tensor-core (`wmma`) projection for 16 to 256 rows.
 //! - [`layer_norm`]: one warp per row.
-//! - [`prefill_attention`]: causal tensor-core attention straight from `qkv`.
+//! - [`prefill_attention`]: causal tensor-core attention over a prefill
+//!   step's segments: queries straight from `qkv`, keys and values from the
+//!   paged cache through the block tables.
 //! - `reduce`: the cube-wide max and sum the attention kernel shares.
 
 pub mod attention;

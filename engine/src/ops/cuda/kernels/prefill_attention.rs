@@ -1,30 +1,39 @@
-//! Causal prefill attention on tensor cores, straight from the fused `qkv`
-//! projection: no permute of Q, K or V, no mask tensor, no `[Q, T]` scores
-//! in global memory.
+//! Causal prefill attention on tensor cores over a step's segments: queries
+//! straight from the fused `qkv` projection, keys and values straight from
+//! the paged cache. No gather, no mask tensor, no `[Q, T]` scores in global
+//! memory.
 //!
-//! A prefill batch is `B` right-padded prompts of `Q` rows each (`qkv`
-//! `[B*Q, 3E]`, row `b*Q + i`). For a real token `i` the causal rule
-//! `j <= i` already hides every padding key (they all sit after the
-//! prompt's end), so no per-sequence lengths are needed; padding rows get
-//! finite values that nothing reads.
+//! A prefill step is one flat sequence of `T` new tokens (`qkv` `[T, 3E]`);
+//! row `r` of the step owns the tokens `cu_seqlens[r] .. cu_seqlens[r + 1]`,
+//! whose query `i` sits at position `start[r] + i` of its sequence and sees
+//! positions `0 ..= start[r] + i`. Their K/V, the step's own included
+//! (written first, in every layer), are in the `[H, S, D]` caches, found
+//! through the row's block table. A fresh prompt (`start = 0`), a chunk after
+//! earlier chunks and a prefix-cache hit are the same case.
 //!
-//! One cube per (64 queries, head, sequence), 4 warps of 16 queries each.
-//! The cube stages its Q tile, then 64-key chunks of K (and V) in shared
-//! memory with 16-byte loads shared by all four warps (rows past the
-//! sequence read as zeros). Each warp keeps its Q rows as four 16x16 `wmma`
-//! A fragments and walks the chunks up to the cube's diagonal once, with an
-//! online softmax (flash attention):
+//! One cube per (tile, head), 4 warps of 16 queries each. A tile is up to 64
+//! consecutive queries of one row (`tiles`: `(row, first query)` pairs
+//! planned on the host, `crate::ops::plan::prefill_tiles`), so no cube
+//! straddles two rows; a padding tile's first query is past its row's end
+//! and its cube returns at once. The cube stages its Q tile, then the keys
+//! its last query sees in 64-position chunks of K (and V) in shared memory,
+//! each row looked up through the block table (positions past the tile's
+//! last visible one read as zeros), with 16-byte loads shared by all four
+//! warps. Each warp keeps its Q rows as four 16x16 `wmma` A fragments and
+//! walks the chunks once, with an online softmax (flash attention):
 //!
 //! 1. `S = Q K^T` (16 x 64) goes to the warp's shared score tile, where two
 //!    lanes per row (32 columns each) update the row's max and sum of `exp`
-//!    and write `P = exp(S - max)` (masked above the diagonal, f16);
+//!    and write `P = exp(S - max)` (0 past the query's position, f16);
 //! 2. `P V` goes through fresh accumulators back to the score tile, and each
 //!    lane folds it into its 32 values of `O`, held in registers, after
 //!    rescaling them to the new max (`wmma` accumulators cannot be scaled
 //!    per row in place, so `O` does not live in fragments).
 //!
-//! At the end each lane divides its `O` by the row's sum and writes it, as
-//! `F`, into `out` `[B*Q, E]`.
+//! Position 0, in the first chunk, is visible to every query, so every
+//! row's max is finite from the first chunk on. At the end each lane divides
+//! its `O` by the row's sum and writes its real queries' rows, as `F`, into
+//! `out` `[T, E]`, which starts zeroed: padding tokens (in no row) stay 0.
 //! Shared tiles have padded rows (`LD`, `SLD`) against bank conflicts.
 
 use cubecl::prelude::*;
@@ -33,39 +42,75 @@ use burn::backend::cubecl::dtype_to_storage_type;
 use burn::backend::TensorMetadata;
 use burn_cubecl::tensor::CubeTensor;
 
+use burn::prelude::Shape;
+use burn_cubecl::ops::numeric::zeros_client;
+
 use super::mma::{fragment, zeroed_accumulator};
-use crate::ops::cuda::launch::{empty_like, vector_size};
+use crate::ops::cuda::launch::vector_size;
+use crate::ops::plan::PREFILL_TILE;
 
 /// Warps per cube, 16 queries each.
-pub const PREFILL_WARPS: usize = 4;
-/// Queries per cube, and keys per staged chunk.
-pub const QUERIES_PER_CUBE: usize = 16 * PREFILL_WARPS;
+pub const PREFILL_WARPS: usize = PREFILL_TILE / 16;
 /// Row stride of the f16 shared tiles (64 columns + 8 padding).
 const LD: usize = 72;
 /// Row stride of the f32 score tiles (64 columns + 4 padding).
 const SLD: usize = 68;
 
-/// See the module doc. `qkv` `[B*Q, 3E]` (read as vectors of `vs`
-/// elements) and `out` `[B*Q, E]` contiguous, `Q % 16 == 0`, head_dim 64.
-/// `CUBE_POS_X` picks the 64 queries, `CUBE_POS_Y` the head, `CUBE_POS_Z`
-/// the sequence.
+/// The step's segments as the kernel reads them (small int tensors, see
+/// [`crate::ops::SegmentContext`]).
+pub struct Segments {
+    /// `[R, W]` block tables.
+    pub tables: CubeTensor,
+    /// `[R + 1]` query offsets into the flat tokens.
+    pub cu_seqlens: CubeTensor,
+    /// `[R]` first position of each row.
+    pub starts: CubeTensor,
+    /// `[n, 2]` `(row, first query)` of each tile.
+    pub tiles: CubeTensor,
+}
+
+/// See the module doc. `qkv` `[T, 3E]` and the caches `[H, S, 64]` read as
+/// vectors of `vs` elements; `out` `[T, E]` contiguous and zeroed; head_dim
+/// 64. `CUBE_POS_X` picks the tile, `CUBE_POS_Y` the head.
 #[cube(launch)]
-pub fn prefill_attention_kernel<F: Float, N: Size>(
+#[allow(clippy::too_many_arguments)]
+pub fn prefill_attention_kernel<F: Float, I: Numeric, N: Size>(
     qkv: &Tensor<Vector<F, N>>,
+    k_cache: &Tensor<Vector<F, N>>,
+    v_cache: &Tensor<Vector<F, N>>,
+    tables: &Tensor<I>,
+    cu_seqlens: &Tensor<I>,
+    starts: &Tensor<I>,
+    tiles: &Tensor<I>,
     out: &mut Tensor<F>,
-    seq_len: u32,
     scale: f32,
     #[comptime] n_embd: usize,
+    #[comptime] block_size: usize,
     #[comptime] vs: usize,
-    #[define(F)] _dtype: ElemType,
+    #[define(F, I)] _dtypes: [ElemType; 2],
 ) {
     let warp = UNIT_POS_Y as usize;
     let lane = UNIT_POS_X as usize;
-    let q_len = seq_len as usize;
-    let qc0 = CUBE_POS_X as usize * QUERIES_PER_CUBE;
-    let head = CUBE_POS_Y as usize * 64;
-    let first_row = CUBE_POS_Z as usize * q_len;
-    let seq_end = first_row + q_len;
+    let tile_at = CUBE_POS_X as usize * tiles.stride(0);
+    let row = u32::cast_from(tiles[tile_at]) as usize;
+    let q0 = u32::cast_from(tiles[tile_at + tiles.stride(1)]) as usize;
+    let first = u32::cast_from(cu_seqlens[row]) as usize;
+    let len = u32::cast_from(cu_seqlens[row + 1]) as usize - first;
+    if q0 >= len {
+        // A padding tile (the whole cube returns: no barrier is left waiting).
+        terminate!();
+    }
+    let start = u32::cast_from(starts[row]) as usize;
+    let head = CUBE_POS_Y as usize;
+    let col = head * 64;
+    // The tile's queries: flat rows `first + q0 ..`, `n_q` of them real, at
+    // positions `start + q0 ..`; the last one sees the first `visible`.
+    let mut n_q = len - q0;
+    if n_q > 64 {
+        n_q = 64;
+    }
+    let visible = start + q0 + n_q;
+    let table = row * tables.stride(0);
 
     let mut q_s = Shared::<[F]>::new_slice(comptime!(64 * LD));
     let mut k_s = Shared::<[F]>::new_slice(comptime!(64 * LD));
@@ -73,7 +118,7 @@ pub fn prefill_attention_kernel<F: Float, N: Size>(
     let mut s_s = Shared::<[f32]>::new_slice(comptime!(PREFILL_WARPS * 16 * SLD));
     let s_tile = warp * comptime!(16 * SLD);
 
-    stage(qkv, &mut q_s, first_row + qc0, seq_end, head, n_embd, vs);
+    stage(qkv, &mut q_s, first + q0, first + len, col, n_embd, vs);
     sync_cube();
     let q_at = warp * comptime!(16 * LD);
     let qa0 = load_a(&q_s, q_at);
@@ -88,7 +133,8 @@ pub fn prefill_attention_kernel<F: Float, N: Size>(
     // its slice of `O` lives in registers.
     let r = lane / 2;
     let c0 = (lane % 2) * 32;
-    let query = qc0 + warp * 16 + r;
+    let local = warp * 16 + r;
+    let query_pos = start + q0 + local;
     let at = s_tile + r * SLD + c0;
     let mut o = Array::<f32>::new(32usize);
     #[unroll]
@@ -97,19 +143,24 @@ pub fn prefill_attention_kernel<F: Float, N: Size>(
     }
     let mut m = f32::new(-1.0e30);
     let mut l = f32::new(0.0);
-    for ch in 0..CUBE_POS_X as usize + 1 {
-        let row0 = first_row + ch * 64;
+    let chunks = (visible - 1) / 64 + 1; // visible >= 1
+    for ch in 0..chunks {
+        let pos0 = ch * 64;
         sync_cube();
-        stage(qkv, &mut k_s, row0, seq_end, n_embd + head, n_embd, vs);
-        stage(qkv, &mut v_s, row0, seq_end, 2 * n_embd + head, n_embd, vs);
+        stage_paged(
+            k_cache, tables, table, &mut k_s, pos0, visible, head, block_size, vs,
+        );
+        stage_paged(
+            v_cache, tables, table, &mut v_s, pos0, visible, head, block_size, vs,
+        );
         sync_cube();
         scores(&k_s, &mut s_s, s_tile, &qa0, &qa1, &qa2, &qa3);
         sync_plane();
 
         // Online softmax: the row's new max, the rescale of what came
         // before, and this chunk's unnormalized P.
-        let key0 = ch * 64 + c0;
-        let mx = visible_row_max(&s_s, at, key0, query, scale);
+        let key0 = pos0 + c0;
+        let mx = visible_row_max(&s_s, at, key0, query_pos, scale);
         let mut m_new = m;
         if mx > m_new {
             m_new = mx;
@@ -119,7 +170,7 @@ pub fn prefill_attention_kernel<F: Float, N: Size>(
         #[unroll]
         for j in 0..32 {
             let mut w = f32::new(0.0);
-            if key0 + j <= query {
+            if key0 + j <= query_pos {
                 w = (s_s[at + j] * scale - m_new).exp();
             }
             sum += w;
@@ -133,9 +184,9 @@ pub fn prefill_attention_kernel<F: Float, N: Size>(
         rescale_add_pv(&v_s, &p_s, &mut s_s, &mut o, s_tile, p_tile, at, alpha);
     }
 
-    if query < q_len {
+    if local < n_q {
         let inv_l = f32::new(1.0) / l;
-        let row_out = (first_row + query) * n_embd + head + c0;
+        let row_out = (first + q0 + local) * n_embd + col + c0;
         #[unroll]
         for j in 0..32 {
             out[row_out + j] = F::cast_from(o[j] * inv_l);
@@ -236,6 +287,51 @@ fn stage<F: Float, N: Size>(
     }
 }
 
+/// Copies the K (or V) rows of positions `pos0 .. pos0 + 64` of one row's
+/// sequence, head `head`, from the `[H, S, 64]` `cache` into `tile` (row
+/// stride `LD`), each position's slot looked up in the row's block table
+/// (entries from `table` in `tables`); 16 bytes per load, all the cube's
+/// threads at once. Positions at or past `visible` become zeros.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn stage_paged<F: Float, I: Numeric, N: Size>(
+    cache: &Tensor<Vector<F, N>>,
+    tables: &Tensor<I>,
+    table: usize,
+    tile: &mut Shared<[F]>,
+    pos0: usize,
+    visible: usize,
+    head: usize,
+    #[comptime] block_size: usize,
+    #[comptime] vs: usize,
+) {
+    let tid = (UNIT_POS_Y * 32 + UNIT_POS_X) as usize;
+    let per_row = comptime!(64 / vs);
+    let head_at = head * cache.stride(0);
+    #[unroll]
+    for i in 0..comptime!(64 * 64 / vs / (32 * PREFILL_WARPS)) {
+        let idx = tid + i * comptime!(32 * PREFILL_WARPS);
+        let r = idx / per_row;
+        let c = (idx % per_row) * vs;
+        let pos = pos0 + r;
+        if pos < visible {
+            let entry = table + (pos / block_size) * tables.stride(1);
+            let block = u32::cast_from(tables[entry]) as usize;
+            let slot = block * block_size + pos % block_size;
+            let v = cache[(head_at + slot * cache.stride(1) + c) / vs];
+            #[unroll]
+            for j in 0..vs {
+                tile[r * LD + c + j] = v.extract(j);
+            }
+        } else {
+            #[unroll]
+            for j in 0..vs {
+                tile[r * LD + c + j] = F::new(0.0);
+            }
+        }
+    }
+}
+
 /// A row-major 16x16 A fragment of a shared tile at `at` (row stride `LD`).
 #[cube]
 fn load_a<F: Float>(tile: &Shared<[F]>, at: usize) -> cmma::Matrix<F> {
@@ -316,30 +412,53 @@ fn store_s(s_s: &mut Shared<[f32]>, at: usize, frag: &cmma::Matrix<f32>) {
     );
 }
 
-/// Launches [`prefill_attention_kernel`] over contiguous `qkv` `[B*Q, 3E]`
-/// with `seq_len` = Q; returns `[B*Q, E]`.
-pub fn launch(qkv: CubeTensor, seq_len: usize) -> CubeTensor {
+/// Launches [`prefill_attention_kernel`]: one cube per tile of `segments`
+/// and head, over contiguous `qkv` `[T, 3E]` and the `[H, S, 64]` caches
+/// (blocks of `block_size`). Returns `[T, E]`, zeroed where no tile writes.
+pub fn launch(
+    qkv: CubeTensor,
+    k_cache: CubeTensor,
+    v_cache: CubeTensor,
+    segments: Segments,
+    block_size: usize,
+) -> CubeTensor {
     let [rows, e3] = qkv.shape().dims::<2>();
     let e = e3 / 3;
-    let out = empty_like(&qkv, [rows, e]);
-    let dtype = qkv.dtype;
-    let vs = vector_size(&qkv, &[64, e3]);
+    let out = zeros_client(
+        qkv.client.clone(),
+        qkv.device.clone(),
+        Shape::new([rows, e]),
+        qkv.dtype,
+    );
+    let cache_strides = k_cache.meta.strides();
+    assert!(
+        cache_strides[2] == 1 && v_cache.meta.strides() == cache_strides,
+        "prefill attention: the K/V caches must be row-major [H, S, D] storage"
+    );
+    let [tiles, _] = segments.tiles.shape().dims::<2>();
+    if tiles == 0 {
+        return out; // padding only (an unbucketed warmup step)
+    }
+    let (f, i) = (qkv.dtype, segments.tables.dtype);
+    let vs = vector_size(&qkv, &[64, e3, cache_strides[0], cache_strides[1]]);
     prefill_attention_kernel::launch(
         &qkv.client,
-        CubeCount::Static(
-            seq_len.div_ceil(QUERIES_PER_CUBE) as u32,
-            (e / 64) as u32,
-            (rows / seq_len) as u32,
-        ),
+        CubeCount::Static(tiles as u32, (e / 64) as u32, 1),
         CubeDim::new_2d(32, PREFILL_WARPS as u32),
         vs,
         qkv.clone().into_tensor_arg(),
+        k_cache.into_tensor_arg(),
+        v_cache.into_tensor_arg(),
+        segments.tables.into_tensor_arg(),
+        segments.cu_seqlens.into_tensor_arg(),
+        segments.starts.into_tensor_arg(),
+        segments.tiles.into_tensor_arg(),
         out.clone().into_tensor_arg(),
-        seq_len as u32,
         1.0 / 64f32.sqrt(), // head_dim 64
         e,
+        block_size,
         vs,
-        dtype_to_storage_type(dtype),
+        [dtype_to_storage_type(f), dtype_to_storage_type(i)],
     );
     out
 }

@@ -1,0 +1,235 @@
+//! The CPU attention kernel both decode and prefill run: tiles of causal
+//! queries over their context in the paged cache, read in place.
+//!
+//! A [`Tile`] is a run of consecutive queries of one sequence: query `j`
+//! (flat row `first_row + j` of `q`) sees the first `first_len + j`
+//! positions of the sequence, through its block table. A decode step is one
+//! one-query tile per sequence; a prefill step cuts each segment into tiles
+//! of up to [`crate::ops::plan::PREFILL_TILE`] queries. Each (tile, head)
+//! pair is one task on the rayon pool:
+//!
+//! 1. the tile's queries, pre-scaled by `1/sqrt(D)`, are copied together;
+//! 2. for each key position, its K row is read once (from L1 for every query
+//!    of the tile after the first) and dotted with every query that sees it;
+//! 3. a softmax over each query's own visible scores;
+//! 4. for each position, its V row is read once and added, weighted, into
+//!    every query's output that sees it.
+//!
+//! Positions a query may not see are never visited, so nothing is masked.
+//! The tasks' outputs are copied into the `[N, E]` result afterwards.
+
+use rayon::prelude::*;
+
+use super::flex_slices::{axpy, dot};
+
+/// A run of consecutive queries of one sequence (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tile {
+    /// Row of the block tables.
+    pub table: usize,
+    /// Flat row of the first query.
+    pub first_row: usize,
+    /// Queries in the tile.
+    pub queries: usize,
+    /// Positions the first query sees (each next query sees one more).
+    pub first_len: usize,
+}
+
+/// Sizes [`attend`] works with.
+#[derive(Debug, Clone, Copy)]
+pub struct Geometry {
+    /// Flat query rows (`N`, the output's rows).
+    pub rows: usize,
+    /// Elements between consecutive query rows (`3E` when reading `qkv`).
+    pub q_stride: usize,
+    pub heads: usize,
+    /// Slots of the `[H, S, D]` storage (`S`).
+    pub slots: usize,
+    pub head_dim: usize,
+    /// Blocks per table row (`W`).
+    pub table_width: usize,
+    pub block_size: usize,
+}
+
+/// Per-thread buffers of [`tile_head`], reused across its tasks.
+#[derive(Default)]
+struct Scratch {
+    queries: Vec<f32>,
+    scores: Vec<f32>,
+}
+
+/// Attention of every tile's queries (`q`: the first `E` columns of each
+/// row, rows `q_stride` apart) over the `[H, S, D]` storage `k`, `v`
+/// through `tables` (`[_, W]` blocks). Returns `[N, E]` (rows no tile
+/// covers are 0), or `None` if an index is out of range.
+pub fn attend(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    tables: &[i32],
+    tiles: &[Tile],
+    g: Geometry,
+) -> Option<Vec<f32>> {
+    let (h, d, bs, w) = (g.heads, g.head_dim, g.block_size, g.table_width);
+    let e = h * d;
+    let blocks = g.slots / bs.max(1);
+    let valid_block = |b: i32| (0..blocks as i64).contains(&i64::from(b));
+    let table_rows = tables.len() / w.max(1);
+    let tile_fits = |t: &Tile| {
+        t.table < table_rows
+            && t.first_row + t.queries <= g.rows
+            && t.first_len + t.queries <= w * bs + 1
+            && (t.queries == 0 || (t.first_row + t.queries - 1) * g.q_stride + e <= q.len())
+    };
+    if bs == 0
+        || w == 0
+        || k.len() < h * g.slots * d
+        || v.len() < k.len()
+        || !tables.iter().all(|&b| valid_block(b))
+        || !tiles.iter().all(tile_fits)
+    {
+        return None;
+    }
+    let tasks: Vec<(usize, usize)> = tiles
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| t.queries > 0)
+        .flat_map(|(i, _)| (0..h).map(move |head| (i, head)))
+        .collect();
+    let parts: Vec<Vec<f32>> = tasks
+        .par_iter()
+        .map_init(Scratch::default, |scratch, &(i, head)| {
+            let tile = &tiles[i];
+            let table = &tables[tile.table * w..(tile.table + 1) * w];
+            tile_head(q, k, v, table, tile, head, g, scratch)
+        })
+        .collect();
+    let mut out = vec![0.0f32; g.rows * e];
+    for (&(i, head), part) in tasks.iter().zip(&parts) {
+        let tile = &tiles[i];
+        for (j, values) in part.chunks_exact(d).enumerate() {
+            let at = (tile.first_row + j) * e + head * d;
+            out[at..at + d].copy_from_slice(values);
+        }
+    }
+    Some(out)
+}
+
+/// One (tile, head) task: `[queries, D]` outputs (see the module docs).
+#[allow(clippy::too_many_arguments)]
+fn tile_head(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    table: &[i32],
+    tile: &Tile,
+    head: usize,
+    g: Geometry,
+    scratch: &mut Scratch,
+) -> Vec<f32> {
+    let (n, d, bs) = (tile.queries, g.head_dim, g.block_size);
+    let first = tile.first_len;
+    // Positions the tile's last query sees; score row `j` is `span` long.
+    let span = first + n - 1;
+    let scale = 1.0 / (d as f32).sqrt();
+    let queries = &mut scratch.queries;
+    queries.clear();
+    for j in 0..n {
+        let at = (tile.first_row + j) * g.q_stride + head * d;
+        queries.extend(q[at..at + d].iter().map(|x| x * scale));
+    }
+    let scores = &mut scratch.scores;
+    scores.clear();
+    scores.resize(n * span, 0.0);
+    let head_base = head * g.slots * d;
+    let at = |t: usize| head_base + (table[t / bs] as usize * bs + t % bs) * d;
+    // Query `j` sees position `t` when `t < first + j`.
+    let first_seeing = |t: usize| (t + 1).saturating_sub(first);
+    for t in 0..span {
+        let key = &k[at(t)..at(t) + d];
+        for j in first_seeing(t)..n {
+            scores[j * span + t] = dot(&queries[j * d..(j + 1) * d], key);
+        }
+    }
+    for j in 0..n {
+        let row = &mut scores[j * span..j * span + first + j];
+        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let mut total = 0.0;
+        for x in row.iter_mut() {
+            *x = (*x - max).exp();
+            total += *x;
+        }
+        let inv = 1.0 / total;
+        row.iter_mut().for_each(|x| *x *= inv);
+    }
+    let mut out = vec![0.0f32; n * d];
+    for t in 0..span {
+        let value = &v[at(t)..at(t) + d];
+        for j in first_seeing(t)..n {
+            axpy(scores[j * span + t], value, &mut out[j * d..(j + 1) * d]);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two heads of dimension 2, one block of 4 slots, the table `[0]`.
+    fn geometry(rows: usize) -> Geometry {
+        Geometry {
+            rows,
+            q_stride: 4,
+            heads: 2,
+            slots: 4,
+            head_dim: 2,
+            table_width: 1,
+            block_size: 4,
+        }
+    }
+
+    #[test]
+    fn each_query_averages_the_values_it_sees_with_softmax_weights() {
+        // Zero queries: uniform weights over the visible positions.
+        let q = vec![0.0f32; 3 * 4];
+        // Head 0's V rows are 1, 2, 3, 4 (both dims); head 1's are 10x.
+        let v: Vec<f32> = (0..2)
+            .flat_map(|h| (1..=4).flat_map(move |t| [t as f32 * 10f32.powi(h); 2]))
+            .collect();
+        let k = vec![0.0f32; v.len()];
+        let tile = Tile {
+            table: 0,
+            first_row: 0,
+            queries: 3,
+            first_len: 2,
+        };
+        let out = attend(&q, &k, &v, &[0], &[tile], geometry(3)).expect("in range");
+        // Query j sees positions 0..2 + j: means 1.5, 2, 2.5 (head 1: x10).
+        #[rustfmt::skip]
+        assert_eq!(out, [1.5, 1.5, 15.0, 15.0,  2.0, 2.0, 20.0, 20.0,  2.5, 2.5, 25.0, 25.0]);
+    }
+
+    #[test]
+    fn out_of_range_tiles_and_blocks_are_refused() {
+        let (q, kv) = (vec![0.0f32; 8], vec![0.0f32; 16]);
+        let tile = Tile {
+            table: 0,
+            first_row: 0,
+            queries: 2,
+            first_len: 4, // the second query would see 5 positions of a 4-slot table
+        };
+        assert!(attend(&q, &kv, &kv, &[0], &[tile], geometry(2)).is_none());
+        let fits = Tile {
+            first_len: 3,
+            ..tile
+        };
+        assert!(attend(&q, &kv, &kv, &[0], &[fits], geometry(2)).is_some());
+        assert!(attend(&q, &kv, &kv, &[1], &[fits], geometry(2)).is_none());
+        let past_rows = Tile {
+            first_row: 1,
+            ..fits
+        };
+        assert!(attend(&q, &kv, &kv, &[0], &[past_rows], geometry(2)).is_none());
+    }
+}
