@@ -185,24 +185,7 @@ impl Args {
             }
         }
         let device = self.device.parse::<DeviceSpec>().map_err(FlagError)?;
-        let model = match &self.model_dir {
-            Some(dir) if !dir.is_dir() => {
-                return Err(FlagError(format!(
-                    "--model-dir {} is not a directory",
-                    dir.display()
-                )))
-            }
-            Some(dir) => ModelSource::Dir(dir.clone()),
-            None => ModelSource::Preset {
-                preset: self.preset.parse::<Preset>().map_err(|_| {
-                    FlagError(format!(
-                        "--preset must be gpt2 or tiny, got {:?}",
-                        self.preset
-                    ))
-                })?,
-                seed: self.seed,
-            },
-        };
+        let model = self.model_source()?;
         let max_batch_size = positive("max-batch-size", self.max_batch_size)?;
         let prefill_max_batch_size = positive(
             "prefill-max-batch-size",
@@ -254,13 +237,7 @@ impl Args {
                 "--prepare-cache runs the warmup; it cannot be combined with --no-warmup".into(),
             ));
         }
-        let kernel_cache_dir = match self.kernel_cache_dir {
-            Some(dir) if dir.as_os_str().is_empty() => {
-                return Err(FlagError("--kernel-cache-dir must not be empty".into()))
-            }
-            Some(dir) => Some(dir),
-            None => ember_engine::device::default_kernel_cache_dir(),
-        };
+        let kernel_cache_dir = kernel_cache_dir(self.kernel_cache_dir)?;
         Ok(ServerConfig {
             listen: self.listen,
             device,
@@ -278,6 +255,39 @@ impl Args {
             doors,
             prepare_cache: self.prepare_cache,
         })
+    }
+
+    /// `--model-dir` (an existing directory), else `--preset` with `--seed`.
+    fn model_source(&self) -> Result<ModelSource, FlagError> {
+        match &self.model_dir {
+            Some(dir) if !dir.is_dir() => Err(FlagError(format!(
+                "--model-dir {} is not a directory",
+                dir.display()
+            ))),
+            Some(dir) => Ok(ModelSource::Dir(dir.clone())),
+            None => Ok(ModelSource::Preset {
+                preset: self.preset.parse::<Preset>().map_err(|_| {
+                    FlagError(format!(
+                        "--preset must be gpt2 or tiny, got {:?}",
+                        self.preset
+                    ))
+                })?,
+                seed: self.seed,
+            }),
+        }
+    }
+}
+
+/// `--kernel-cache-dir` (not empty), else the default under the user's cache.
+fn kernel_cache_dir(
+    flag: Option<std::path::PathBuf>,
+) -> Result<Option<std::path::PathBuf>, FlagError> {
+    match flag {
+        Some(dir) if dir.as_os_str().is_empty() => {
+            Err(FlagError("--kernel-cache-dir must not be empty".into()))
+        }
+        Some(dir) => Ok(Some(dir)),
+        None => Ok(ember_engine::device::default_kernel_cache_dir()),
     }
 }
 

@@ -393,7 +393,10 @@ mod cuda {
             gemv_diff = gemv_diff.max(max_diff(floats(got), floats(want.clone())));
             // GELU (c_fc) and the residual (c_proj), as the model uses them.
             let got = run(x.clone(), Some(&bias), true, None);
-            gemv_diff = gemv_diff.max(max_diff(floats(got), floats(reference::gelu_tanh(want.clone()))));
+            gemv_diff = gemv_diff.max(max_diff(
+                floats(got),
+                floats(reference::gelu_tanh(want.clone())),
+            ));
             let residual = Tensor::<2>::random([rows, n], Distribution::Normal(0.0, 1.0), dev);
             let got = run(x, Some(&bias), true, Some(residual.clone()));
             let want = residual + reference::gelu_tanh(want);

@@ -51,7 +51,8 @@ pub fn cache_key(index: usize) -> Result<String, String> {
         let name = result::device::get_name(dev).map_err(|e| format!("cuDeviceGetName: {e:?}"))?;
         let attr = |a| {
             // Safety: a valid device and a compute-capability attribute.
-            unsafe { result::device::get_attribute(dev, a) }.map_err(|e| format!("cuDeviceGetAttribute: {e:?}"))
+            unsafe { result::device::get_attribute(dev, a) }
+                .map_err(|e| format!("cuDeviceGetAttribute: {e:?}"))
         };
         let major = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
         let minor = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
@@ -67,5 +68,6 @@ pub fn cache_key(index: usize) -> Result<String, String> {
         ))
     };
     // The dynamic loaders panic when a library is missing.
-    std::panic::catch_unwind(read).map_err(|_| "the CUDA driver or NVRTC could not be loaded".to_string())?
+    std::panic::catch_unwind(read)
+        .map_err(|_| "the CUDA driver or NVRTC could not be loaded".to_string())?
 }

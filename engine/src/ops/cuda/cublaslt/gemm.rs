@@ -8,10 +8,10 @@ use std::ffi::c_void;
 
 use burn::backend::TensorMetadata;
 use burn_cubecl::tensor::CubeTensor;
-use cubecl_environment::stream::StreamId;
 use cubecl::server::{BufferBinding, ServerStorage};
 use cubecl_common::device::DeviceId;
 use cubecl_common::device_handle::DeviceHandle;
+use cubecl_environment::stream::StreamId;
 use cudarc::cublaslt::result as lt;
 use cudarc::cublaslt::sys;
 
