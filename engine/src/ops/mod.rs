@@ -382,7 +382,7 @@ impl Ops {
         let planned = plan::linear(&self.tuning, rows, d_out, d_in, lm_head);
         let kernel = self.choices.choose(shape, planned, self.cublaslt);
         if kernel == LinearKernel::Matmul {
-            return reference::linear(x, w, bias, true, epilogue);
+            return cuda_matmul_linear(x, w, bias, epilogue);
         }
         let epilogue = Epilogue {
             gelu: epilogue.gelu,
@@ -458,4 +458,35 @@ impl Ops {
         }
         reference::segment_attention(qkv, k, v, n_head, seg)
     }
+}
+
+/// CubeCL's matmul fallback (no cuBLASLt) of a CUDA projection. A flat
+/// prefill step of many tokens goes in as `[rows / 256, 256, k]` batches:
+/// CubeCL 0.11.3's matmul fails to launch some 2-D shapes of 4,096+ rows
+/// ("Tile shape must be non-zero and <= 256", H200, 2026-11-24) and hangs
+/// the step, while the batched shape (the padded prefill's) runs. Token
+/// buckets are powers of two, so large row counts divide by 256.
+#[cfg(feature = "cuda")]
+fn cuda_matmul_linear<const D: usize>(
+    x: Tensor<D>,
+    w: &Tensor<2>,
+    bias: Option<&Tensor<1>>,
+    epilogue: Epilogue<D>,
+) -> Tensor<D> {
+    const TILE_ROWS: usize = 256;
+    let dims = x.dims();
+    let rows: usize = dims[..D - 1].iter().product();
+    if rows <= TILE_ROWS || rows % TILE_ROWS != 0 {
+        return reference::linear(x, w, bias, true, epilogue);
+    }
+    let (k, n) = (dims[D - 1], w.dims()[0]);
+    let batched = |t: Tensor<D>, width: usize| t.reshape([rows / TILE_ROWS, TILE_ROWS, width]);
+    let epilogue3 = Epilogue {
+        gelu: epilogue.gelu,
+        residual: epilogue.residual.map(|r| batched(r, n)),
+    };
+    let y = reference::linear(batched(x, k), w, bias, true, epilogue3);
+    let mut out = dims;
+    out[D - 1] = n;
+    y.reshape(out)
 }
