@@ -407,9 +407,7 @@ impl Ops {
     ) -> Tensor<2> {
         let Epilogue { gelu, residual } = epilogue;
         match kernel {
-            LinearKernel::Matmul => {
-                reference::linear(x, w, bias, true, Epilogue { gelu, residual })
-            }
+            LinearKernel::Matmul => cuda_matmul_linear(x, w, bias, Epilogue { gelu, residual }),
             LinearKernel::Lt => cuda::lt_linear(x, w, bias, gelu, residual),
             LinearKernel::Ember(plan) => cuda::decode_linear(x, w, bias, gelu, residual, plan),
         }
