@@ -84,7 +84,7 @@ fn compare_grpc_and_http_doors_of_one_server() -> anyhow::Result<()> {
             ensure!(r["tokens_from"] == from, "{name}: tokens_from in {r}");
         }
         ensure!(
-            !s["runs"].as_array().map_or(true, Vec::is_empty),
+            !s["runs"].as_array().is_none_or(Vec::is_empty),
             "{name}: no runs in {s}"
         );
     }
