@@ -135,6 +135,10 @@ pub fn decode_linear(
 /// `x` `[B, K]` times `w` `[N, K]` (out-major) transposed, plus `bias`, then
 /// tanh-GELU when `gelu`, then `residual` `[B, N]`, on cuBLASLt. Returns
 /// `[B, N]`.
+///
+/// cuBLASLt adds `C` (the residual, `beta = 1`) before its epilogue, so GELU
+/// and a residual together would give `gelu(xw + b + r)`: that pair (which
+/// GPT-2 never uses) adds the residual afterwards as a tensor op.
 pub fn lt_linear(
     x: Tensor<2>,
     w: &Tensor<2>,
@@ -142,6 +146,9 @@ pub fn lt_linear(
     gelu: bool,
     residual: Option<Tensor<2>>,
 ) -> Tensor<2> {
+    if let (true, Some(r)) = (gelu, residual.clone()) {
+        return lt_linear(x, w, bias, true, None) + r;
+    }
     let (bias, has_bias) = match bias {
         Some(b) => (b.clone().into_dispatch(), true),
         None => (w.clone().into_dispatch(), false),
