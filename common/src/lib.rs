@@ -12,6 +12,7 @@
 //!   tokenizer as the server, so client- and server-side token counts agree.
 
 pub mod codec;
+pub mod ember_json;
 pub mod tokenizer;
 
 /// Generated protobuf messages and gRPC stubs for package `ember.v1`: the

@@ -78,3 +78,46 @@ fn run_cpu_dry_run_prints_a_table_of_numbers() {
     assert!(log.contains(&table), "the script prints the table");
     cleanup_scratch(&out);
 }
+
+/// `bench/run_gpu.sh` in its documented CPU dry run (tiny preset, one
+/// workload, no engine stage, no peers): the server starts, loadgen runs and
+/// `table.md` has the workload's row with its measured runs and no failures.
+#[test]
+fn run_gpu_dry_run_writes_the_end_to_end_row() {
+    let out = scratch_dir("run-gpu-dry");
+    let bin_dir = bins::server()
+        .parent()
+        .expect("the server binary has a parent dir")
+        .to_path_buf();
+    let run = Command::new("bash")
+        .arg(repo_root().join("bench/run_gpu.sh"))
+        .env("BENCH_DEVICE", "cpu")
+        .env("BENCH_PRESET", "tiny")
+        .env("EMBER_BIN_DIR", &bin_dir)
+        .env("BENCH_WORKLOADS", "single_1x256")
+        .env("SKIP_ENGINE", "1")
+        .env("SKIP_PEERS", "1")
+        .env("BENCH_WALL_S", "150")
+        .env("PEER_RESERVE_S", "10")
+        .env("OUT", &out)
+        .output()
+        .expect("bash runs");
+    let log = String::from_utf8_lossy(&run.stdout);
+    assert!(run.status.success(), "run_gpu.sh dry run failed:\n{log}");
+    let table = std::fs::read_to_string(out.join("table.md")).expect("table.md written");
+    let row: Vec<String> = table
+        .lines()
+        .find(|l| l.starts_with("| single_1x256"))
+        .unwrap_or_else(|| panic!("no single_1x256 row in\n{table}"))
+        .trim_matches('|')
+        .split('|')
+        .map(|c| c.trim().to_string())
+        .collect();
+    assert_eq!(row[1], "3", "measured runs in {row:?}");
+    assert_eq!(
+        row.last().map(String::as_str),
+        Some("0"),
+        "failures in {row:?}"
+    );
+    cleanup_scratch(&out);
+}

@@ -33,7 +33,8 @@ mod cuda {
     };
     use ember_engine::ops::plan::{self, LinearPlan};
     use ember_engine::ops::{
-        reference, PagedContext, SegmentContext, SegmentPadding, SegmentRow, TableGeometry,
+        reference, Epilogue, LinearKernel, Ops, PagedContext, SegmentContext, SegmentPadding,
+        SegmentRow, TableGeometry,
     };
     use ember_engine::{EngineDevice, KernelTuning};
     use serde_json::json;
@@ -78,11 +79,11 @@ mod cuda {
         let lens = vec![256i32, 1, 17, 100, 255, 16, 33];
         let (attention_diff, split_diff, counters_left) = attention_checks(tuning, &lens, dev);
         let (write_diff, in_place) = kv_write_check(lens.len(), h, d, dev);
-        let gemv_diff = projection_check(tuning, dev, ProjectionKernel::Ember);
+        let gemv_diff = projection_check(&device.ops, dev, ProjectionKernel::Ember);
         let lt_diff = device
             .ops
             .cublaslt()
-            .then(|| projection_check(tuning, dev, ProjectionKernel::Lt));
+            .then(|| projection_check(&device.ops, dev, ProjectionKernel::Lt));
         let ln_diff = layer_norm_check(dev);
         let prefill = prefill_checks(h, dev);
 
@@ -352,7 +353,8 @@ mod cuda {
 
     /// A projection kernel against tensor ops, with and without bias, GELU
     /// and residual; returns the max diff.
-    fn projection_check(tuning: &KernelTuning, dev: &Device, kernel: ProjectionKernel) -> f32 {
+    fn projection_check(ops: &Ops, dev: &Device, kernel: ProjectionKernel) -> f32 {
+        let tuning = ops.tuning();
         let mut gemv_diff = 0.0f32;
         let large: &[(usize, usize, usize)] = match kernel {
             ProjectionKernel::Ember => &[],
@@ -385,7 +387,8 @@ mod cuda {
                 ProjectionKernel::Ember => decode_linear(x, &w, bias, gelu, residual, plan),
                 ProjectionKernel::Lt => lt_linear(x, &w, bias, gelu, residual),
             };
-            let want = reference_product(&x, &w);
+            // The tensor-op product the engine falls back to (CubeCL's matmul).
+            let want = ops.run_linear(LinearKernel::Matmul, x.clone(), &w, None, Epilogue::none());
             let got = run(x.clone(), None, false, None);
             gemv_diff = gemv_diff.max(max_diff(floats(got), floats(want.clone())));
             let got = run(x.clone(), Some(&bias), false, None);
@@ -404,22 +407,6 @@ mod cuda {
         }
 
         gemv_diff
-    }
-
-    /// `x w^T` in tensor ops. Over 256 rows (multiples of 256 here) as
-    /// `[rows / 256, 256, k]` batches: CubeCL's 2-D matmul fails to launch at
-    /// 4,096 x 768 x 2,304 on the H200 ("Tile shape must be non-zero and <=
-    /// 256") and the check then hangs; the batched shape runs.
-    fn reference_product(x: &Tensor<2>, w: &Tensor<2>) -> Tensor<2> {
-        let [rows, k] = x.dims();
-        let n = w.dims()[0];
-        if rows <= 256 {
-            return x.clone().matmul(w.clone().transpose());
-        }
-        let batched = x.clone().reshape([rows / 256, 256, k]);
-        batched
-            .matmul(w.clone().transpose().unsqueeze::<3>())
-            .reshape([rows, n])
     }
 
     /// The LayerNorm kernel against the tensor-op LayerNorm on GPT-2-like

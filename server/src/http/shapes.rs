@@ -183,27 +183,9 @@ pub fn usage(f: &pb::Finished) -> Value {
     })
 }
 
-/// `ember_timing`: gRPC's `ServerTiming`, field for field.
+/// `ember_timing` of a finish (all zeros if it carried none).
 pub fn timing(t: Option<&pb::ServerTiming>) -> Value {
-    let t = t.copied().unwrap_or_default();
-    json!({
-        "tokenize_ns": t.tokenize_ns,
-        "enqueue_ns": t.enqueue_ns,
-        "queue_wait_ns": t.queue_wait_ns,
-        "prefill_to_first_token_ns": t.prefill_to_first_token_ns,
-        "server_ttft_ns": t.server_ttft_ns,
-        "decode_ns": t.decode_ns,
-        "total_ns": t.total_ns,
-        "prefill_batch_size": t.prefill_batch_size,
-        "admitted_iteration": t.admitted_iteration,
-        "tokenized_at_ns": t.tokenized_at_ns,
-        "enqueued_at_ns": t.enqueued_at_ns,
-        "admitted_at_ns": t.admitted_at_ns,
-        "first_token_at_ns": t.first_token_at_ns,
-        "finished_at_ns": t.finished_at_ns,
-        "cached_prompt_tokens": t.cached_prompt_tokens,
-        "prefill_chunks": t.prefill_chunks,
-    })
+    ember_common::ember_json::timing(&t.copied().unwrap_or_default())
 }
 
 /// The legacy completions format: parallel lists. `top_logprobs` maps each

@@ -55,28 +55,6 @@ pub(crate) fn error(message: &str, kind: &str, param: Option<&str>, code: Option
     json!({"error": {"message": message, "type": kind, "param": param, "code": code}})
 }
 
-/// `ember_timing`: every `ServerTiming` field under its proto name.
-pub(crate) fn timing(t: &ServerTiming) -> Value {
-    json!({
-        "tokenize_ns": t.tokenize_ns,
-        "enqueue_ns": t.enqueue_ns,
-        "queue_wait_ns": t.queue_wait_ns,
-        "prefill_to_first_token_ns": t.prefill_to_first_token_ns,
-        "server_ttft_ns": t.server_ttft_ns,
-        "decode_ns": t.decode_ns,
-        "total_ns": t.total_ns,
-        "prefill_batch_size": t.prefill_batch_size,
-        "admitted_iteration": t.admitted_iteration,
-        "tokenized_at_ns": t.tokenized_at_ns,
-        "enqueued_at_ns": t.enqueued_at_ns,
-        "admitted_at_ns": t.admitted_at_ns,
-        "first_token_at_ns": t.first_token_at_ns,
-        "finished_at_ns": t.finished_at_ns,
-        "cached_prompt_tokens": t.cached_prompt_tokens,
-        "prefill_chunks": t.prefill_chunks,
-    })
-}
-
 /// OpenAI's `usage`.
 pub(crate) fn usage(prompt: u32, completion: u32) -> Value {
     json!({"prompt_tokens": prompt, "completion_tokens": completion,
@@ -129,7 +107,7 @@ impl Chunker {
     pub fn finish(&self, reason: &str, t: &ServerTiming) -> Bytes {
         let mut c = self.chunk(json!([self.choice("", Some(reason))]));
         if self.ember {
-            c["ember_timing"] = timing(t);
+            c["ember_timing"] = ember_common::ember_json::timing(t);
         }
         event(&c)
     }
@@ -159,7 +137,7 @@ impl Chunker {
                            "model": self.model, "choices": [choice],
                            "usage": usage(prompt, tokens)});
         if self.ember {
-            v["ember_timing"] = timing(t);
+            v["ember_timing"] = ember_common::ember_json::timing(t);
         }
         v
     }

@@ -25,7 +25,7 @@ pub mod launch;
 pub mod runtime;
 pub mod tune;
 
-use burn::backend::{Dispatch, DispatchDevice};
+use burn::backend::{Dispatch, DispatchDevice, DispatchTensor};
 use burn::prelude::*;
 
 use extension::CudaOps;
@@ -111,25 +111,46 @@ pub fn decode_linear(
         LinearPlan::Mma { row_tiles, warps } => (row_tiles, warps),
         LinearPlan::Gemv | LinearPlan::Matmul => (0, 0),
     };
-    let (bias, has_bias) = match bias {
-        Some(b) => (b.clone().into_dispatch(), true),
-        None => (w.clone().into_dispatch(), false),
-    };
-    let (residual, has_residual) = match residual {
-        Some(r) => (r.into_dispatch(), true),
-        None => (w.clone().into_dispatch(), false),
-    };
+    let ops = EpilogueOperands::new(w, bias, residual);
     Tensor::from_dispatch(Dispatch::decode_linear(
         x.into_dispatch(),
         w.clone().into_dispatch(),
-        bias,
-        residual,
-        has_bias,
+        ops.bias,
+        ops.residual,
+        ops.has_bias,
         gelu,
-        has_residual,
+        ops.has_residual,
         row_tiles,
         warps,
     ))
+}
+
+/// The optional bias and residual of a projection as the backend extension
+/// takes them: always a tensor (the weight stands in, unread) and a flag.
+struct EpilogueOperands {
+    bias: DispatchTensor,
+    has_bias: bool,
+    residual: DispatchTensor,
+    has_residual: bool,
+}
+
+impl EpilogueOperands {
+    fn new(w: &Tensor<2>, bias: Option<&Tensor<1>>, residual: Option<Tensor<2>>) -> Self {
+        let (bias, has_bias) = match bias {
+            Some(b) => (b.clone().into_dispatch(), true),
+            None => (w.clone().into_dispatch(), false),
+        };
+        let (residual, has_residual) = match residual {
+            Some(r) => (r.into_dispatch(), true),
+            None => (w.clone().into_dispatch(), false),
+        };
+        Self {
+            bias,
+            has_bias,
+            residual,
+            has_residual,
+        }
+    }
 }
 
 /// `x` `[B, K]` times `w` `[N, K]` (out-major) transposed, plus `bias`, then
@@ -146,25 +167,19 @@ pub fn lt_linear(
     gelu: bool,
     residual: Option<Tensor<2>>,
 ) -> Tensor<2> {
-    if let (true, Some(r)) = (gelu, residual.clone()) {
-        return lt_linear(x, w, bias, true, None) + r;
-    }
-    let (bias, has_bias) = match bias {
-        Some(b) => (b.clone().into_dispatch(), true),
-        None => (w.clone().into_dispatch(), false),
+    let residual = match (gelu, residual) {
+        (true, Some(r)) => return lt_linear(x, w, bias, true, None) + r,
+        (_, r) => r,
     };
-    let (residual, has_residual) = match residual {
-        Some(r) => (r.into_dispatch(), true),
-        None => (w.clone().into_dispatch(), false),
-    };
+    let ops = EpilogueOperands::new(w, bias, residual);
     Tensor::from_dispatch(Dispatch::lt_linear(
         x.into_dispatch(),
         w.clone().into_dispatch(),
-        bias,
-        residual,
-        has_bias,
+        ops.bias,
+        ops.residual,
+        ops.has_bias,
         gelu,
-        has_residual,
+        ops.has_residual,
     ))
 }
 
