@@ -66,7 +66,7 @@ mod cuda {
         h: usize,
     ) -> f32 {
         let [b, e3] = qkv.dims();
-        let got = paged_decode_attention(tuning, qkv.clone(), &cache.k, &cache.v, paged, h);
+        let got = paged_decode_attention(tuning, qkv.clone(), &cache.k, &cache.v, paged, h, None);
         let q = qkv.clone().slice([0..b, 0..e3 / 3]);
         let want = reference::decode_attention(q, &cache.k, &cache.v, paged, h);
         max_diff(floats(got), floats(want))
@@ -79,6 +79,7 @@ mod cuda {
         let lens = vec![256i32, 1, 17, 100, 255, 16, 33];
         let (attention_diff, split_diff, counters_left) = attention_checks(tuning, &lens, dev);
         let (write_diff, in_place) = kv_write_check(lens.len(), h, d, dev);
+        let (fused_diff, fused_cache_diff) = fused_write_check(tuning, &lens, h, d, dev);
         let gemv_diff = projection_check(&device.ops, dev, ProjectionKernel::Ember);
         let lt_diff = device
             .ops
@@ -93,6 +94,7 @@ mod cuda {
         );
         println!("  paged decode attention: max |kernel - reference| = {attention_diff:e}");
         println!("  paged decode attention, contexts split across cubes: max |kernel - reference| = {split_diff:e}; counters left at zero: {}", counters_left == 0);
+        println!("  paged decode attention with the KV write folded in (split and unsplit): max |kernel - kv write + reference| = {fused_diff:e}; cache written: max diff {fused_cache_diff:e}");
         println!("  decode GEMV and tensor-core projection (bias, GELU, residual): max |kernel - tensor ops| = {gemv_diff:e}");
         match lt_diff {
             Some(d) => println!("  cuBLASLt projection (bias, GELU, residual; 1 to 4,096 rows): max |cuBLASLt - tensor ops| = {d:e}"),
@@ -111,6 +113,8 @@ mod cuda {
             "attention_max_abs_diff": attention_diff,
             "split_attention_max_abs_diff": split_diff,
             "split_attention_counters_zero": counters_left == 0,
+            "fused_write_attention_max_abs_diff": fused_diff,
+            "fused_write_cache_max_abs_diff": fused_cache_diff,
             "kv_write_max_abs_diff": write_diff,
             "kv_write_in_place": in_place,
             "gemv_max_abs_diff": gemv_diff,
@@ -340,6 +344,63 @@ mod cuda {
         let _ = e;
 
         (write_diff, in_place_diff == 0.0)
+    }
+
+    /// Decode attention with the KV write folded in (`write_slots`), unsplit
+    /// and split, against `select_assign` + the reference attention, on a
+    /// cache where each row owns its blocks (in reverse order). Returns (max
+    /// output diff, max cache diff).
+    fn fused_write_check(
+        tuning: &KernelTuning,
+        lens: &[i32],
+        h: usize,
+        d: usize,
+        dev: &Device,
+    ) -> (f32, f32) {
+        let (b, w, e) = (lens.len(), 16usize, h * d);
+        let slots_total = (b * w + 1) * BLOCK;
+        let tables: Vec<i32> = (0..b * w)
+            .map(|i| ((i / w) * w + (w - 1 - i % w)) as i32)
+            .collect();
+        let slots: Vec<i32> = lens
+            .iter()
+            .enumerate()
+            .map(|(row, &len)| {
+                let t = (len - 1) as usize;
+                tables[row * w + t / BLOCK] * BLOCK as i32 + (t % BLOCK) as i32
+            })
+            .collect();
+        let slots = ints(slots, [b], dev);
+        let qkv = Tensor::<2>::random([b, 3 * e], Distribution::Normal(0.0, 1.0), dev);
+        let q = qkv.clone().slice([0..b, 0..e]);
+        let unsplit = PagedContext {
+            tables: ints(tables, [b, w], dev),
+            lens: ints(lens.to_vec(), [b], dev),
+            block_size: BLOCK,
+            max_context: w * BLOCK,
+            arrivals: None,
+        };
+        let split = PagedContext {
+            arrivals: Some(Tensor::zeros([b * h], dev)),
+            ..unsplit.clone()
+        };
+        let (mut out_diff, mut cache_diff) = (0.0f32, 0.0f32);
+        for paged in [unsplit, split] {
+            let random =
+                |shape: [usize; 3]| Tensor::<3>::random(shape, Distribution::Normal(0.0, 1.0), dev);
+            let (k, v) = (random([h, slots_total, d]), random([h, slots_total, d]));
+            let copy = |t: &Tensor<3>| t.clone().mul_scalar(1.0);
+            let (ref_k, ref_v) =
+                reference::kv_write(copy(&k), copy(&v), qkv.clone(), slots.clone());
+            let want = reference::decode_attention(q.clone(), &ref_k, &ref_v, &paged, h);
+            let got =
+                paged_decode_attention(tuning, qkv.clone(), &k, &v, &paged, h, Some(slots.clone()));
+            out_diff = out_diff.max(max_diff(floats(got), floats(want)));
+            cache_diff = cache_diff
+                .max(max_diff(floats(k), floats(ref_k)))
+                .max(max_diff(floats(v), floats(ref_v)));
+        }
+        (out_diff, cache_diff)
     }
 
     /// Which projection kernels [`projection_check`] runs.

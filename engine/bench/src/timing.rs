@@ -100,6 +100,15 @@ pub fn bench_batch(
         print_row(&format!("{b} graph"), &graph, b);
         row["graph"] = graph.json(b);
         row["hardware_graph"] = json!(hardware > 0);
+        // The GPU time alone: replays back to back, one sync (the peer's
+        // `mean_ms_loop`); the step above adds the host's per-step work.
+        if let Some(ms) = engine.time_graph_replays(b, options.steps.max(10)) {
+            println!(
+                "{:>12} {ms:>10.3}   (GPU only: replays back to back)",
+                format!("{b} replay")
+            );
+            row["graph_replay_ms"] = json!(ms);
+        }
     }
     ids.iter().for_each(|&id| {
         engine.release(id);

@@ -405,6 +405,14 @@ impl Engine {
         self.runner.tune_projections(&buckets)
     }
 
+    /// Milliseconds per back-to-back replay of the captured decode graph of
+    /// `batch` rows (its bucket), over `n` replays: the step's GPU time
+    /// without the host's per-step work (benchmarks). `None` without a
+    /// hardware graph.
+    pub fn time_graph_replays(&mut self, batch: usize, n: usize) -> Option<f64> {
+        self.runner.time_graph_replays(batch, n)
+    }
+
     /// Captures the decode step of the bucket of each of `batch_sizes` as a
     /// CUDA graph (`crate::step::graphs`; on the CPU the "graph" re-runs the
     /// step). Returns the hardware graphs captured.

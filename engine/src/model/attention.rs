@@ -3,9 +3,9 @@
 //! `c_attn` projects to Q, K and V at once (`[E, 3E]`, GPT-2's Conv1D layout);
 //! the new K/V rows are written to the cache first, then the queries attend
 //! over the step's context, read in place from the paged cache
-//! ([`crate::ops::Ops::attention`]: one query per sequence in decode, causal
-//! segments of the flat tokens in prefill), and `c_proj` adds the residual in
-//! its epilogue.
+//! ([`crate::ops::Ops::write_and_attend`]: one query per sequence in decode,
+//! causal segments of the flat tokens in prefill; one kernel does both in a
+//! CUDA decode step), and `c_proj` adds the residual in its epilogue.
 
 use burn::prelude::*;
 
@@ -37,10 +37,16 @@ impl Attention {
         meta: &AttentionMeta,
     ) -> (Tensor<2>, LayerKv) {
         let qkv = self.c_attn.forward(ops, x, Epilogue::none()); // [N, 3E]
-                                                                 // Every new token's K/V into its slot (padding into the padding block).
-        let cache = cache.write_rows(ops, meta.write_slots.clone(), qkv.clone());
-        let out = ops.attention(qkv, &cache.k, &cache.v, self.n_head, &meta.context);
+                                                                 // Every new token's K/V into its slot (padding into the padding
+                                                                 // block), then attention over the cache.
+        let (out, (k, v)) = ops.write_and_attend(
+            qkv,
+            (cache.k, cache.v),
+            meta.write_slots.clone(),
+            self.n_head,
+            &meta.context,
+        );
         let y = self.c_proj.forward(ops, out, Epilogue::add(residual));
-        (y, cache)
+        (y, LayerKv { k, v })
     }
 }

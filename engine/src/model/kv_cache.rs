@@ -6,7 +6,7 @@
 //! sequence is the engine's business (block tables, `crate::kv`); the model
 //! only sees slot indices and the step's [`AttentionContext`]:
 //!
-//! - new K/V rows are written at `write_slots` ([`Ops::kv_write`]): in place,
+//! - new K/V rows are written at `write_slots` (`Ops::write_and_attend`): in place,
 //!   because each layer's tensors are moved through the forward pass uniquely
 //!   owned (the CPU's `select_assign`), or by a kernel that writes the buffers
 //!   whoever holds them (CUDA);
@@ -18,22 +18,13 @@
 
 use burn::prelude::*;
 
-use crate::ops::{AttentionContext, Ops};
+use crate::ops::AttentionContext;
 
 /// K and V storage of one layer, each `[n_head, num_slots, head_dim]`.
 #[derive(Debug)]
 pub struct LayerKv {
     pub k: Tensor<3>,
     pub v: Tensor<3>,
-}
-
-impl LayerKv {
-    /// Writes the K and V thirds of the fused projection `qkv` (`[N, 3E]`,
-    /// `E = H * D`) at `slots` (`[N]`), in place (see the module docs).
-    pub fn write_rows(self, ops: &Ops, slots: Tensor<1, Int>, qkv: Tensor<2>) -> Self {
-        let (k, v) = ops.kv_write(self.k, self.v, qkv, slots);
-        Self { k, v }
-    }
 }
 
 /// The paged KV cache of a whole model.

@@ -330,6 +330,30 @@ impl Ops {
         reference::kv_write(k, v, qkv, slots)
     }
 
+    /// The step's new K/V rows (the K and V thirds of `qkv` `[N, 3E]`)
+    /// written at `slots` (`[N]`) of the layer's storage, in place, then
+    /// [`Ops::attention`] over it: one launch in a CUDA decode step (the
+    /// attention kernel does the write), [`Ops::kv_write`] and
+    /// [`Ops::attention`] anywhere else. Returns `[N, E]` and the storage.
+    pub fn write_and_attend(
+        &self,
+        qkv: Tensor<2>,
+        (k, v): (Tensor<3>, Tensor<3>),
+        slots: Tensor<1, Int>,
+        n_head: usize,
+        context: &AttentionContext,
+    ) -> (Tensor<2>, (Tensor<3>, Tensor<3>)) {
+        #[cfg(feature = "cuda")]
+        if let (AttentionContext::Paged(paged), true) = (context, cuda::on_cube(&qkv)) {
+            let out =
+                cuda::paged_decode_attention(&self.tuning, qkv, &k, &v, paged, n_head, Some(slots));
+            return (out, (k, v));
+        }
+        let (k, v) = self.kv_write(k, v, qkv.clone(), slots);
+        let out = self.attention(qkv, &k, &v, n_head, context);
+        (out, (k, v))
+    }
+
     /// Attention of a step's queries (the Q third of `qkv`, `[N, 3E]`: one row
     /// per decode sequence, or a prefill step's flat tokens) over their
     /// context (see [`AttentionContext`]), the layer's K/V storage already
@@ -346,7 +370,15 @@ impl Ops {
             AttentionContext::Paged(paged) => {
                 #[cfg(feature = "cuda")]
                 if cuda::on_cube(&qkv) {
-                    return cuda::paged_decode_attention(&self.tuning, qkv, k, v, paged, n_head);
+                    return cuda::paged_decode_attention(
+                        &self.tuning,
+                        qkv,
+                        k,
+                        v,
+                        paged,
+                        n_head,
+                        None,
+                    );
                 }
                 cpu::paged_attention::decode_attention(&qkv, k, v, paged, n_head)
             }
@@ -382,7 +414,7 @@ impl Ops {
         let planned = plan::linear(&self.tuning, rows, d_out, d_in, lm_head);
         let kernel = self.choices.choose(shape, planned, self.cublaslt);
         if kernel == LinearKernel::Matmul {
-            return cuda_matmul_linear(x, w, bias, epilogue);
+            return cuda::matmul_linear(x, w, bias, epilogue);
         }
         let epilogue = Epilogue {
             gelu: epilogue.gelu,
@@ -407,7 +439,7 @@ impl Ops {
     ) -> Tensor<2> {
         let Epilogue { gelu, residual } = epilogue;
         match kernel {
-            LinearKernel::Matmul => cuda_matmul_linear(x, w, bias, Epilogue { gelu, residual }),
+            LinearKernel::Matmul => cuda::matmul_linear(x, w, bias, Epilogue { gelu, residual }),
             LinearKernel::Lt => cuda::lt_linear(x, w, bias, gelu, residual),
             LinearKernel::Ember(plan) => cuda::decode_linear(x, w, bias, gelu, residual, plan),
         }
@@ -456,35 +488,4 @@ impl Ops {
         }
         reference::segment_attention(qkv, k, v, n_head, seg)
     }
-}
-
-/// CubeCL's matmul fallback (no cuBLASLt) of a CUDA projection. A flat
-/// prefill step of many tokens goes in as `[rows / 256, 256, k]` batches:
-/// CubeCL 0.11.3's matmul fails to launch some 2-D shapes of 4,096+ rows
-/// ("Tile shape must be non-zero and <= 256", H200, 2026-11-24) and hangs
-/// the step, while the batched shape (the padded prefill's) runs. Token
-/// buckets are powers of two, so large row counts divide by 256.
-#[cfg(feature = "cuda")]
-fn cuda_matmul_linear<const D: usize>(
-    x: Tensor<D>,
-    w: &Tensor<2>,
-    bias: Option<&Tensor<1>>,
-    epilogue: Epilogue<D>,
-) -> Tensor<D> {
-    const TILE_ROWS: usize = 256;
-    let dims = x.dims();
-    let rows: usize = dims[..D - 1].iter().product();
-    if rows <= TILE_ROWS || rows % TILE_ROWS != 0 {
-        return reference::linear(x, w, bias, true, epilogue);
-    }
-    let (k, n) = (dims[D - 1], w.dims()[0]);
-    let batched = |t: Tensor<D>, width: usize| t.reshape([rows / TILE_ROWS, TILE_ROWS, width]);
-    let epilogue3 = Epilogue {
-        gelu: epilogue.gelu,
-        residual: epilogue.residual.map(|r| batched(r, n)),
-    };
-    let y = reference::linear(batched(x, k), w, bias, true, epilogue3);
-    let mut out = dims;
-    out[D - 1] = n;
-    y.reshape(out)
 }

@@ -130,17 +130,21 @@ impl SamplingParamsRows {
 
 /// Picks one token per row of `logits` (`[B, vocab]`, B = the parameters'
 /// rows) and reads back the first `take` ids: the step's one device->host read.
+/// `argmax` (`[B, 1]`), where the step already computed it (a replayed decode
+/// graph does), stands in for the greedy rows' argmax.
 pub fn sample(
     logits: Tensor<2>,
+    argmax: Option<Tensor<2, Int>>,
     params: &SamplingParamsRows,
     take: usize,
 ) -> Result<Vec<u32>, EngineError> {
     let [b, _] = logits.dims();
     debug_assert_eq!(b, params.rows);
+    let argmax = argmax.unwrap_or_else(|| logits.clone().argmax(1));
     let ids = if params.all_greedy {
-        logits.argmax(1)
+        argmax
     } else {
-        sample_rows(logits.cast(DType::F32), params)
+        sample_rows(logits.cast(DType::F32), argmax, params)
     };
     let data = ids
         .reshape([b])
@@ -153,8 +157,13 @@ pub fn sample(
         .collect())
 }
 
-/// The sampling path; `logits` is f32 `[B, V]`; returns ids `[B, 1]`.
-fn sample_rows(logits: Tensor<2>, params: &SamplingParamsRows) -> Tensor<2, Int> {
+/// The sampling path; `logits` is f32 `[B, V]`, `argmax` `[B, 1]` (the
+/// greedy rows' pick); returns ids `[B, 1]`.
+fn sample_rows(
+    logits: Tensor<2>,
+    argmax: Tensor<2, Int>,
+    params: &SamplingParamsRows,
+) -> Tensor<2, Int> {
     let [b, v] = logits.dims();
     let shape = [b, v];
     let mut probs = softmax(logits.clone() / params.temperatures.tensor(), 1);
@@ -189,7 +198,7 @@ fn sample_rows(logits: Tensor<2>, params: &SamplingParamsRows) -> Tensor<2, Int>
         .clamp_max(v as i64 - 1); // [B, 1]
 
     let greedy = params.greedy.tensor().equal_elem(1);
-    picked.mask_where(greedy, logits.argmax(1))
+    picked.mask_where(greedy, argmax)
 }
 
 #[cfg(test)]
@@ -216,7 +225,7 @@ pub(super) mod tests {
         let [b, v] = l.dims();
         let mut params = SamplingParamsRows::new(b, v, &Device::flex());
         params.write(rows);
-        sample(l, &params, rows.len()).unwrap()
+        sample(l, None, &params, rows.len()).unwrap()
     }
 
     #[test]

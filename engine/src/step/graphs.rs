@@ -39,7 +39,12 @@ struct StepSlot {
     cache: Option<KvCache>,
 }
 
-type StepClosure = Box<dyn FnMut() -> Option<Tensor<2>> + Send>;
+/// A decode step's device results: the logits `[B, vocab]` and each row's
+/// argmax `[B, 1]` (captured with the step, so a greedy step launches
+/// nothing after the replay).
+pub type StepOutput = (Tensor<2>, Tensor<2, Int>);
+
+type StepClosure = Box<dyn FnMut() -> Option<StepOutput> + Send>;
 
 /// One decode bucket's captured step.
 pub struct DecodeGraph {
@@ -47,7 +52,7 @@ pub struct DecodeGraph {
     /// `Arc<Mutex>` is what lets an engine be built on one thread and moved
     /// to its scheduler thread).
     slot: Arc<Mutex<StepSlot>>,
-    graph: Graph<Option<Tensor<2>>, StepClosure>,
+    graph: Graph<Option<StepOutput>, StepClosure>,
     device: Device,
 }
 
@@ -70,7 +75,8 @@ impl DecodeGraph {
             let mut cache = slot.cache.take()?;
             let logits = forward(&model, &ops, &mut cache, inputs);
             slot.cache = Some(cache);
-            Some(logits)
+            let argmax = logits.clone().argmax(1);
+            Some((logits, argmax))
         });
         {
             let mut filled = lock(&slot);
@@ -92,9 +98,10 @@ impl DecodeGraph {
     }
 
     /// Runs the step with `inputs` (the bucket's buffers, already written for
-    /// this step). Returns logits `[bucket, vocab]`, complete on the device,
-    /// or `None` if the slot lost the cache (a bug; the caller goes eager).
-    pub fn replay(&mut self, cache: &mut KvCache, inputs: StepInputs) -> Option<Tensor<2>> {
+    /// this step). Returns logits `[bucket, vocab]` and their argmax, complete
+    /// on the device, or `None` if the slot lost the cache (a bug; the caller
+    /// goes eager).
+    pub fn replay(&mut self, cache: &mut KvCache, inputs: StepInputs) -> Option<StepOutput> {
         {
             let mut slot = lock(&self.slot);
             slot.inputs = Some(inputs);
@@ -109,6 +116,23 @@ impl DecodeGraph {
         // Reading a replayed graph's output does not wait for the replay.
         self.device.sync().ok()?;
         logits
+    }
+
+    /// Replays a hardware graph `n` times back to back (the bucket's buffers
+    /// as the last step left them) and waits for the device: the step's GPU
+    /// time without the host's per-step work, what the torch CUDA-graph peer
+    /// reports. `false` for a closure graph (nothing run) or a failed sync.
+    pub fn replay_back_to_back(&mut self, n: usize) -> bool {
+        if !self.is_hardware() {
+            return false;
+        }
+        for _ in 0..n {
+            // Safety: as in `replay`; a hardware replay runs no closure, so
+            // the cache stays with the engine, alive, while the device
+            // rewrites the same slots with the same values.
+            let _ = unsafe { self.graph.replay() };
+        }
+        self.device.sync().is_ok()
     }
 
     /// Moves the cache back from the slot into `cache`.

@@ -135,9 +135,9 @@ impl StepRunner {
         choices: &[RowChoice],
         top_n: &[Option<usize>],
     ) -> Result<Sampled, EngineError> {
-        let (logits, bucket) = self.decode_forward(rows, choices);
+        let (logits, argmax, bucket) = self.run_decode(rows, choices);
         let params = &self.decode_buffers[&bucket].sampling;
-        let sampled = sample_rows(logits, params, rows.len(), top_n)?;
+        let sampled = sample_rows(logits, argmax, params, rows.len(), top_n)?;
         self.check_library_calls()?;
         Ok(sampled)
     }
@@ -151,17 +151,30 @@ impl StepRunner {
         rows: &[DecodeRow<'_>],
         choices: &[RowChoice],
     ) -> (Tensor<2>, usize) {
+        let (logits, _, bucket) = self.run_decode(rows, choices);
+        (logits, bucket)
+    }
+
+    /// [`StepRunner::decode_forward`], with each row's argmax where the
+    /// replayed graph computed it.
+    fn run_decode(
+        &mut self,
+        rows: &[DecodeRow<'_>],
+        choices: &[RowChoice],
+    ) -> (Tensor<2>, Option<Tensor<2, Int>>, usize) {
         let bucket = self.decode_bucket(rows.len());
         let inputs = self.prepare_decode(bucket, rows, choices);
         let replayed = self
             .graphs
             .get_mut(&bucket)
             .and_then(|graph| graph.replay(&mut self.cache, inputs.clone()));
-        let logits = match replayed {
-            Some(logits) => logits,
-            None => forward(&self.model, &self.ops, &mut self.cache, inputs),
-        };
-        (logits, bucket)
+        match replayed {
+            Some((logits, argmax)) => (logits, Some(argmax), bucket),
+            None => {
+                let logits = forward(&self.model, &self.ops, &mut self.cache, inputs);
+                (logits, None, bucket)
+            }
+        }
     }
 
     /// One prefill step over `rows` (blocks already reserved); the first
@@ -179,7 +192,7 @@ impl StepRunner {
         }
         let mut params = SamplingParamsRows::new(padded, self.config.vocab_size, &self.device);
         params.write(choices);
-        let sampled = sample_rows(logits, &params, choices.len(), top_n)?;
+        let sampled = sample_rows(logits, None, &params, choices.len(), top_n)?;
         self.check_library_calls()?;
         Ok(sampled)
     }
@@ -232,7 +245,7 @@ impl StepRunner {
         let inputs = prefill_inputs(&[], shape, self.tables(), &self.device);
         let logits = forward(&self.model, &self.ops, &mut self.cache, inputs);
         let params = SamplingParamsRows::new(shape.rows, self.config.vocab_size, &self.device);
-        sample(logits, &params, 1).map(drop)
+        sample(logits, None, &params, 1).map(drop)
     }
 
     /// Runs a decode step of `bucket` padding rows, sampled by `choices`
@@ -240,7 +253,7 @@ impl StepRunner {
     pub fn warm_decode(&mut self, bucket: usize, choices: &[RowChoice]) -> Result<(), EngineError> {
         let inputs = self.prepare_decode(bucket, &[], choices);
         let logits = forward(&self.model, &self.ops, &mut self.cache, inputs);
-        sample(logits, &self.decode_buffers[&bucket].sampling, 1).map(drop)
+        sample(logits, None, &self.decode_buffers[&bucket].sampling, 1).map(drop)
     }
 
     /// Captures the decode step of each of `buckets` (see
@@ -278,6 +291,21 @@ impl StepRunner {
             self.graphs.insert(bucket, graph);
         }
         hardware
+    }
+
+    /// Milliseconds per replay of `batch`'s captured decode graph, `n`
+    /// replays back to back after 3 untimed ones (bench: the GPU time of a
+    /// step, without its host work); `None` without a hardware graph.
+    pub fn time_graph_replays(&mut self, batch: usize, n: usize) -> Option<f64> {
+        let bucket = self.decode_bucket(batch);
+        let graph = self.graphs.get_mut(&bucket)?;
+        if !graph.replay_back_to_back(3) {
+            return None;
+        }
+        let started = Instant::now();
+        graph
+            .replay_back_to_back(n.max(1))
+            .then(|| started.elapsed().as_secs_f64() * 1e3 / n.max(1) as f64)
     }
 
     /// Decode buckets with a captured graph.
@@ -319,16 +347,18 @@ impl StepRunner {
     }
 }
 
-/// Samples the first `take` rows of `logits` with `params`, then the
+/// Samples the first `take` rows of `logits` with `params` (`argmax`: the
+/// greedy picks, where the step computed them), then the
 /// logprobs of the rows whose `top_n` is set (only when one is).
 fn sample_rows(
     logits: Tensor<2>,
+    argmax: Option<Tensor<2, Int>>,
     params: &SamplingParamsRows,
     take: usize,
     top_n: &[Option<usize>],
 ) -> Result<Sampled, EngineError> {
     let kept = any_asked(top_n).then(|| logits.clone());
-    let tokens = sample(logits, params, take)?;
+    let tokens = sample(logits, argmax, params, take)?;
     let lps = kept
         .map(|l| logprobs(l, &tokens, top_n))
         .transpose()?

@@ -34,7 +34,9 @@ pub trait CudaOps: Backend {
     /// When `can_split`, `arrivals` holds at least `B * H` zeroed 32-bit
     /// counters and a context may be split across cubes (`fixed_splits` of
     /// them, or planned when 0; left at zero afterwards); otherwise it is not
-    /// read.
+    /// read. When `write_new`, each sequence's new K/V rows (the K and V
+    /// thirds of `qkv`) are first written in place at `slots` `[B]` (else
+    /// `slots` is not read).
     #[fusion(dtype = qkv, shape = { let [b, e3] = qkv.dims::<2>(); Shape::new([b, e3 / 3]) })]
     #[allow(clippy::too_many_arguments)]
     fn paged_decode_attention(
@@ -43,6 +45,8 @@ pub trait CudaOps: Backend {
         v_cache: FloatTensor<Self>,
         tables: IntTensor<Self>,
         lens: IntTensor<Self>,
+        slots: IntTensor<Self>,
+        write_new: bool,
         arrivals: IntTensor<Self>,
         can_split: bool,
         fixed_splits: usize,
@@ -135,6 +139,8 @@ impl CudaOps for CubeBackend {
         v_cache: FloatTensor<Self>,
         tables: IntTensor<Self>,
         lens: IntTensor<Self>,
+        slots: IntTensor<Self>,
+        write_new: bool,
         arrivals: IntTensor<Self>,
         can_split: bool,
         fixed_splits: usize,
@@ -147,6 +153,7 @@ impl CudaOps for CubeBackend {
             v_cache,
             into_contiguous(tables),
             into_contiguous(lens),
+            write_new.then(|| into_contiguous(slots)),
             arrivals,
             can_split,
             fixed_splits,

@@ -32,6 +32,7 @@ use extension::CudaOps;
 
 use crate::ops::attention::{PagedContext, SegmentContext};
 use crate::ops::plan::LinearPlan;
+use crate::ops::Epilogue;
 use crate::tuning::KernelTuning;
 
 /// Whether `device` is a CubeCL (CUDA) device.
@@ -67,7 +68,9 @@ pub fn kv_write(
 /// Decode attention over the paged cache: `qkv` `[B, 3E]` against the
 /// layer's `[H, S, D]` storage, through `paged`'s block tables and lengths
 /// (splitting contexts per `tuning.attention_splits` where `paged` carries
-/// counters); returns `[B, E]`.
+/// counters); returns `[B, E]`. With `write_slots` (`[B]`) the same launch
+/// first writes each sequence's new K/V rows there, in place (the KV write
+/// folded into attention); without, the storage must already hold them.
 pub fn paged_decode_attention(
     tuning: &KernelTuning,
     qkv: Tensor<2>,
@@ -75,6 +78,7 @@ pub fn paged_decode_attention(
     v_cache: &Tensor<3>,
     paged: &PagedContext,
     n_head: usize,
+    write_slots: Option<Tensor<1, Int>>,
 ) -> Tensor<2> {
     debug_assert_eq!(k_cache.dims()[0], n_head);
     let (arrivals, can_split) = match &paged.arrivals {
@@ -87,6 +91,11 @@ pub fn paged_decode_attention(
         v_cache.clone().into_dispatch(),
         paged.tables.clone().into_dispatch(),
         paged.lens.clone().into_dispatch(),
+        write_slots
+            .clone()
+            .unwrap_or_else(|| paged.lens.clone())
+            .into_dispatch(),
+        write_slots.is_some(),
         arrivals.into_dispatch(),
         can_split,
         tuning.attention_splits,
@@ -213,4 +222,34 @@ pub fn layer_norm_rows(x: Tensor<2>, gamma: Tensor<1>, beta: Tensor<1>, eps: f32
         beta.into_dispatch(),
         eps,
     ))
+}
+
+/// CubeCL's matmul fallback (no cuBLASLt) of a CUDA projection. A flat
+/// prefill step of many tokens goes in as `[rows / 256, 256, k]` batches:
+/// CubeCL 0.11.3's matmul fails to launch some 2-D shapes of 4,096+ rows
+/// ("Tile shape must be non-zero and <= 256", H200, 2026-11-24) and hangs
+/// the step, while the batched shape (the padded prefill's) runs. Token
+/// buckets are powers of two, so large row counts divide by 256.
+pub fn matmul_linear<const D: usize>(
+    x: Tensor<D>,
+    w: &Tensor<2>,
+    bias: Option<&Tensor<1>>,
+    epilogue: Epilogue<D>,
+) -> Tensor<D> {
+    const TILE_ROWS: usize = 256;
+    let dims = x.dims();
+    let rows: usize = dims[..D - 1].iter().product();
+    if rows <= TILE_ROWS || !rows.is_multiple_of(TILE_ROWS) {
+        return crate::ops::reference::linear(x, w, bias, true, epilogue);
+    }
+    let (k, n) = (dims[D - 1], w.dims()[0]);
+    let batched = |t: Tensor<D>, width: usize| t.reshape([rows / TILE_ROWS, TILE_ROWS, width]);
+    let epilogue3 = Epilogue {
+        gelu: epilogue.gelu,
+        residual: epilogue.residual.map(|r| batched(r, n)),
+    };
+    let y = crate::ops::reference::linear(batched(x, k), w, bias, true, epilogue3);
+    let mut out = dims;
+    out[D - 1] = n;
+    y.reshape(out)
 }

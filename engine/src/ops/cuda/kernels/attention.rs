@@ -27,6 +27,13 @@
 //! counter back to zero for the next launch (or graph replay). No second
 //! kernel, no host involvement.
 //!
+//! With `write_new` the kernel also does the step's KV write (one launch
+//! fewer per layer): the cube whose chunk holds the sequence's newest
+//! position (`len - 1`, the step's own token) first copies that token's K
+//! and V rows of head `h` from `qkv` to the cache at `slots[b]`
+//! ([`super::cache_write::write_head_rows`]), then syncs before reading the
+//! chunk; every other chunk holds only older positions.
+//!
 //! Every loop that contains a shuffle runs the same number of rounds on all
 //! lanes of a warp (positions past the chunk are masked, not skipped), as
 //! `__shfl_xor_sync` needs.
@@ -39,6 +46,7 @@ use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 
+use super::cache_write::write_head_rows;
 use super::reduce::{cube_max, cube_sum, sum_warps};
 use crate::ops::cuda::launch::{empty_like, vector_size};
 use crate::ops::plan::{self, attention_lanes};
@@ -48,15 +56,17 @@ use crate::ops::plan::{self, attention_lanes};
 /// `tables` `[B, W]`, `lens` `[B]`; `out` `[B, E]` contiguous. With
 /// `splits > 1`: `partials` holds `B * H * splits * (D + 2)` f32 and
 /// `arrivals` `B * H` counters that are zero on entry (and left at zero);
-/// with one split neither is touched.
+/// with one split neither is touched. With `write_new`, `slots` `[B]` is
+/// where each sequence's new K/V rows go (written here, see the module doc).
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub fn paged_decode_attention_kernel<F: Float, I: Numeric, N: Size>(
     qkv: &Tensor<Vector<F, N>>,
-    k_cache: &Tensor<Vector<F, N>>,
-    v_cache: &Tensor<Vector<F, N>>,
+    k_cache: &mut Tensor<Vector<F, N>>,
+    v_cache: &mut Tensor<Vector<F, N>>,
     tables: &Tensor<I>,
     lens: &Tensor<I>,
+    slots: &Tensor<I>,
     out: &mut Tensor<F>,
     partials: &mut Tensor<f32>,
     arrivals: &mut Tensor<Atomic<u32>>,
@@ -70,6 +80,7 @@ pub fn paged_decode_attention_kernel<F: Float, I: Numeric, N: Size>(
     #[comptime] vs: usize,
     #[comptime] width: usize,
     #[comptime] splits: usize,
+    #[comptime] write_new: bool,
     #[define(F, I)] _dtypes: [ElemType; 2],
 ) {
     let h = CUBE_POS_X as usize;
@@ -97,6 +108,14 @@ pub fn paged_decode_attention_kernel<F: Float, I: Numeric, N: Size>(
     let mut q = Array::<f32>::new(width);
     let q_at = (b * qkv.stride(0) + h * head_dim) / vs + (lane % lanes_per_pos) * vectors_per_lane;
     load_scaled(qkv, &mut q, q_at, scale, vectors_per_lane, vs);
+    if comptime![write_new] {
+        // Uniform over the cube: only the chunk holding `len - 1` writes.
+        if lo < hi && hi == len {
+            let slot = u32::cast_from(slots[b * slots.stride(0)]) as usize;
+            write_head_rows(qkv, k_cache, v_cache, b, h, slot, tid, head_dim, vs);
+            sync_cube();
+        }
+    }
 
     let lane_max = scores(
         &q,
@@ -215,12 +234,13 @@ fn slot_of<I: Numeric>(
 }
 
 /// Pass 1 over positions `lo..hi`: the scores into `p[t]`; returns this
-/// lane's max (`-1e30` if it saw none).
+/// lane's max (`-1e30` if it saw none). `k_cache` is `mut` only because
+/// the kernel that passes it writes it (CubeCL does not reborrow).
 #[cube]
 #[allow(clippy::too_many_arguments)]
 fn scores<F: Float, I: Numeric, N: Size>(
     q: &Array<f32>,
-    k_cache: &Tensor<Vector<F, N>>,
+    k_cache: &mut Tensor<Vector<F, N>>,
     tables: &Tensor<I>,
     p: &mut Shared<[f32]>,
     b: usize,
@@ -278,7 +298,7 @@ fn scores<F: Float, I: Numeric, N: Size>(
 #[cube]
 #[allow(clippy::too_many_arguments)]
 fn weighted_values<F: Float, I: Numeric, N: Size>(
-    v_cache: &Tensor<Vector<F, N>>,
+    v_cache: &mut Tensor<Vector<F, N>>,
     tables: &Tensor<I>,
     p: &Shared<[f32]>,
     partial: &mut Shared<[f32]>,
@@ -418,7 +438,9 @@ fn publish_and_combine<F: Float>(
 /// `[B, W]`, `lens` `[B]`). With `can_split`, `arrivals` holds at least
 /// `B * H` zeroed 32-bit counters and contexts may be split across cubes
 /// (`fixed_splits`: the `--attention-splits` knob, 0 = planned); the split
-/// also needs device-scope fences from the runtime. Returns `[B, E]`.
+/// also needs device-scope fences from the runtime. With `slots` (`[B]`),
+/// each sequence's new K/V rows (the K and V thirds of `qkv`) are written
+/// there first, in place. Returns `[B, E]`.
 #[allow(clippy::too_many_arguments)]
 pub fn launch(
     qkv: CubeTensor,
@@ -426,6 +448,7 @@ pub fn launch(
     v_cache: CubeTensor,
     tables: CubeTensor,
     lens: CubeTensor,
+    slots: Option<CubeTensor>,
     arrivals: CubeTensor,
     can_split: bool,
     fixed_splits: usize,
@@ -460,6 +483,8 @@ pub fn launch(
     );
     let vs = vector_size(&qkv, &[d, e3, cache_strides[0], cache_strides[1]]);
     let (lanes_per_pos, vectors_per_lane) = attention_lanes(d / vs);
+    let write_new = slots.is_some();
+    let slots = slots.unwrap_or_else(|| lens.clone());
     paged_decode_attention_kernel::launch(
         &qkv.client,
         CubeCount::Static(h as u32, b as u32, plan.splits as u32),
@@ -470,6 +495,7 @@ pub fn launch(
         v_cache.into_tensor_arg(),
         tables.into_tensor_arg(),
         lens.into_tensor_arg(),
+        slots.into_tensor_arg(),
         out.clone().into_tensor_arg(),
         partials.into_tensor_arg(),
         arrivals.into_tensor_arg(),
@@ -483,6 +509,7 @@ pub fn launch(
         vs,
         vectors_per_lane * vs,
         plan.splits,
+        write_new,
         [dtype_to_storage_type(f), dtype_to_storage_type(i)],
     );
     out

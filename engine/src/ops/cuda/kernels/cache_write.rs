@@ -1,6 +1,8 @@
 //! The KV-cache write kernel: each thread copies one vector (16 bytes in
 //! f16) of a new token's K and V (the middle and last thirds of its fused
 //! `qkv` row) into its cache slot of the `[H, S, D]` storage, in place.
+//! [`write_head_rows`] is the same copy for one token and head, done by the
+//! decode attention kernel itself.
 
 use burn::backend::cubecl::dtype_to_storage_type;
 use burn::backend::TensorMetadata;
@@ -38,6 +40,32 @@ pub fn kv_write_kernel<F: Float, I: Numeric, N: Size>(
     let row = n * qkv.stride(0);
     k_cache[dst] = qkv[(row + e + c) / vs];
     v_cache[dst] = qkv[(row + 2 * e + c) / vs];
+}
+
+/// The K and V rows of head `h` of `qkv` row `b` (`[B, 3E]`, vectors of
+/// `vs`) into cache slot `slot`: unit `unit` copies vector `unit` of each
+/// (units past `head_dim / vs` do nothing). The caller syncs the cube
+/// before reading the slot back.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub fn write_head_rows<F: Float, N: Size>(
+    qkv: &Tensor<Vector<F, N>>,
+    k_cache: &mut Tensor<Vector<F, N>>,
+    v_cache: &mut Tensor<Vector<F, N>>,
+    b: usize,
+    h: usize,
+    slot: usize,
+    unit: usize,
+    #[comptime] head_dim: usize,
+    #[comptime] vs: usize,
+) {
+    if unit < comptime!(head_dim / vs) {
+        let e = k_cache.shape(0) * head_dim;
+        let src = (b * qkv.stride(0) + e + h * head_dim) / vs + unit;
+        let dst = (h * k_cache.stride(0) + slot * k_cache.stride(1)) / vs + unit;
+        k_cache[dst] = qkv[src];
+        v_cache[dst] = qkv[src + e / vs];
+    }
 }
 
 /// Launches [`kv_write_kernel`]: the K/V thirds of contiguous `qkv`
