@@ -25,11 +25,10 @@ pub fn run(device: &EngineDevice) -> anyhow::Result<serde_json::Value> {
 #[cfg(feature = "cuda")]
 mod cuda {
     use burn::prelude::*;
-    use burn::tensor::{DType, Distribution};
+    use burn::tensor::Distribution;
     use ember_engine::model::LayerKv;
     use ember_engine::ops::cuda::{
-        decode_linear, kv_write, layer_norm_rows, lt_linear, paged_decode_attention,
-        prefill_attention,
+        decode_linear, layer_norm_rows, lt_linear, paged_decode_attention, prefill_attention,
     };
     use ember_engine::ops::plan::{self, LinearPlan};
     use ember_engine::ops::{
@@ -37,25 +36,10 @@ mod cuda {
         SegmentRow, TableGeometry,
     };
     use ember_engine::{EngineDevice, KernelTuning};
+
+    use crate::check_data::{floats, ints, max_diff, BLOCK};
+    use crate::kv_write_check::{fused_write_check, kv_write_check};
     use serde_json::json;
-
-    /// Positions per cache block in these checks.
-    const BLOCK: usize = 16;
-
-    fn floats<const D: usize>(t: Tensor<D>) -> Vec<f32> {
-        t.cast(DType::F32).into_data().iter::<f32>().collect()
-    }
-
-    fn max_diff(a: Vec<f32>, b: Vec<f32>) -> f32 {
-        a.iter()
-            .zip(&b)
-            .map(|(x, y)| (x - y).abs())
-            .fold(0.0, f32::max)
-    }
-
-    fn ints<const D: usize>(v: Vec<i32>, shape: [usize; D], dev: &Device) -> Tensor<D, Int> {
-        Tensor::from_data(TensorData::new(v, shape), dev)
-    }
 
     /// Max |kernel - reference| of paged decode attention for one batch.
     fn attention_check(
@@ -77,37 +61,44 @@ mod cuda {
         let tuning = device.ops.tuning();
         let (h, d) = (12usize, 64usize);
         let lens = vec![256i32, 1, 17, 100, 255, 16, 33];
-        let (attention_diff, split_diff, counters_left) = attention_checks(tuning, &lens, dev);
-        let (write_diff, in_place) = kv_write_check(lens.len(), h, d, dev);
-        let (fused_diff, fused_cache_diff) = fused_write_check(tuning, &lens, h, d, dev);
-        let gemv_diff = projection_check(&device.ops, dev, ProjectionKernel::Ember);
-        let lt_diff = device
-            .ops
-            .cublaslt()
-            .then(|| projection_check(&device.ops, dev, ProjectionKernel::Lt));
-        let ln_diff = layer_norm_check(dev);
-        let prefill = prefill_checks(h, dev);
-
+        // Each line is printed (and flushed) as its check finishes, with its
+        // seconds, so a run cut short still tells what passed and what hung.
+        let started = std::time::Instant::now();
+        let say = |line: String| {
+            use std::io::Write;
+            println!("  {line} [{:.0} s]", started.elapsed().as_secs_f64());
+            let _ = std::io::stdout().flush();
+        };
         println!(
             "device {}: kernel check (H {h}, D {d}, block {BLOCK}, lens {lens:?}, and x10)",
             device.name
         );
-        println!("  paged decode attention: max |kernel - reference| = {attention_diff:e}");
-        println!("  paged decode attention, contexts split across cubes: max |kernel - reference| = {split_diff:e}; counters left at zero: {}", counters_left == 0);
-        println!("  paged decode attention with the KV write folded in (split and unsplit): max |kernel - kv write + reference| = {fused_diff:e}; cache written: max diff {fused_cache_diff:e}");
-        println!("  decode GEMV and tensor-core projection (bias, GELU, residual): max |kernel - tensor ops| = {gemv_diff:e}");
-        match lt_diff {
-            Some(d) => println!("  cuBLASLt projection (bias, GELU, residual; 1 to 4,096 rows): max |cuBLASLt - tensor ops| = {d:e}"),
-            None => println!("  cuBLASLt projection: not checked (cuBLASLt unavailable or --cublaslt false)"),
-        }
-        println!("  layer norm: max |kernel - tensor ops| = {ln_diff:e}");
-        for (case, diff) in &prefill {
-            println!("  prefill attention, {case}: max |kernel - reference| = {diff:e}");
-        }
-        println!(
-            "  kv write: max |kernel - select_assign| = {write_diff:e}; in place: {}",
-            in_place
-        );
+        let (attention_diff, split_diff, counters_left) = attention_checks(tuning, &lens, dev);
+        say(format!(
+            "paged decode attention: max |kernel - reference| = {attention_diff:e}"
+        ));
+        say(format!("paged decode attention, contexts split across cubes: max |kernel - reference| = {split_diff:e}; counters left at zero: {}", counters_left == 0));
+        let (fused_diff, fused_cache_diff) = fused_write_check(tuning, &lens, h, d, dev);
+        say(format!("paged decode attention with the KV write folded in (split and unsplit): max |kernel - kv write + reference| = {fused_diff:e}; cache written: max diff {fused_cache_diff:e}"));
+        let (write_diff, in_place) = kv_write_check(lens.len(), h, d, dev);
+        say(format!(
+            "kv write: max |kernel - select_assign| = {write_diff:e}; in place: {in_place}"
+        ));
+        let ln_diff = layer_norm_check(dev);
+        say(format!(
+            "layer norm: max |kernel - tensor ops| = {ln_diff:e}"
+        ));
+        let lt_diff = device
+            .ops
+            .cublaslt()
+            .then(|| projection_check(&device.ops, dev, ProjectionKernel::Lt));
+        say(match lt_diff {
+            Some(d) => format!("cuBLASLt projection (bias, GELU, residual; 1 to 4,096 rows): max |cuBLASLt - tensor ops| = {d:e}"),
+            None => "cuBLASLt projection: not checked (cuBLASLt unavailable or --cublaslt false)".to_string(),
+        });
+        let gemv_diff = projection_check(&device.ops, dev, ProjectionKernel::Ember);
+        say(format!("decode GEMV and tensor-core projection (bias, GELU, residual): max |kernel - tensor ops| = {gemv_diff:e}"));
+        let prefill = prefill_checks(h, dev, &say);
         Ok(json!({
             "device": device.name,
             "attention_max_abs_diff": attention_diff,
@@ -260,8 +251,9 @@ mod cuda {
     /// Prefill attention against the reference, one named case each: fresh
     /// rows of ragged lengths, a chunk after cached positions, prefix-cache
     /// hits, blocks shared between rows in reverse order, and the engine's
-    /// padding (token bucket, rows, tiles).
-    fn prefill_checks(h: usize, dev: &Device) -> Vec<(String, f32)> {
+    /// padding (token bucket, rows, tiles). `say` prints each case's line as
+    /// it finishes.
+    fn prefill_checks(h: usize, dev: &Device, say: &dyn Fn(String)) -> Vec<(String, f32)> {
         let exact = (
             SegmentPadding {
                 rows: 0,
@@ -294,114 +286,58 @@ mod cuda {
             },
             Some(bucket),
         );
-        vec![
+        let cases: [PrefillCase<'_>; 5] = [
             (
                 "fresh rows of 1, 17, 64, 100, 256 tokens".to_string(),
-                segment_check(&fresh, &scattered_tables(5), exact, h, dev),
+                &fresh,
+                scattered_tables(5),
+                exact,
             ),
             (
                 "a 60-token chunk after 100 cached positions, and a fresh row".into(),
-                segment_check(&chunk, &scattered_tables(2), exact, h, dev),
+                &chunk,
+                scattered_tables(2),
+                exact,
             ),
             (
                 "prefix hits: 33 tokens after 192, 16 after 1008, 1 after 500".into(),
-                segment_check(&hits, &scattered_tables(3), exact, h, dev),
+                &hits,
+                scattered_tables(3),
+                exact,
             ),
             (
                 "shared and backward blocks: 130 fresh, 70 after 64".into(),
-                segment_check(&[(130, 0), (70, 64)], &shared, exact, h, dev),
+                &[(130, 0), (70, 64)],
+                shared,
+                exact,
             ),
             (
                 format!("all ten rows padded to {bucket} tokens, 64 rows, padding tiles"),
-                segment_check(&mixed, &scattered_tables(10), padded, h, dev),
+                &mixed,
+                scattered_tables(10),
+                padded,
             ),
-        ]
-    }
-
-    /// KV write of `b` rows (`h` heads of `d`): the kernel on the cache
-    /// itself against `select_assign` on a copy. Returns (max diff, whether
-    /// the caller's storage was written in place).
-    fn kv_write_check(b: usize, h: usize, d: usize, dev: &Device) -> (f32, bool) {
-        let e = h * d;
-        let slots_total = 80 * BLOCK;
-        let random =
-            |shape: [usize; 3]| Tensor::<3>::random(shape, Distribution::Normal(0.0, 1.0), dev);
-        let cache = LayerKv {
-            k: random([h, slots_total, d]),
-            v: random([h, slots_total, d]),
-        };
-        let qkv = Tensor::<2>::random([b, 3 * e], Distribution::Normal(0.0, 1.0), dev);
-        let slots: Vec<i32> = (0..b).map(|i| (i * 37 + 5) as i32).collect();
-        let slots = ints(slots, [b], dev);
-        let copy = |t: &Tensor<3>| t.clone().mul_scalar(1.0);
-        let (ref_k, ref_v) =
-            reference::kv_write(copy(&cache.k), copy(&cache.v), qkv.clone(), slots.clone());
-        let (k, v) = kv_write(cache.k.clone(), cache.v.clone(), qkv, slots);
-        let write_diff =
-            max_diff(floats(k), floats(ref_k.clone())).max(max_diff(floats(v), floats(ref_v)));
-        // The kernel wrote the caller's storage in place (no copy).
-        let in_place_diff = max_diff(floats(cache.k.clone()), floats(ref_k));
-        let _ = e;
-
-        (write_diff, in_place_diff == 0.0)
-    }
-
-    /// Decode attention with the KV write folded in (`write_slots`), unsplit
-    /// and split, against `select_assign` + the reference attention, on a
-    /// cache where each row owns its blocks (in reverse order). Returns (max
-    /// output diff, max cache diff).
-    fn fused_write_check(
-        tuning: &KernelTuning,
-        lens: &[i32],
-        h: usize,
-        d: usize,
-        dev: &Device,
-    ) -> (f32, f32) {
-        let (b, w, e) = (lens.len(), 16usize, h * d);
-        let slots_total = (b * w + 1) * BLOCK;
-        let tables: Vec<i32> = (0..b * w)
-            .map(|i| ((i / w) * w + (w - 1 - i % w)) as i32)
-            .collect();
-        let slots: Vec<i32> = lens
-            .iter()
-            .enumerate()
-            .map(|(row, &len)| {
-                let t = (len - 1) as usize;
-                tables[row * w + t / BLOCK] * BLOCK as i32 + (t % BLOCK) as i32
+        ];
+        cases
+            .into_iter()
+            .map(|(case, rows, tables, padding)| {
+                let diff = segment_check(rows, &tables, padding, h, dev);
+                say(format!(
+                    "prefill attention, {case}: max |kernel - reference| = {diff:e}"
+                ));
+                (case, diff)
             })
-            .collect();
-        let slots = ints(slots, [b], dev);
-        let qkv = Tensor::<2>::random([b, 3 * e], Distribution::Normal(0.0, 1.0), dev);
-        let q = qkv.clone().slice([0..b, 0..e]);
-        let unsplit = PagedContext {
-            tables: ints(tables, [b, w], dev),
-            lens: ints(lens.to_vec(), [b], dev),
-            block_size: BLOCK,
-            max_context: w * BLOCK,
-            arrivals: None,
-        };
-        let split = PagedContext {
-            arrivals: Some(Tensor::zeros([b * h], dev)),
-            ..unsplit.clone()
-        };
-        let (mut out_diff, mut cache_diff) = (0.0f32, 0.0f32);
-        for paged in [unsplit, split] {
-            let random =
-                |shape: [usize; 3]| Tensor::<3>::random(shape, Distribution::Normal(0.0, 1.0), dev);
-            let (k, v) = (random([h, slots_total, d]), random([h, slots_total, d]));
-            let copy = |t: &Tensor<3>| t.clone().mul_scalar(1.0);
-            let (ref_k, ref_v) =
-                reference::kv_write(copy(&k), copy(&v), qkv.clone(), slots.clone());
-            let want = reference::decode_attention(q.clone(), &ref_k, &ref_v, &paged, h);
-            let got =
-                paged_decode_attention(tuning, qkv.clone(), &k, &v, &paged, h, Some(slots.clone()));
-            out_diff = out_diff.max(max_diff(floats(got), floats(want)));
-            cache_diff = cache_diff
-                .max(max_diff(floats(k), floats(ref_k)))
-                .max(max_diff(floats(v), floats(ref_v)));
-        }
-        (out_diff, cache_diff)
+            .collect()
     }
+
+    /// One prefill attention case: its name, rows `(queries, start)`, block
+    /// tables, and padding (see [`segment_check`]).
+    type PrefillCase<'a> = (
+        String,
+        &'a [(usize, usize)],
+        Vec<Vec<u32>>,
+        (SegmentPadding, Option<usize>),
+    );
 
     /// Which projection kernels [`projection_check`] runs.
     #[derive(Clone, Copy, PartialEq)]

@@ -29,7 +29,11 @@ use ember_engine::{
 };
 use serde_json::json;
 
+#[cfg(feature = "cuda")]
+mod check_data;
 mod kernel_check;
+#[cfg(feature = "cuda")]
+mod kv_write_check;
 mod machine;
 mod membw;
 mod reference;

@@ -4,7 +4,9 @@
 //! - [`cache_write`]: each new token's K and V rows from the fused `qkv`
 //!   projection into its cache slot, in place.
 //! - [`attention`]: decode attention over the paged cache (block tables and
-//!   lengths read from device buffers; optionally split across cubes).
+//!   lengths read from device buffers; optionally split across cubes, the
+//!   chunks combined by [`split_combine`]; optionally doing the step's KV
+//!   write itself).
 //! - [`gemv`]: the decode GEMV with the bias / GELU / residual epilogue.
 //! - [`mma`]: the tensor-core (`wmma`) projection for 16 to 256 rows.
 //! - [`layer_norm`]: one warp per row.
@@ -20,3 +22,4 @@ pub mod layer_norm;
 pub mod mma;
 pub mod prefill_attention;
 mod reduce;
+pub mod split_combine;
