@@ -136,8 +136,14 @@ impl StepRunner {
         top_n: &[Option<usize>],
     ) -> Result<Sampled, EngineError> {
         let (logits, argmax, bucket) = self.run_decode(rows, choices);
+        let started = Instant::now();
         let params = &self.decode_buffers[&bucket].sampling;
         let sampled = sample_rows(logits, argmax, params, rows.len(), top_n)?;
+        tracing::trace!(
+            bucket,
+            sample_us = started.elapsed().as_micros() as u64,
+            "decode step sampled and read back"
+        );
         self.check_library_calls()?;
         Ok(sampled)
     }
@@ -162,12 +168,22 @@ impl StepRunner {
         rows: &[DecodeRow<'_>],
         choices: &[RowChoice],
     ) -> (Tensor<2>, Option<Tensor<2, Int>>, usize) {
+        let started = Instant::now();
         let bucket = self.decode_bucket(rows.len());
         let inputs = self.prepare_decode(bucket, rows, choices);
+        let prepared = started.elapsed();
         let replayed = self
             .graphs
             .get_mut(&bucket)
             .and_then(|graph| graph.replay(&mut self.cache, inputs.clone()));
+        // Where a step's host time goes (`RUST_LOG=ember_engine::step=trace`).
+        tracing::trace!(
+            bucket,
+            prepare_us = prepared.as_micros() as u64,
+            replay_us = (started.elapsed() - prepared).as_micros() as u64,
+            replayed = replayed.is_some(),
+            "decode step inputs written and run"
+        );
         match replayed {
             Some((logits, argmax)) => (logits, Some(argmax), bucket),
             None => {
