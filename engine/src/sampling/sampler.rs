@@ -146,13 +146,15 @@ pub fn sample(
     } else {
         sample_rows(logits.cast(DType::F32), argmax, params)
     };
+    // The whole `[B, 1]` buffer as it is (no reshape or slice queued before
+    // the read: a greedy step's ids come straight from the graph's output);
+    // the padding rows are dropped on the host.
     let data = ids
-        .reshape([b])
-        .narrow(0, 0, take.min(b))
         .try_into_data()
         .map_err(|e| EngineError::Device(format!("{e:?}")))?;
     Ok(data
         .iter::<i64>()
+        .take(take.min(b))
         .map(|x| x.clamp(0, u32::MAX as i64) as u32)
         .collect())
 }
