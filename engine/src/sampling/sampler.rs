@@ -237,6 +237,27 @@ pub(super) mod tests {
     }
 
     #[test]
+    fn a_precomputed_argmax_serves_the_greedy_rows_and_padding_is_dropped() {
+        // The ids a replayed graph computed are what greedy rows get (here
+        // deliberately not the logits' argmax, to tell them apart), in a
+        // mixed batch too; rows past `take` (padding) are not returned.
+        let l = logits(&[&[0.1, 3.0, 0.2], &[5.0, 1.0, 0.0], &[0.0, 0.0, 9.0]]);
+        let given = || {
+            Tensor::<2, Int>::from_data(TensorData::new(vec![2i64, 1, 0], [3, 1]), &Device::flex())
+        };
+        let mut params = SamplingParamsRows::new(3, 3, &Device::flex());
+        params.write(&[RowChoice::Greedy; 2]);
+        assert_eq!(
+            sample(l.clone(), Some(given()), &params, 2).unwrap(),
+            [2, 1]
+        );
+        // Row 1 samples with all its mass on token 0; row 0 stays greedy.
+        let hot = logits(&[&[0.1, 3.0, 0.2], &[50.0, 0.0, 0.0], &[0.0, 0.0, 9.0]]);
+        params.write(&[RowChoice::Greedy, s(1.0, 0, 1.0, 0.5)]);
+        assert_eq!(sample(hot, Some(given()), &params, 2).unwrap(), [2, 0]);
+    }
+
+    #[test]
     fn inverse_cdf_follows_the_uniform() {
         // probs = [0.25, 0.25, 0.5] (log-probs), cumsum [0.25, 0.5, 1.0].
         let row: &[f32] = &[0.25f32.ln(), 0.25f32.ln(), 0.5f32.ln()];
