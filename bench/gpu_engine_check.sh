@@ -13,7 +13,9 @@
 #   here), each generation run eager and then with every decode step replayed
 #   from captured CUDA graphs, which must give the same tokens.
 # - engine: decode steps at batch 1, 8, 64, 256 (context 256), eager and then
-#   replayed as CUDA graphs on the same sequences, and a 16 x 256 prefill.
+#   replayed as CUDA graphs on the same sequences (the whole engine step, host
+#   included, and the GPU time alone: replays back to back, as the peer's
+#   `loop mean ms`), and a 16 x 256 prefill.
 #   SERVER_WARMUP=1 adds the server's startup warmup (every bucketed shape).
 # - peer: bench/peer_cudagraph.py (hand-written PyTorch step in one CUDA graph)
 #   at the same batches, in the same invocation, for the ratios.
