@@ -5,11 +5,12 @@
 //! positions are cut into `splits` contiguous chunks, one per cube along
 //! `CUBE_POS_Z`, so that a small batch (12 (head, sequence) pairs at batch 1)
 //! still fills the GPU (flash-decoding). A warp is split into groups of
-//! `lanes_per_pos` lanes; a group takes one position at a time and each of
-//! its lanes loads `vectors_per_lane` 16-byte vectors of that position's K
-//! (or V) row, so a warp reads whole rows with wide, coalesced loads
-//! (head_dim 64 in f16: 8 lanes per position, 4 positions per warp per
-//! round). Over its chunk a cube runs three passes:
+//! `lanes_per_pos` lanes; a group takes two positions a round (both loads in
+//! flight before either is used) and each of its lanes loads
+//! `vectors_per_lane` 16-byte vectors of each position's K (or V) row, so a
+//! warp reads whole rows with wide, coalesced loads (head_dim 64 in f16: 8
+//! lanes per position, 8 positions per warp per round). Over its chunk a
+//! cube runs three passes:
 //!
 //! 1. scores: each lane dots its slice of the row with its slice of the
 //!    (pre-scaled) query, a `plane_shuffle_xor` butterfly sums the group, the
@@ -47,6 +48,7 @@ use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 
 use super::cache_write::write_head_rows;
+use super::decode_passes::{exponentials, scores, weighted_values};
 use super::reduce::{cube_max, cube_sum, sum_warps};
 use super::split_combine::publish_and_combine;
 use crate::ops::cuda::launch::{empty_like, vector_size};
@@ -197,166 +199,6 @@ fn load_scaled<F: Float, N: Size>(
         #[unroll]
         for j in 0..vs {
             q[c * vs + j] = f32::cast_from(v.extract(j)) * scale;
-        }
-    }
-}
-
-/// Pass 2 over positions `lo..hi`: `p[t] = exp(p[t] - m)`; returns this
-/// unit's sum of them.
-#[cube]
-fn exponentials(
-    p: &mut Shared<[f32]>,
-    m: f32,
-    lo: usize,
-    hi: usize,
-    #[comptime] warps: usize,
-) -> f32 {
-    let mut sum = f32::new(0.0);
-    let mut t = lo + (UNIT_POS_Y * 32 + UNIT_POS_X) as usize;
-    while t < hi {
-        let e_t = (p[t] - m).exp();
-        p[t] = e_t;
-        sum += e_t;
-        t += comptime!(warps * 32);
-    }
-    sum
-}
-
-/// The cache slot of position `t` of sequence `b`, through its block table.
-#[cube]
-fn slot_of<I: Numeric>(
-    tables: &Tensor<I>,
-    b: usize,
-    t: usize,
-    #[comptime] block_size: usize,
-) -> usize {
-    let block = u32::cast_from(tables[b * tables.stride(0) + (t / block_size) * tables.stride(1)]);
-    block as usize * block_size + t % block_size
-}
-
-/// Pass 1 over positions `lo..hi`: the scores into `p[t]`; returns this
-/// lane's max (`-1e30` if it saw none). `k_cache` is `mut` only because
-/// the kernel that passes it writes it (CubeCL does not reborrow).
-#[cube]
-#[allow(clippy::too_many_arguments)]
-fn scores<F: Float, I: Numeric, N: Size>(
-    q: &Array<f32>,
-    k_cache: &mut Tensor<Vector<F, N>>,
-    tables: &Tensor<I>,
-    p: &mut Shared<[f32]>,
-    b: usize,
-    h: usize,
-    lo: usize,
-    hi: usize,
-    #[comptime] block_size: usize,
-    #[comptime] warps: usize,
-    #[comptime] lanes_per_pos: usize,
-    #[comptime] vectors_per_lane: usize,
-    #[comptime] vs: usize,
-) -> f32 {
-    let lane = UNIT_POS_X as usize;
-    let group = lane / lanes_per_pos;
-    let sub = lane % lanes_per_pos;
-    let groups_per_warp = comptime!(32 / lanes_per_pos);
-    let k_head = h * k_cache.stride(0);
-    let mut m = f32::new(-1.0e30);
-    let mut t0 = lo + UNIT_POS_Y as usize * groups_per_warp;
-    while t0 < hi {
-        let t = t0 + group;
-        let mut s = f32::new(0.0);
-        if t < hi {
-            let slot = slot_of(tables, b, t, block_size);
-            let base = (k_head + slot * k_cache.stride(1)) / vs + sub * vectors_per_lane;
-            #[unroll]
-            for c in 0..vectors_per_lane {
-                let k = k_cache[base + c];
-                #[unroll]
-                for j in 0..vs {
-                    s += q[c * vs + j] * f32::cast_from(k.extract(j));
-                }
-            }
-        }
-        let mut mask = 1u32;
-        while mask < comptime!(lanes_per_pos as u32) {
-            s += plane_shuffle_xor(s, mask);
-            mask *= 2;
-        }
-        if t < hi {
-            if sub == 0 {
-                p[t] = s;
-            }
-            if s > m {
-                m = s;
-            }
-        }
-        t0 += comptime!(warps * groups_per_warp);
-    }
-    m
-}
-
-/// Pass 3 over positions `lo..hi`: `sum(p[t] * V[t])`, one row of `D` per
-/// warp in `partial` (`[warps, D]`; the caller syncs before reading it).
-#[cube]
-#[allow(clippy::too_many_arguments)]
-fn weighted_values<F: Float, I: Numeric, N: Size>(
-    v_cache: &mut Tensor<Vector<F, N>>,
-    tables: &Tensor<I>,
-    p: &Shared<[f32]>,
-    partial: &mut Shared<[f32]>,
-    b: usize,
-    h: usize,
-    lo: usize,
-    hi: usize,
-    #[comptime] block_size: usize,
-    #[comptime] warps: usize,
-    #[comptime] lanes_per_pos: usize,
-    #[comptime] vectors_per_lane: usize,
-    #[comptime] vs: usize,
-    #[comptime] width: usize,
-) {
-    let lane = UNIT_POS_X as usize;
-    let warp = UNIT_POS_Y as usize;
-    let group = lane / lanes_per_pos;
-    let sub = lane % lanes_per_pos;
-    let groups_per_warp = comptime!(32 / lanes_per_pos);
-    let v_head = h * v_cache.stride(0);
-    let mut acc = Array::<f32>::new(width);
-    #[unroll]
-    for i in 0..width {
-        acc[i] = f32::new(0.0);
-    }
-    let mut t0 = lo + warp * groups_per_warp;
-    while t0 < hi {
-        let t = t0 + group;
-        if t < hi {
-            let slot = slot_of(tables, b, t, block_size);
-            let base = (v_head + slot * v_cache.stride(1)) / vs + sub * vectors_per_lane;
-            let weight = p[t];
-            #[unroll]
-            for c in 0..vectors_per_lane {
-                let v = v_cache[base + c];
-                #[unroll]
-                for j in 0..vs {
-                    acc[c * vs + j] += weight * f32::cast_from(v.extract(j));
-                }
-            }
-        }
-        t0 += comptime!(warps * groups_per_warp);
-    }
-    // Butterfly across the groups of the warp (lanes with the same `sub`).
-    #[unroll]
-    for i in 0..width {
-        let mut mask = 16u32;
-        while mask >= comptime!(lanes_per_pos as u32) {
-            acc[i] += plane_shuffle_xor(acc[i], mask);
-            mask /= 2;
-        }
-    }
-    if group == 0 {
-        #[unroll]
-        for i in 0..width {
-            partial[warp * comptime!(vectors_per_lane * vs * lanes_per_pos) + sub * width + i] =
-                acc[i];
         }
     }
 }

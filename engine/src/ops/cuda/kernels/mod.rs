@@ -6,7 +6,7 @@
 //! - [`attention`]: decode attention over the paged cache (block tables and
 //!   lengths read from device buffers; optionally split across cubes, the
 //!   chunks combined by [`split_combine`]; optionally doing the step's KV
-//!   write itself).
+//!   write itself); its passes over the positions in [`decode_passes`].
 //! - [`gemv`]: the decode GEMV with the bias / GELU / residual epilogue.
 //! - [`mma`]: the tensor-core (`wmma`) projection for 16 to 256 rows.
 //! - [`layer_norm`]: one warp per row.
@@ -17,6 +17,7 @@
 
 pub mod attention;
 pub mod cache_write;
+pub mod decode_passes;
 pub mod gemv;
 pub mod layer_norm;
 pub mod mma;
