@@ -65,19 +65,6 @@ pub fn gemv_launch(rows: usize, n: usize, k_vectors: usize) -> (usize, usize) {
     (gemv_rows(rows), gemv_splits(n, k_vectors))
 }
 
-/// Warps (one row each) per cube of the LayerNorm kernel for `rows` rows:
-/// as few as keep the cubes spread over the GPU's SMs (1 up to about one
-/// row per SM, then powers of two up to [`GEMV_WARPS`]), so a decode
-/// step's 64-256 rows run on 64-256 SMs rather than 8-32.
-pub fn layer_norm_warps(rows: usize) -> usize {
-    let per_sm = (rows / PLAN_SMS).max(1);
-    let mut warps = 1;
-    while warps * 2 <= per_sm && warps * 2 <= GEMV_WARPS {
-        warps *= 2;
-    }
-    warps
-}
-
 /// The tensor-core kernel's launch shape for `[rows, k] x [n, k]^T`: 16-row
 /// tiles per cube (4, 2 or 1: the most that divide the rows' tiles, capped by
 /// `mma_row_tiles` and by the 32 KiB of f32 partials the warps keep in shared
@@ -210,17 +197,6 @@ mod tests {
     use super::*;
 
     const K: usize = 768;
-
-    #[test]
-    fn layer_norm_spreads_small_batches_over_the_sms() {
-        // One warp per cube until the rows outnumber the SMs, then more, up
-        // to the GEMV's 8; always a power of two.
-        assert_eq!(layer_norm_warps(1), 1);
-        assert_eq!(layer_norm_warps(256), 1);
-        assert_eq!(layer_norm_warps(2 * PLAN_SMS), 2);
-        assert_eq!(layer_norm_warps(4096), 8);
-        assert_eq!(layer_norm_warps(1 << 20), GEMV_WARPS);
-    }
 
     #[test]
     fn projections_pick_gemv_mma_or_matmul_by_rows() {

@@ -1,6 +1,4 @@
-//! The LayerNorm kernel: one warp per row, the row held in registers, as
-//! few rows per cube as spread a step's rows over the SMs
-//! ([`crate::ops::plan::layer_norm_warps`]).
+//! The LayerNorm kernel: one warp per row, the row held in registers.
 //!
 //! Each lane loads its `per_lane` vectors of the row at once (the row length
 //! is a compile-time constant, so the loads are unrolled and all in flight),
@@ -15,7 +13,7 @@ use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 
 use crate::ops::cuda::launch::{empty_like, vector_size};
-use crate::ops::plan::layer_norm_warps;
+use crate::ops::plan::GEMV_WARPS;
 
 /// LayerNorm of each row of `x` `[R, E]` (contiguous, read as vectors of `V`
 /// with `vs` elements: `row_vectors = E / vs` per row, `per_lane =
@@ -96,11 +94,10 @@ pub fn launch(x: CubeTensor, gamma: CubeTensor, beta: CubeTensor, eps: f32) -> C
     let dtype = x.dtype;
     let vs = vector_size(&x, &[e]);
     let row_vectors = e / vs;
-    let warps = layer_norm_warps(r) as u32;
     layer_norm_kernel::launch(
         &x.client,
-        CubeCount::Static((r as u32).div_ceil(warps), 1, 1),
-        CubeDim::new_2d(32, warps),
+        CubeCount::Static((r as u32).div_ceil(GEMV_WARPS as u32), 1, 1),
+        CubeDim::new_2d(32, GEMV_WARPS as u32),
         vs,
         x.clone().into_tensor_arg(),
         gamma.into_tensor_arg(),
