@@ -37,7 +37,7 @@ mod cuda {
     };
     use ember_engine::{EngineDevice, KernelTuning};
 
-    use crate::check_data::{floats, ints, max_diff, BLOCK};
+    use crate::check_data::{floats, ints, max_diff, normal, BLOCK};
     use crate::kv_write_check::{fused_write_check, kv_write_check};
     use serde_json::json;
 
@@ -127,11 +127,9 @@ mod cuda {
         let e = h * d;
         let lens = lens.to_vec();
         let b = lens.len();
-        let random =
-            |shape: [usize; 3]| Tensor::<3>::random(shape, Distribution::Normal(0.0, 1.0), dev);
         let cache = LayerKv {
-            k: random([h, blocks * bs, d]),
-            v: random([h, blocks * bs, d]),
+            k: normal([h, blocks * bs, d], dev),
+            v: normal([h, blocks * bs, d], dev),
         };
         // Row i's table: blocks (7 * (i * w + j) + 3) mod blocks, scattered.
         let tables: Vec<i32> = (0..b * w).map(|i| ((7 * i + 3) % blocks) as i32).collect();
@@ -142,7 +140,7 @@ mod cuda {
             max_context: w * bs,
             arrivals: None,
         };
-        let qkv = Tensor::<2>::random([b, 3 * e], Distribution::Normal(0.0, 1.0), dev);
+        let qkv = normal([b, 3 * e], dev);
 
         let mut attention_diff = attention_check(tuning, &qkv, &cache, &unsplit, h);
         // The same batch with each context split across cubes (84 pairs: 4
@@ -181,7 +179,7 @@ mod cuda {
             max_context: w * bs,
             arrivals: Some(Tensor::zeros([big * h], dev)),
         };
-        let big_qkv = Tensor::<2>::random([big, 3 * e], Distribution::Normal(0.0, 1.0), dev);
+        let big_qkv = normal([big, 3 * e], dev);
         attention_diff =
             attention_diff.max(attention_check(tuning, &big_qkv, &cache, &big_paged, h));
 
@@ -205,17 +203,15 @@ mod cuda {
         dev: &Device,
     ) -> f32 {
         let e = h * 64;
-        let random =
-            |shape: [usize; 3]| Tensor::<3>::random(shape, Distribution::Normal(0.0, 1.0), dev);
         let slots = PREFILL_BLOCKS * BLOCK;
         let cache = LayerKv {
-            k: random([h, slots, 64]),
-            v: random([h, slots, 64]),
+            k: normal([h, slots, 64], dev),
+            v: normal([h, slots, 64], dev),
         };
         let real: usize = rows.iter().map(|r| r.0).sum();
         let (padding, tokens) = padding;
         let t = tokens.unwrap_or(real);
-        let qkv = Tensor::<2>::random([t, 3 * e], Distribution::Normal(0.0, 1.0), dev);
+        let qkv = normal([t, 3 * e], dev);
         let segment_rows: Vec<SegmentRow<'_>> = rows
             .iter()
             .zip(tables)
@@ -372,9 +368,9 @@ mod cuda {
         .iter()
         .chain(large)
         {
-            let x = Tensor::<2>::random([rows, k], Distribution::Normal(0.0, 1.0), dev);
+            let x = normal([rows, k], dev);
             let w = Tensor::<2>::random([n, k], Distribution::Normal(0.0, 0.05), dev);
-            let bias = Tensor::<1>::random([n], Distribution::Normal(0.0, 1.0), dev);
+            let bias = normal([n], dev);
             // The kernel the server would pick (never the matmul at these rows).
             let plan = match plan::linear(tuning, rows, n, k, false) {
                 LinearPlan::Matmul => LinearPlan::Gemv,
@@ -397,7 +393,7 @@ mod cuda {
                 floats(got),
                 floats(reference::gelu_tanh(want.clone())),
             ));
-            let residual = Tensor::<2>::random([rows, n], Distribution::Normal(0.0, 1.0), dev);
+            let residual = normal([rows, n], dev);
             let got = run(x, Some(&bias), true, Some(residual.clone()));
             let want = residual + reference::gelu_tanh(want);
             gemv_diff = gemv_diff.max(max_diff(floats(got), floats(want)));

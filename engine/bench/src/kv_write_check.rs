@@ -3,13 +3,12 @@
 //! in against the write and the reference attention.
 
 use burn::prelude::*;
-use burn::tensor::Distribution;
 use ember_engine::model::LayerKv;
 use ember_engine::ops::cuda::{kv_write, paged_decode_attention};
 use ember_engine::ops::{reference, PagedContext};
 use ember_engine::KernelTuning;
 
-use crate::check_data::{floats, ints, max_diff, BLOCK};
+use crate::check_data::{copy, floats, ints, max_diff, normal, BLOCK};
 
 /// KV write of `b` rows (`h` heads of `d`): the kernel on the cache
 /// itself against `select_assign` on a copy. Returns (max diff, whether
@@ -17,16 +16,13 @@ use crate::check_data::{floats, ints, max_diff, BLOCK};
 pub fn kv_write_check(b: usize, h: usize, d: usize, dev: &Device) -> (f32, bool) {
     let e = h * d;
     let slots_total = 80 * BLOCK;
-    let random =
-        |shape: [usize; 3]| Tensor::<3>::random(shape, Distribution::Normal(0.0, 1.0), dev);
     let cache = LayerKv {
-        k: random([h, slots_total, d]),
-        v: random([h, slots_total, d]),
+        k: normal([h, slots_total, d], dev),
+        v: normal([h, slots_total, d], dev),
     };
-    let qkv = Tensor::<2>::random([b, 3 * e], Distribution::Normal(0.0, 1.0), dev);
+    let qkv = normal([b, 3 * e], dev);
     let slots: Vec<i32> = (0..b).map(|i| (i * 37 + 5) as i32).collect();
     let slots = ints(slots, [b], dev);
-    let copy = |t: &Tensor<3>| t.clone().mul_scalar(1.0);
     let (ref_k, ref_v) =
         reference::kv_write(copy(&cache.k), copy(&cache.v), qkv.clone(), slots.clone());
     let (k, v) = kv_write(cache.k.clone(), cache.v.clone(), qkv, slots);
@@ -34,7 +30,6 @@ pub fn kv_write_check(b: usize, h: usize, d: usize, dev: &Device) -> (f32, bool)
         max_diff(floats(k), floats(ref_k.clone())).max(max_diff(floats(v), floats(ref_v)));
     // The kernel wrote the caller's storage in place (no copy).
     let in_place_diff = max_diff(floats(cache.k.clone()), floats(ref_k));
-    let _ = e;
 
     (write_diff, in_place_diff == 0.0)
 }
@@ -64,7 +59,7 @@ pub fn fused_write_check(
         })
         .collect();
     let slots = ints(slots, [b], dev);
-    let qkv = Tensor::<2>::random([b, 3 * e], Distribution::Normal(0.0, 1.0), dev);
+    let qkv = normal([b, 3 * e], dev);
     let q = qkv.clone().slice([0..b, 0..e]);
     let unsplit = PagedContext {
         tables: ints(tables, [b, w], dev),
@@ -79,10 +74,10 @@ pub fn fused_write_check(
     };
     let (mut out_diff, mut cache_diff) = (0.0f32, 0.0f32);
     for paged in [unsplit, split] {
-        let random =
-            |shape: [usize; 3]| Tensor::<3>::random(shape, Distribution::Normal(0.0, 1.0), dev);
-        let (k, v) = (random([h, slots_total, d]), random([h, slots_total, d]));
-        let copy = |t: &Tensor<3>| t.clone().mul_scalar(1.0);
+        let (k, v) = (
+            normal([h, slots_total, d], dev),
+            normal([h, slots_total, d], dev),
+        );
         let (ref_k, ref_v) = reference::kv_write(copy(&k), copy(&v), qkv.clone(), slots.clone());
         let want = reference::decode_attention(q.clone(), &ref_k, &ref_v, &paged, h);
         let got =

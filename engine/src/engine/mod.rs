@@ -396,13 +396,19 @@ impl Engine {
     /// buckets of `batch_sizes` and records the fastest for each shape (CUDA;
     /// the warmup does this for every bucket). Returns the timings.
     pub fn tune_projections(&mut self, batch_sizes: &[usize]) -> Vec<TunedShape> {
+        let buckets = self.decode_buckets(batch_sizes);
+        self.runner.tune_projections(&buckets)
+    }
+
+    /// The distinct decode buckets of `batch_sizes`, ascending.
+    fn decode_buckets(&self, batch_sizes: &[usize]) -> Vec<usize> {
         let mut buckets: Vec<usize> = batch_sizes
             .iter()
             .map(|&n| self.runner.decode_bucket(n))
             .collect();
         buckets.sort_unstable();
         buckets.dedup();
-        self.runner.tune_projections(&buckets)
+        buckets
     }
 
     /// Milliseconds per back-to-back replay of the captured decode graph of
@@ -417,12 +423,7 @@ impl Engine {
     /// CUDA graph (`crate::step::graphs`; on the CPU the "graph" re-runs the
     /// step). Returns the hardware graphs captured.
     pub fn capture_decode_graphs(&mut self, batch_sizes: &[usize]) -> usize {
-        let mut buckets: Vec<usize> = batch_sizes
-            .iter()
-            .map(|&n| self.runner.decode_bucket(n))
-            .collect();
-        buckets.sort_unstable();
-        buckets.dedup();
+        let buckets = self.decode_buckets(batch_sizes);
         self.runner.capture_decode_graphs(&buckets)
     }
 

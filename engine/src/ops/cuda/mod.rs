@@ -85,17 +85,19 @@ pub fn paged_decode_attention(
         Some(counters) => (counters.clone(), true),
         None => (paged.lens.clone(), false),
     };
+    // Like the counters: an unread stand-in when there is nothing to write.
+    let (slots, write_new) = match write_slots {
+        Some(slots) => (slots, true),
+        None => (paged.lens.clone(), false),
+    };
     Tensor::from_dispatch(Dispatch::paged_decode_attention(
         qkv.into_dispatch(),
         k_cache.clone().into_dispatch(),
         v_cache.clone().into_dispatch(),
         paged.tables.clone().into_dispatch(),
         paged.lens.clone().into_dispatch(),
-        write_slots
-            .clone()
-            .unwrap_or_else(|| paged.lens.clone())
-            .into_dispatch(),
-        write_slots.is_some(),
+        slots.into_dispatch(),
+        write_new,
         arrivals.into_dispatch(),
         can_split,
         tuning.attention_splits,
