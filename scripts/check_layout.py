@@ -3,7 +3,10 @@
 
 1. No import circle between files. A file imports another when it names an
    item through a `crate::`, `super::` or `self::` path (in a `use` or inline)
-   that resolves to the other file's module. A `mod.rs`/`lib.rs` re-exporting a
+   that resolves to the other file's module, or through a plain path whose
+   first segment is one of its own child modules (`child::f()`,
+   `use child::X`, `use child::{a::X, Y}`): a parent that calls its child
+   imports it as surely as `self::child::f()` would. A `mod.rs`/`lib.rs` re-exporting a
    child (`pub use child::X`) imports that child, so a child that reaches its
    siblings' items through the parent's re-exports closes a circle: it must
    import from the file that defines them (a type two files need lives in a
@@ -33,6 +36,10 @@ MAX_FN_LINES = 100
 
 PATH_RE = re.compile(r"\b(crate|super|self)((?:\s*::\s*[A-Za-z_][A-Za-z0-9_]*)+)")
 USE_GROUP_RE = re.compile(r"\buse\s+(crate|super|self)((?:\s*::\s*[A-Za-z_][A-Za-z0-9_]*)*)\s*::\s*\{")
+# A path that starts with a plain name (no `::` or word character before it):
+# checked against the file's declared child modules.
+CHILD_PATH_RE = re.compile(r"(?<![\w:])([A-Za-z_][A-Za-z0-9_]*)\s*::\s*([A-Za-z_][A-Za-z0-9_]*(?:\s*::\s*[A-Za-z_][A-Za-z0-9_]*)*)")
+CHILD_GROUP_RE = re.compile(r"(?<![\w:])([A-Za-z_][A-Za-z0-9_]*)((?:\s*::\s*[A-Za-z_][A-Za-z0-9_]*)*)\s*::\s*\{")
 FN_RE = re.compile(r"^\s*(?:pub(?:\([^)]*\))?\s+)?(?:const\s+)?(?:async\s+)?(?:unsafe\s+)?(?:extern\s+\"[^\"]*\"\s+)?fn\s+\w+")
 
 
@@ -172,15 +179,33 @@ def imports(crate: Crate, file: Path) -> set[Path]:
             member = member.strip().split("{")[0].strip().rstrip(":").strip()
             if member and member not in ("*", "self"):
                 add(m.group(1), prefix + "::" + member.split(" as ")[0])
-    # A child module used through its parent's own items (`use child::X;`,
-    # `pub use child::X;`) from a module file: the names of declared children.
-    for m in re.finditer(r"\buse\s+(\w+)((?:\s*::\s*\w+)*)", text):
+    # A child module named by a plain path in its parent (`use child::X;`,
+    # `pub use child::{X, Y}`, `child::f()`, `child::grand::T`): every path
+    # whose first segment is a declared child module of this file, not
+    # itself following `::` (that would be a segment of another path).
+    here = crate.files[file]
+    root = crate.roots[file]
+    for m in CHILD_PATH_RE.finditer(text):
         head = m.group(1)
         if head in ("crate", "super", "self", "std", "core", "alloc"):
             continue
-        child = crate.module_file(crate.roots[file], crate.files[file] + (head,))
-        if child is not None:
-            found.add(child)
+        if crate.module_file(root, here + (head,)) is None:
+            continue
+        add("self", head + "::" + m.group(2))
+    for m in CHILD_GROUP_RE.finditer(text):
+        head = m.group(1)
+        if crate.module_file(root, here + (head,)) is None:
+            continue
+        start = m.end()
+        depth, j = 1, start
+        while j < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[j], 0)
+            j += 1
+        prefix = head + m.group(2)
+        for member in re.split(r",", text[start:j - 1]):
+            member = member.strip().split("{")[0].strip().rstrip(":").strip()
+            if member and member not in ("*", "self"):
+                add("self", prefix + "::" + member.split(" as ")[0])
     return found
 
 
@@ -295,6 +320,20 @@ def self_test():
         assert len(circles) == 1 and "a/mod.rs" in circles[0] and "a/y.rs" in circles[0], problems
         assert any("fn f is 122 lines" in p for p in problems), problems
         (src / "a" / "y.rs").write_text("use super::x::X;\npub struct Y;\n")
+        problems = check([Path(tmp) / "c"])
+        assert not any(p.startswith("import circle") for p in problems), problems
+        # A parent that calls its child by a plain path, inline or in a use
+        # group, while the child imports an item back from the parent.
+        for parent_text in ("mod x;\nmod y;\npub struct P;\nfn g() { x::f(); }\n",
+                            "mod x;\nmod y;\npub struct P;\nuse x::{f as h};\n"):
+            (src / "a" / "mod.rs").write_text(parent_text)
+            (src / "a" / "x.rs").write_text("use super::P;\npub fn f() {}\n")
+            problems = check([Path(tmp) / "c"])
+            circles = [p for p in problems if p.startswith("import circle")]
+            assert len(circles) == 1 and "a/mod.rs" in circles[0] and "a/x.rs" in circles[0], (parent_text, problems)
+        # Not a child: `other::f()` and `std::x::y` name nothing of this crate,
+        # and `crate::a::x` after `::` is a segment, not a path head.
+        (src / "a" / "mod.rs").write_text("mod x;\nmod y;\npub struct P;\nfn g() { other::x::f(); std::x::f(); }\n")
         problems = check([Path(tmp) / "c"])
         assert not any(p.startswith("import circle") for p in problems), problems
     print("check_layout self-test: ok")

@@ -33,6 +33,7 @@ pub mod choice;
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+pub mod epilogue;
 pub mod input_buffer;
 pub mod plan;
 pub mod reference;
@@ -43,46 +44,12 @@ pub use attention::{
     AttentionContext, PagedContext, SegmentContext, SegmentPadding, SegmentRow, TableGeometry,
 };
 pub use choice::{LinearChoices, LinearKernel, LinearShape};
+pub use epilogue::Epilogue;
 pub use input_buffer::InputBuffer;
 
 pub use cpu::CpuKernels;
 
 use crate::tuning::KernelTuning;
-
-/// What a projection does to its result after the bias: tanh-GELU, then a
-/// residual add. On CUDA the decode kernels do it in their epilogue.
-#[derive(Debug, Clone)]
-pub struct Epilogue<const D: usize> {
-    pub gelu: bool,
-    /// Same shape as the output.
-    pub residual: Option<Tensor<D>>,
-}
-
-impl<const D: usize> Epilogue<D> {
-    /// Nothing after the bias.
-    pub fn none() -> Self {
-        Self {
-            gelu: false,
-            residual: None,
-        }
-    }
-
-    /// tanh-GELU after the bias.
-    pub fn gelu() -> Self {
-        Self {
-            gelu: true,
-            residual: None,
-        }
-    }
-
-    /// `residual` added after the bias.
-    pub fn add(residual: Tensor<D>) -> Self {
-        Self {
-            gelu: false,
-            residual: Some(residual),
-        }
-    }
-}
 
 /// The ops and the kernel knobs they launch with. Cheap to clone (a captured
 /// decode graph keeps a copy; the kernel choices are shared).
@@ -455,7 +422,13 @@ impl Ops {
         } else {
             candidates
                 .iter()
-                .filter_map(|&k| cuda::tune::time_linear(self, device, shape, k).map(|us| (k, us)))
+                .filter_map(|&k| {
+                    let ops = self.clone();
+                    let run = move |x, w: &Tensor<2>, bias: Option<&Tensor<1>>, epilogue| {
+                        ops.run_linear(k, x, w, bias, epilogue)
+                    };
+                    cuda::tune::time_linear(device, shape, run).map(|us| (k, us))
+                })
                 .collect()
         };
         let chosen = timings

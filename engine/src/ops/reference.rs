@@ -14,7 +14,7 @@ use burn::tensor::ops::AttentionModuleOptions;
 use burn::tensor::{DType, IndexingUpdateOp};
 
 use super::attention::{PagedContext, SegmentContext};
-use super::Epilogue;
+use super::epilogue::Epilogue;
 
 /// `x W + b`, then the epilogue; `w` is `[d_in, d_out]`, or `[d_out, d_in]`
 /// when `out_major` (read through a transposed view, no copy).

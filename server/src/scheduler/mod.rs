@@ -33,22 +33,11 @@ use std::time::Instant;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
 pub use knobs::SchedulerKnobs;
-pub use request::{Admission, CancelReason, Event, FinishKind, QueuedRequest};
+pub use request::{Admission, CancelReason, Command, Event, FinishKind, QueuedRequest};
 pub use stats::SchedulerStats;
 
 use ember_engine::model::{Gpt2Config, ModelSource};
 use ember_engine::{Engine, EngineConfig, EngineDevice, RequestLimits, SeqId};
-
-/// Commands the scheduler thread accepts.
-#[derive(Debug)]
-pub enum Command {
-    /// Queue a request (it holds a pending-queue permit).
-    Submit(QueuedRequest),
-    /// Take a request out, queued or running, and free its blocks.
-    Cancel { id: SeqId, reason: CancelReason },
-    /// Server shutdown timeout: cancel everything queued and running.
-    CancelAll,
-}
 
 /// What the service needs to know about the loaded model and engine.
 #[derive(Debug, Clone)]

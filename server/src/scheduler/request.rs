@@ -1,6 +1,7 @@
 //! What travels between the service and the scheduler thread.
 //!
-//! A [`QueuedRequest`] goes in (over the command channel); [`Event`]s come back
+//! A [`Command`] goes in over the command channel (a [`QueuedRequest`] to
+//! queue, a cancel); [`Event`]s come back
 //! on the request's own channel, in order: `Admitted`, `Prefilled`, every
 //! token, then exactly one terminal event ([`Event::Finished`] or
 //! [`Event::Failed`]); a request can end after any of them. Times are `Instant`s on the server's monotonic clock; the
@@ -100,4 +101,15 @@ pub enum Event {
     },
     /// The engine failed on a batch holding this request.
     Failed { message: String },
+}
+
+/// Commands the scheduler thread accepts.
+#[derive(Debug)]
+pub enum Command {
+    /// Queue a request (it holds a pending-queue permit).
+    Submit(QueuedRequest),
+    /// Take a request out, queued or running, and free its blocks.
+    Cancel { id: SeqId, reason: CancelReason },
+    /// Server shutdown timeout: cancel everything queued and running.
+    CancelAll,
 }

@@ -42,10 +42,9 @@ use tokio::sync::mpsc;
 use super::admission::{self, AdmissionBudget, Candidate};
 use super::chunking;
 use super::knobs::SchedulerKnobs;
-use super::request::{Admission, CancelReason, Event, FinishKind, QueuedRequest};
+use super::request::{Admission, CancelReason, Command, Event, FinishKind, QueuedRequest};
 use super::rotation::rotation;
 use super::stats::SchedulerStats;
-use super::Command;
 
 /// What the worker keeps of an admitted request: its client's side.
 #[derive(Debug)]

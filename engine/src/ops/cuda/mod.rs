@@ -31,8 +31,8 @@ use burn::prelude::*;
 use extension::CudaOps;
 
 use crate::ops::attention::{PagedContext, SegmentContext};
+use crate::ops::epilogue::Epilogue;
 use crate::ops::plan::LinearPlan;
-use crate::ops::Epilogue;
 use crate::tuning::KernelTuning;
 
 /// Whether `device` is a CubeCL (CUDA) device.

@@ -12,23 +12,22 @@ use std::time::Instant;
 use burn::prelude::*;
 use burn::tensor::{capture, Distribution};
 
-use crate::ops::choice::{LinearKernel, LinearShape};
-use crate::ops::{Epilogue, Ops};
+use crate::ops::choice::LinearShape;
+use crate::ops::epilogue::Epilogue;
 
 /// Calls per captured graph.
 const CALLS: usize = 16;
 /// Timed replays of the graph.
 const REPLAYS: usize = 4;
 
-/// Microseconds per call of `kernel` on `shape` (with a bias, except for the
-/// LM head), or `None` when the capture yields no hardware graph or the
-/// device fails.
-pub fn time_linear(
-    ops: &Ops,
-    device: &Device,
-    shape: LinearShape,
-    kernel: LinearKernel,
-) -> Option<f64> {
+/// Microseconds per call of `run` (one candidate kernel: `x` `[rows, k]`
+/// times the out-major `w` `[n, k]` plus the bias, with the epilogue) on
+/// `shape` (with a bias, except for the LM head), or `None` when the capture
+/// yields no hardware graph or the device fails.
+pub fn time_linear<F>(device: &Device, shape: LinearShape, run: F) -> Option<f64>
+where
+    F: Fn(Tensor<2>, &Tensor<2>, Option<&Tensor<1>>, Epilogue<2>) -> Tensor<2> + 'static,
+{
     let x = Tensor::<2>::random(
         [shape.rows, shape.k],
         Distribution::Normal(0.0, 1.0),
@@ -36,11 +35,10 @@ pub fn time_linear(
     );
     let w = Tensor::<2>::random([shape.n, shape.k], Distribution::Normal(0.0, 0.02), device);
     let bias = (!shape.lm_head).then(|| Tensor::<1>::zeros([shape.n], device));
-    let ops = ops.clone();
     let call = move || {
         let mut y = None;
         for _ in 0..CALLS {
-            y = Some(ops.run_linear(kernel, x.clone(), &w, bias.as_ref(), Epilogue::none()));
+            y = Some(run(x.clone(), &w, bias.as_ref(), Epilogue::none()));
         }
         y
     };

@@ -15,7 +15,7 @@
 /// The epilogue's operands. `bias` is indexed by output column; `residual`
 /// has the output's shape and row stride.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Epilogue<'a> {
+pub struct RowEpilogue<'a> {
     pub bias: Option<&'a [f32]>,
     pub gelu: bool,
     pub residual: Option<&'a [f32]>,
@@ -35,7 +35,7 @@ pub unsafe fn apply_rows(
     m: usize,
     col: usize,
     n: usize,
-    epilogue: &Epilogue<'_>,
+    epilogue: &RowEpilogue<'_>,
 ) {
     for i in 0..m {
         let row = std::slice::from_raw_parts_mut(out.add(i * ldo + col), n);
@@ -136,7 +136,7 @@ mod tests {
         let mut out = [1.0f32, 0.5, -0.5, 9.0, 2.0, 1.0, 0.0, 9.0];
         let bias = [100.0, 0.5, 0.5, 100.0];
         let residual = [0.0, 10.0, 20.0, 0.0, 0.0, 30.0, 40.0, 0.0];
-        let epilogue = Epilogue {
+        let epilogue = RowEpilogue {
             bias: Some(&bias),
             gelu: true,
             residual: Some(&residual),

@@ -27,7 +27,7 @@ use burn::tensor::DType;
 use half::bf16;
 use rayon::prelude::*;
 
-pub use epilogue::Epilogue;
+pub use epilogue::RowEpilogue;
 use lanes::WeightElem;
 use tile::Block;
 
@@ -53,7 +53,7 @@ pub fn project<W: WeightElem>(
     k: usize,
     w: &[W],
     n: usize,
-    epilogue: &Epilogue<'_>,
+    epilogue: &RowEpilogue<'_>,
 ) -> Vec<f32> {
     assert!(
         x.len() >= m * k && w.len() >= n * k,
@@ -128,7 +128,7 @@ unsafe fn run<W: WeightElem>(
     isa: CpuIsa,
     block: Block<'_, W>,
     out: *mut f32,
-    epilogue: &Epilogue<'_>,
+    epilogue: &RowEpilogue<'_>,
 ) {
     match isa {
         #[cfg(target_arch = "x86_64")]
@@ -165,7 +165,7 @@ pub fn linear(
     let ws = dense(w)?;
     let bs = bias.map(dense).map_or(Some(None), |b| b.map(Some))?;
     let rs = residual.map(dense).map_or(Some(None), |r| r.map(Some))?;
-    let epilogue = Epilogue {
+    let epilogue = RowEpilogue {
         bias: bs.as_ref().map(values::<f32>),
         gelu,
         residual: rs.as_ref().map(values::<f32>),
@@ -221,7 +221,7 @@ mod tests {
             let b = random([n], &dev);
             let r = random([m, n], &dev);
             for (gelu, bias, residual) in [(false, None, None), (true, Some(&b), Some(&r))] {
-                let epilogue = crate::ops::Epilogue {
+                let epilogue = crate::ops::epilogue::Epilogue {
                     gelu,
                     residual: residual.cloned(),
                 };
@@ -250,7 +250,7 @@ mod tests {
             &rounded,
             None,
             true,
-            crate::ops::Epilogue::none(),
+            crate::ops::epilogue::Epilogue::none(),
         ));
         for isa in CpuIsa::available() {
             let got = linear(isa, &x, &w16, None, false, None).expect("bf16 weights");

@@ -30,7 +30,7 @@
 //! the [`super::epilogue`] included, is inlined; the caller picks one by the
 //! detected ISA.
 
-use super::epilogue::{apply_rows, Epilogue};
+use super::epilogue::{apply_rows, RowEpilogue};
 use super::lanes::{Lanes, Portable, WeightElem};
 
 /// Weight rows per tile on the tiled path.
@@ -194,7 +194,7 @@ unsafe fn tiled<L: Lanes, W: WeightElem, const NW: usize>(mr: usize, first: bool
 unsafe fn run<L: Lanes, W: WeightElem, const MR_MAX: usize>(
     b: Block<'_, W>,
     out: *mut f32,
-    epilogue: &Epilogue<'_>,
+    epilogue: &RowEpilogue<'_>,
 ) {
     let Block { x, m, k, w, n, .. } = b;
     let (x, w) = (x.as_ptr(), w.as_ptr());
@@ -236,7 +236,11 @@ unsafe fn run<L: Lanes, W: WeightElem, const MR_MAX: usize>(
 /// As [`run`]; the CPU must have AVX-512F.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-pub unsafe fn run_avx512<W: WeightElem>(b: Block<'_, W>, out: *mut f32, epilogue: &Epilogue<'_>) {
+pub unsafe fn run_avx512<W: WeightElem>(
+    b: Block<'_, W>,
+    out: *mut f32,
+    epilogue: &RowEpilogue<'_>,
+) {
     run::<super::lanes::Avx512, W, 4>(b, out, epilogue)
 }
 
@@ -246,7 +250,7 @@ pub unsafe fn run_avx512<W: WeightElem>(b: Block<'_, W>, out: *mut f32, epilogue
 /// As [`run`]; the CPU must have AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-pub unsafe fn run_avx2<W: WeightElem>(b: Block<'_, W>, out: *mut f32, epilogue: &Epilogue<'_>) {
+pub unsafe fn run_avx2<W: WeightElem>(b: Block<'_, W>, out: *mut f32, epilogue: &RowEpilogue<'_>) {
     run::<super::lanes::Avx2, W, 2>(b, out, epilogue)
 }
 
@@ -254,6 +258,10 @@ pub unsafe fn run_avx2<W: WeightElem>(b: Block<'_, W>, out: *mut f32, epilogue: 
 ///
 /// # Safety
 /// As [`run`].
-pub unsafe fn run_portable<W: WeightElem>(b: Block<'_, W>, out: *mut f32, epilogue: &Epilogue<'_>) {
+pub unsafe fn run_portable<W: WeightElem>(
+    b: Block<'_, W>,
+    out: *mut f32,
+    epilogue: &RowEpilogue<'_>,
+) {
     run::<Portable, W, 2>(b, out, epilogue)
 }
