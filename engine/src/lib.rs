@@ -39,7 +39,7 @@ pub mod types;
 
 pub use cpu_tuning::{CpuTuning, CpuWeights};
 pub use device::{DeviceOptions, DeviceSpec, EngineDevice};
-pub use engine::config::{EngineConfig, KvBudget};
+pub use engine::config::{EngineConfig, KvBudget, PrefillBounds};
 pub use engine::warmup::WarmupReport;
 pub use engine::Engine;
 pub use error::EngineError;
@@ -47,6 +47,6 @@ pub use limits::RequestLimits;
 pub use step_engine::StepEngine;
 pub use tuning::KernelTuning;
 pub use types::{
-    AdmissionCost, FinishReason, FinishedSeq, PrefillChunk, SampledToken, SamplingParams, SeqId,
-    SequenceRequest, StepOutput, TokenLogprobs,
+    AdmissionCost, FinishReason, FinishedSeq, PrefillChunk, ResumeState, SampledToken,
+    SamplingParams, SeqId, SequenceRequest, StepOutput, TokenLogprobs,
 };

@@ -29,13 +29,15 @@ pub trait StepEngine {
     /// Whether full blocks are reused across requests that share a prefix.
     fn prefix_caching(&self) -> bool;
 
-    /// What admitting a request would take now: blocks, and prompt tokens
-    /// found in the prefix cache.
-    fn admission_cost(&self, prompt: &[u32], max_new_tokens: usize) -> AdmissionCost;
+    /// What admitting a request (new, or resumed after a preemption) would
+    /// take now: blocks, and input tokens found in the prefix cache.
+    fn admission_cost(&self, req: &SequenceRequest) -> AdmissionCost;
 
-    /// Admits a request (its whole block budget reserved); returns the prompt
-    /// tokens found cached. [`EngineError::OutOfBlocks`] leaves it waiting;
-    /// any error leaves the engine unchanged.
+    /// Admits a request (its whole block budget reserved); returns the input
+    /// tokens found cached. A resumed request (`req.resume`, from
+    /// [`StepEngine::preempt`]) prefills its prompt and the tokens it had
+    /// generated, then goes on where it stopped. [`EngineError::OutOfBlocks`]
+    /// leaves it waiting; any error leaves the engine unchanged.
     fn admit(&mut self, req: &SequenceRequest) -> Result<usize, EngineError>;
 
     /// Admitted sequences whose prompt is not all computed yet, with the
@@ -51,6 +53,14 @@ pub trait StepEngine {
 
     /// One token for each named decoding sequence.
     fn decode(&mut self, ids: &[SeqId]) -> Result<StepOutput, EngineError>;
+
+    /// The preemption seam: takes a sequence out wherever it is, frees its
+    /// blocks (its computed full blocks stay in the prefix cache until
+    /// evicted) and returns its request with what resuming it by recompute
+    /// needs (`resume`: the tokens it emitted, its RNG state). Admitting that
+    /// request again continues the sequence exactly; the scheduler decides
+    /// whom to preempt and when. `None` if unknown.
+    fn preempt(&mut self, id: SeqId) -> Option<SequenceRequest>;
 
     /// Ends a sequence wherever it is and frees its blocks; returns the
     /// tokens it emitted, or `None` if unknown.

@@ -59,6 +59,23 @@ pub struct SequenceRequest {
     /// `Some(n)`: report each emitted token's logprob and its `n` most likely
     /// alternatives ([`TokenLogprobs`]). `None`: nothing is computed.
     pub logprobs: Option<usize>,
+    /// Set on a request the engine preempted (`StepEngine::preempt`): what it
+    /// had generated, to be recomputed after the prompt when it is admitted
+    /// again. `None` for a new request.
+    pub resume: Option<ResumeState>,
+}
+
+/// Where a preempted sequence stood: the tokens it had emitted (they count
+/// toward `max_new_tokens` and are prefilled after the prompt on resume, not
+/// emitted again) and how far its sampling RNG had gone, so a sampled
+/// sequence continues the same stream of draws.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResumeState {
+    /// Tokens emitted before the preemption, in order.
+    pub generated: Vec<u32>,
+    /// Uniforms the sequence had drawn from its seeded RNG (one per sampled
+    /// step): a resumed sequence skips that many.
+    pub rng_draws: u64,
 }
 
 impl SequenceRequest {
@@ -73,7 +90,19 @@ impl SequenceRequest {
             sampling: SamplingParams::greedy(),
             stop_token_ids: Vec::new(),
             logprobs: None,
+            resume: None,
         }
+    }
+
+    /// Tokens emitted before a preemption (0 for a new request).
+    pub fn resumed_tokens(&self) -> usize {
+        self.resume.as_ref().map_or(0, |r| r.generated.len())
+    }
+
+    /// The tokens to have in the cache before the sequence decodes: the
+    /// prompt, then what it generated before a preemption.
+    pub fn input_len(&self) -> usize {
+        self.prompt.len() + self.resumed_tokens()
     }
 }
 

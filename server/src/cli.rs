@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use clap::Parser;
 use ember_engine::model::{ModelSource, Preset};
-use ember_engine::{CpuTuning, DeviceOptions, DeviceSpec, EngineConfig, KernelTuning, KvBudget};
+use ember_engine::{
+    CpuTuning, DeviceOptions, DeviceSpec, EngineConfig, KernelTuning, KvBudget, PrefillBounds,
+};
 
 use crate::logging::LogFormat;
 use crate::scheduler::SchedulerKnobs;
@@ -155,9 +157,7 @@ pub struct ServerConfig {
     pub device: DeviceSpec,
     /// The kernel cache and the kernel knobs (CUDA and CPU).
     pub device_options: DeviceOptions,
-    /// The engine (model, KV cache, graphs). Its `eos_token_id` is the
-    /// tokenizer's, and `decode_graphs` is dropped where shapes are not
-    /// bucketed (the CPU): both are settled when the server starts.
+    /// The engine (model, KV cache, step bounds, graphs), whole.
     pub engine: EngineConfig,
     pub knobs: SchedulerKnobs,
     pub seed: u64,
@@ -210,10 +210,12 @@ impl Args {
             block_size: positive("block-size", self.block_size)?,
             kv,
             max_batch: max_batch_size,
+            prefill: PrefillBounds {
+                max_rows: knobs.prefill_max_batch_size,
+                max_tokens: knobs.prefill_max_tokens,
+            },
             prefix_caching: !self.no_prefix_cache,
             decode_graphs: !self.no_cuda_graphs,
-            // GPT-2's; the server replaces it with its tokenizer's at startup.
-            eos_token_id: 50256,
             bucketed: None,
         };
         let tuning = self

@@ -71,14 +71,7 @@ pub async fn run(
         crate::metrics::install(addr, &model_name).context("starting the metrics listener")?;
     }
 
-    let mut engine = config.engine.clone();
-    engine.eos_token_id = tokenizer.eos_token_id();
-    let sched_config = SchedulerConfig {
-        engine,
-        knobs: config.knobs.clone(),
-        warmup: config.warmup,
-    };
-    let (handle, ready, join) = spawn_on_device(&config, sched_config)?;
+    let (handle, ready, join) = start_scheduler(&config, config.warmup)?;
     let state = Arc::new(ServiceState {
         model: OnceLock::new(),
         draining: Default::default(),
@@ -139,6 +132,11 @@ async fn on_ready(
         Ok(Ok(info)) => {
             tracing::info!(model = %info.name, device = %info.device, kv_blocks = info.limits.kv_blocks_total,
                 seconds = info.load_seconds, "model loaded and warmed up; SERVING");
+            let eos = info.config.eos_token_id;
+            if eos != state.tokenizer.eos_token_id() {
+                tracing::warn!(model_eos = eos, tokenizer_eos = state.tokenizer.eos_token_id(),
+                    "the model's eos_token_id (config.json) is not the tokenizer's; sequences end at the model's");
+            }
             if matches!(config.engine.model, ModelSource::Preset { .. }) {
                 tracing::warn!("random weights: generated text is meaningless (use --model-dir for real GPT-2 weights)");
             }
@@ -247,15 +245,7 @@ async fn bind_http(addr: SocketAddr) -> anyhow::Result<TcpListener> {
 /// `--prepare-cache`: loads the model and runs the whole warmup on the
 /// device (filling the kernel cache), prints what it did, and returns.
 pub async fn prepare_cache(config: ServerConfig) -> anyhow::Result<()> {
-    let tokenizer = load_tokenizer(&config.engine.model)?;
-    let mut engine = config.engine.clone();
-    engine.eos_token_id = tokenizer.eos_token_id();
-    let sched_config = SchedulerConfig {
-        engine,
-        knobs: config.knobs.clone(),
-        warmup: true,
-    };
-    let (handle, ready, join) = spawn_on_device(&config, sched_config)?;
+    let (handle, ready, join) = start_scheduler(&config, true)?;
     let info = match ready.await {
         Ok(Ok(info)) => info,
         Ok(Err(msg)) => anyhow::bail!("model startup failed: {msg}"),
@@ -336,14 +326,16 @@ fn load_tokenizer(model: &ModelSource) -> anyhow::Result<Gpt2Tokenizer> {
     Ok(Gpt2Tokenizer::embedded()?)
 }
 
-/// Opens the device `--device` names and starts the scheduler on it.
-fn spawn_on_device(
-    config: &ServerConfig,
-    mut scheduler: SchedulerConfig,
-) -> anyhow::Result<Spawned> {
+/// The one startup path of serving and `--prepare-cache`: opens the device
+/// `--device` names and starts the scheduler thread on it, which builds the
+/// engine from `config.engine` (and runs its warmup when `warmup`).
+fn start_scheduler(config: &ServerConfig, warmup: bool) -> anyhow::Result<Spawned> {
     let device = ember_engine::device::open(config.device, &config.device_options)?;
     tracing::info!(device = %device.name, "engine device");
-    // Decode graphs pay off only where launches cost (CUDA, bucketed shapes).
-    scheduler.engine.decode_graphs &= device.bucketed;
+    let scheduler = SchedulerConfig {
+        engine: config.engine.clone(),
+        knobs: config.knobs.clone(),
+        warmup,
+    };
     Ok(scheduler::spawn(device, scheduler)?)
 }

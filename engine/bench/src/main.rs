@@ -25,7 +25,7 @@ use ember_engine::device::{self, default_kernel_cache_dir};
 use ember_engine::model::{Gpt2Config, ModelSource, Preset};
 use ember_engine::{
     CpuTuning, DeviceOptions, DeviceSpec, Engine, EngineConfig, EngineDevice, KernelTuning,
-    KvBudget,
+    KvBudget, PrefillBounds,
 };
 use serde_json::json;
 
@@ -157,7 +157,7 @@ fn run(args: &Args, device: EngineDevice) -> anyhow::Result<serde_json::Value> {
     let (mut engine, config, max_new) = build_engine(args, device)?;
     let weight_bytes = machine::decode_weight_bytes(&config, weight_bytes_each);
     let warmup = if args.server_warmup {
-        let report = engine.warmup(args.prefill_chunk, 8192)?;
+        let report = engine.warmup()?;
         println!(
             "server warmup: {} decode + {} prefill shapes in {:.1} s",
             report.decode_shapes, report.prefill_shapes, report.seconds
@@ -288,10 +288,13 @@ fn build_engine(args: &Args, device: EngineDevice) -> anyhow::Result<(Engine, Gp
         block_size: args.block_size,
         kv: KvBudget::Blocks((max_b * per_seq).max(prefill_blocks).max(1)),
         max_batch: max_b,
+        prefill: PrefillBounds {
+            max_rows: args.prefill_chunk,
+            max_tokens: 8192,
+        },
         // Timed prefills repeat prompts: measure compute, not cache hits.
+        // (Sequences of a fixed length: their requests ignore EOS.)
         prefix_caching: false,
-        // Sequences of a fixed length: nothing ends them early.
-        eos_token_id: u32::MAX,
         ..EngineConfig::new(source)
     };
     let engine = Engine::new(&engine_config, &device)?;

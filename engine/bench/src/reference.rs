@@ -26,9 +26,8 @@ pub fn check_reference(
     let engine_config = EngineConfig {
         kv: KvBudget::Blocks(64),
         max_batch: 8,
+        // Greedy continuations of fixed length (their requests ignore EOS).
         prefix_caching: false,
-        // Greedy continuations of fixed length: nothing ends them early.
-        eos_token_id: u32::MAX,
         ..EngineConfig::new(ModelSource::Dir(dir.to_path_buf()))
     };
     let mut engine = Engine::new(&engine_config, &device)?;

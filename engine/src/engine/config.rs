@@ -3,6 +3,7 @@
 //! it implies.
 
 use crate::model::{Gpt2Config, ModelSource};
+pub use crate::step::shapes::PrefillBounds;
 
 /// How many KV blocks to allocate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -14,7 +15,9 @@ pub enum KvBudget {
     Memory { bytes: usize, sequences: usize },
 }
 
-/// What an engine is built from (see [`super::Engine::new`]).
+/// What an engine is built from (see [`super::Engine::new`]): every engine
+/// setting, settled here once. The end-of-sequence token is the model's
+/// (`config.json`'s `eos_token_id`), so it is no setting.
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
     /// The weights: an HF directory or a seeded random preset.
@@ -25,16 +28,15 @@ pub struct EngineConfig {
     pub kv: KvBudget,
     /// Most sequences in one decode step (the largest decode bucket).
     pub max_batch: usize,
+    /// Most rows and tokens in one prefill step.
+    pub prefill: PrefillBounds,
     /// Keep full blocks content-addressed and reuse them for requests that
     /// share a prefix (`crate::kv`).
     pub prefix_caching: bool,
     /// Capture each decode bucket's step at warmup and replay it as a CUDA
-    /// graph. On the CPU the "graph" re-runs the step (no speed-up; tests use
-    /// it to check the capture plumbing): the server asks for graphs only
-    /// where shapes are bucketed.
+    /// graph, where shapes are bucketed: [`super::Engine::new`] drops it
+    /// otherwise (on the CPU a "graph" would re-run the step, no speed-up).
     pub decode_graphs: bool,
-    /// Token that ends a sequence (unless its request ignores EOS).
-    pub eos_token_id: u32,
     /// Pad step shapes to power-of-two buckets; `None`: the device's choice
     /// (CUDA: yes, a bounded set of shapes to compile, tune and capture; the
     /// CPU: no, padding would be pure extra work).
@@ -44,7 +46,8 @@ pub struct EngineConfig {
 impl EngineConfig {
     /// A config for `model` with the server's defaults: 16-token blocks,
     /// room for 32 sequences within 2 GiB, decode batches of up to 32,
-    /// prefix caching on, no graphs, GPT-2's EOS (50256).
+    /// prefill steps of up to 32 rows and 8192 tokens, prefix caching on,
+    /// no graphs.
     pub fn new(model: ModelSource) -> Self {
         Self {
             model,
@@ -54,9 +57,12 @@ impl EngineConfig {
                 sequences: 32,
             },
             max_batch: 32,
+            prefill: PrefillBounds {
+                max_rows: 32,
+                max_tokens: 8192,
+            },
             prefix_caching: true,
             decode_graphs: false,
-            eos_token_id: 50256,
             bucketed: None,
         }
     }

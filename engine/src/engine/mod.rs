@@ -13,26 +13,30 @@
 //!
 //! Admission reserves a sequence's whole budget of blocks,
 //! `ceil((prompt + max_new_tokens) / block_size)` (cached prefix blocks
-//! included, shared), so a running sequence never runs out of cache and never
-//! needs preemption; refusing admission is the scheduler's back-pressure
-//! signal ([`EngineError::OutOfBlocks`]). Long prompts are prefilled in
+//! included, shared); refusing admission is the scheduler's back-pressure
+//! signal ([`EngineError::OutOfBlocks`]). [`Engine::preempt`] is the seam for
+//! preemption by recompute: it frees a sequence's blocks and hands back its
+//! request with what resuming it needs (the engine keeps all KV
+//! bookkeeping; the scheduler owns the policy: whom, when). Long prompts are prefilled in
 //! chunks ([`prefill`]): a sequence decodes once its whole prompt is in the
 //! cache.
 //!
 //! Layout: [`config`] (what an engine is built from), [`sequences`] and
 //! [`sequence`] (host state), [`prefill`] (planning a prefill step),
-//! [`warmup`] (every step shape before SERVING), [`step_engine`] (the
+//! [`warmup`] (every step shape before SERVING), [`impl_step_engine`] (the
 //! [`crate::StepEngine`] trait the scheduler drives).
 
 pub mod config;
+mod impl_step_engine;
 mod prefill;
 mod sequence;
 mod sequences;
-mod step_engine;
 pub mod warmup;
 
 #[cfg(test)]
 mod control_tests;
+#[cfg(test)]
+mod preempt_tests;
 #[cfg(test)]
 mod prefill_tests;
 #[cfg(test)]
@@ -47,7 +51,7 @@ use crate::error::EngineError;
 use crate::limits::RequestLimits;
 use crate::model::{load_model, Gpt2Config};
 use crate::ops::TunedShape;
-use crate::sampling::RowChoice;
+use crate::sampling::SamplingTable;
 use crate::step::{DecodeRow, PrefillSeq, RunnerShape, StepRunner};
 use crate::types::*;
 use config::{num_blocks, EngineConfig};
@@ -62,9 +66,10 @@ pub struct Engine {
     runner: StepRunner,
     /// The host half: every admitted sequence and the block pool.
     seqs: Sequences,
-    /// Token that ends a sequence (unless `ignore_eos`).
+    /// Token that ends a sequence (unless `ignore_eos`): the model's.
     eos_token_id: u32,
-    /// Capture decode graphs at warmup ([`EngineConfig::decode_graphs`]).
+    /// Capture decode graphs at warmup: [`EngineConfig::decode_graphs`] where
+    /// shapes are bucketed.
     decode_graphs: bool,
 }
 
@@ -86,11 +91,13 @@ impl Engine {
             config.block_size.max(1),
             device.float_bytes,
         );
+        let bucketed = config.bucketed.unwrap_or(device.bucketed);
         let shape = RunnerShape {
             block_size: config.block_size,
             num_blocks,
             max_batch: config.max_batch,
-            bucketed: config.bucketed.unwrap_or(device.bucketed),
+            prefill: config.prefill,
+            bucketed,
         };
         tracing::info!(
             num_blocks,
@@ -98,6 +105,7 @@ impl Engine {
             prefix_caching = config.prefix_caching,
             "allocating the paged KV cache"
         );
+        let eos_token_id = model_config.eos_token_id;
         let runner = StepRunner::new(
             model,
             model_config,
@@ -108,8 +116,9 @@ impl Engine {
         Ok(Self {
             runner,
             seqs: Sequences::new(num_blocks, config.block_size, config.prefix_caching),
-            eos_token_id: config.eos_token_id,
-            decode_graphs: config.decode_graphs,
+            eos_token_id,
+            // Graphs pay off only where launches cost: bucketed shapes (CUDA).
+            decode_graphs: config.decode_graphs && bucketed,
         })
     }
 
@@ -189,11 +198,11 @@ impl Engine {
             })
     }
 
-    /// What admitting a request would take now (for the scheduler's plan;
+    /// What admitting `req` would take now (for the scheduler's plan;
     /// [`Engine::admit`] takes exactly this if nothing changes in between).
-    pub fn admission_cost(&self, prompt: &[u32], max_new_tokens: usize) -> AdmissionCost {
-        let total = self.blocks_required(prompt.len(), max_new_tokens);
-        self.seqs.admission_cost(prompt, total)
+    pub fn admission_cost(&self, req: &SequenceRequest) -> AdmissionCost {
+        let total = self.blocks_required(req.prompt.len(), req.max_new_tokens);
+        self.seqs.admission_cost(req, total)
     }
 
     /// Admits a sequence: reserves its whole block budget, the cached prefix
@@ -236,16 +245,9 @@ impl Engine {
         }
         let rows = prefill::plan(chunks, &self.seqs)?;
         let sampled = rows.iter().filter(|r| r.completes).count();
-        let mut choices = Vec::with_capacity(sampled);
-        let mut top_n = Vec::with_capacity(sampled);
-        for row in &rows[..sampled] {
-            if let Some(seq) = self.seqs.get_mut(row.id) {
-                choices.push(seq.choice());
-                top_n.push(seq.logprobs());
-            }
-        }
+        let table = self.sampling_table(rows[..sampled].iter().map(|r| r.id));
         let views = prefill::views(&rows, &self.seqs);
-        let (tokens, mut lps) = self.runner.prefill(&views, &choices, &top_n)?;
+        let (tokens, mut lps) = self.runner.prefill(&views, &table)?;
 
         let mut out = StepOutput::default();
         for (i, row) in rows.iter().enumerate() {
@@ -274,10 +276,7 @@ impl Engine {
             }
         }
         // Sharing between the new requests is not counted: an upper bound.
-        let needed: usize = reqs
-            .iter()
-            .map(|r| self.admission_cost(&r.prompt, r.max_new_tokens).blocks)
-            .sum();
+        let needed: usize = reqs.iter().map(|r| self.admission_cost(r).blocks).sum();
         let free = self.kv_blocks_free();
         if needed > free {
             return Err(EngineError::OutOfBlocks { needed, free });
@@ -344,16 +343,9 @@ impl Engine {
                 )));
             }
         }
-        let mut choices: Vec<RowChoice> = Vec::with_capacity(ids.len());
-        let mut top_n = Vec::with_capacity(ids.len());
-        for &id in ids {
-            if let Some(seq) = self.seqs.get_mut(id) {
-                choices.push(seq.choice());
-                top_n.push(seq.logprobs());
-            }
-        }
+        let table = self.sampling_table(ids.iter().copied());
         let rows = decode_rows(&self.seqs, ids);
-        let (tokens, mut lps) = self.runner.decode(&rows, &choices, &top_n)?;
+        let (tokens, mut lps) = self.runner.decode(&rows, &table)?;
 
         let mut out = StepOutput::default();
         for (i, (&id, token)) in ids.iter().zip(tokens).enumerate() {
@@ -367,6 +359,16 @@ impl Engine {
         Ok(out)
     }
 
+    /// Takes a sequence out, prefilling or decoding, to free its blocks, and
+    /// returns its request with what resuming it by recompute needs (the
+    /// tokens it emitted, its RNG): admitting that request again prefills
+    /// the prompt and those tokens (mostly prefix-cache hits while its
+    /// blocks are not evicted) and continues the sequence as if it had never
+    /// left. `None` if unknown.
+    pub fn preempt(&mut self, id: SeqId) -> Option<SequenceRequest> {
+        self.seqs.preempt(id)
+    }
+
     /// Ends a sequence, prefilling or decoding (cancel, finish): offers its
     /// computed full blocks to the prefix cache and drops its hold on its
     /// blocks. Returns the tokens it emitted, or `None` if unknown.
@@ -374,22 +376,12 @@ impl Engine {
         self.seqs.release(id).map(|seq| seq.generated)
     }
 
-    /// Runs every step shape the server will use (see [`warmup`]), with
-    /// prefill batches of at most `prefill_max_batch` prompts and
-    /// `prefill_max_tokens` tokens, then captures the decode graphs if asked.
-    pub fn warmup(
-        &mut self,
-        prefill_max_batch: usize,
-        prefill_max_tokens: usize,
-    ) -> Result<WarmupReport, EngineError> {
-        warmup::run(
-            &mut self.runner,
-            warmup::Limits {
-                prefill_max_batch,
-                prefill_max_tokens,
-                decode_graphs: self.decode_graphs,
-            },
-        )
+    /// Runs every step shape the server will use (see [`warmup`]): decode
+    /// buckets up to the decode bound, prefill steps within the config's
+    /// [`PrefillBounds`](config::PrefillBounds); then captures the decode
+    /// graphs where the config asked for them and shapes are bucketed.
+    pub fn warmup(&mut self) -> Result<WarmupReport, EngineError> {
+        warmup::run(&mut self.runner, self.decode_graphs)
     }
 
     /// Times the projection kernels against each other at the decode
@@ -425,6 +417,17 @@ impl Engine {
     pub fn capture_decode_graphs(&mut self, batch_sizes: &[usize]) -> usize {
         let buckets = self.decode_buckets(batch_sizes);
         self.runner.capture_decode_graphs(&buckets)
+    }
+
+    /// The sampling table of a step over `ids` (each draws its uniform).
+    fn sampling_table(&mut self, ids: impl ExactSizeIterator<Item = SeqId>) -> SamplingTable {
+        let mut table = SamplingTable::with_capacity(ids.len());
+        for id in ids {
+            if let Some(seq) = self.seqs.get_mut(id) {
+                table.push(seq.sampling_row());
+            }
+        }
+        table
     }
 
     /// Applies the stop rules to a sampled token of `id` and records it (and

@@ -85,7 +85,7 @@ fn a_shared_200_token_prefix_is_computed_once() {
     // B finds the 12 full blocks of the shared prefix (192 tokens) and
     // prefills only the rest: 8 shared tokens and its own 15.
     let rb = req(2, &b, 8, SamplingParams::greedy());
-    let cost = on.admission_cost(&b, 8);
+    let cost = on.admission_cost(&rb);
     assert_eq!(cost.cached_tokens, 192);
     // 223 tokens = 14 blocks: 2 fresh, 12 parked hits that cost a free block each.
     assert_eq!(cost.blocks, 14);
@@ -110,7 +110,7 @@ fn sharers_hold_the_same_blocks_and_accounting_counts_them_once() {
         .unwrap();
     assert_eq!(e.kv_blocks_used(), 3);
     // The second holds the first's two prompt blocks: one more block used.
-    assert_eq!(e.admission_cost(&prompt, 8).blocks, 1);
+    assert_eq!(e.admission_cost(&r(2)).blocks, 1);
     assert_eq!(e.admit(&r(2)).unwrap(), 32);
     assert_eq!(e.kv_blocks_used(), 4);
     // Releasing the first keeps the shared blocks held by the second.

@@ -2,8 +2,11 @@
 //!
 //! A sequence is created at admission with its whole block budget reserved
 //! (the cached prefix's shared blocks first), is prefilled over one or more
-//! steps (`cached` counts the prompt tokens in the cache so far), then decodes
-//! until a stop rule ends it or the caller releases it. It keeps every token
+//! steps (`cached` counts the input tokens in the cache so far), then decodes
+//! until a stop rule ends it, the caller releases it, or the caller preempts
+//! it ([`Sequence::into_resumable`]: the request comes back with the tokens
+//! generated so far and the RNG, and a sequence admitted from it prefills
+//! prompt + those tokens, then continues as if it had never left). It keeps every token
 //! it has seen, so the full blocks it computed can be keyed in the prefix
 //! cache when it ends (see [`super::sequences`]). The stop rules:
 //! a sampled EOS (unless `ignore_eos`) finishes the sequence without emitting
@@ -16,8 +19,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::kv::BlockHash;
-use crate::sampling::RowChoice;
-use crate::types::{FinishReason, SamplingParams, SequenceRequest};
+use crate::sampling::RowSampling;
+use crate::types::{FinishReason, ResumeState, SequenceRequest};
 
 /// One active sequence.
 #[derive(Debug)]
@@ -29,7 +32,9 @@ pub(crate) struct Sequence {
     pub cached: usize,
     /// The prompt, then every emitted token: the input at each position.
     pub tokens: Vec<u32>,
-    pub prompt_len: usize,
+    /// Tokens to have in the cache before it decodes: the prompt, plus what
+    /// it had generated before a preemption (recomputed on resume).
+    pub input_len: usize,
     /// Content keys of the leading full blocks of `tokens` computed so far
     /// (empty with prefix caching off).
     pub hashes: Vec<BlockHash>,
@@ -37,17 +42,16 @@ pub(crate) struct Sequence {
     pub keyed: usize,
     /// The last sampled token, fed at the next decode step.
     pub last_token: u32,
-    /// Tokens emitted so far.
+    /// Tokens emitted so far (those before a preemption included).
     pub generated: usize,
-    max_new_tokens: usize,
-    ignore_eos: bool,
-    /// Tokens that end the sequence like EOS (a handful: a linear scan).
-    stop_token_ids: Vec<u32>,
-    /// Top-n of the logprobs to report; `None` = none asked.
-    logprobs: Option<usize>,
-    sampling: SamplingParams,
-    /// The sequence's own RNG, seeded from `sampling.seed`, one draw per step.
+    /// The request as admitted: length, stop rules, sampling, logprobs (its
+    /// `resume` is the one it was admitted with, replaced on preemption).
+    request: SequenceRequest,
+    /// The sequence's own RNG, seeded from the request's seed, one draw per
+    /// sampled step.
     rng: StdRng,
+    /// Draws taken from `rng` so far (a resumed sequence replays them).
+    draws: u64,
 }
 
 /// What the stop rules made of one sampled token.
@@ -60,9 +64,11 @@ pub(crate) struct Verdict {
 }
 
 impl Sequence {
-    /// A newly admitted sequence holding `table`, whose first `cached` prompt
+    /// A newly admitted sequence holding `table`, whose first `cached` input
     /// tokens (`keyed` blocks, found in the prefix cache) need no compute.
-    /// `hashes` are the keys of the prompt's full blocks.
+    /// `hashes` are the keys of the input's full blocks. A resumed request
+    /// (`req.resume`) continues where it was preempted: its generated tokens
+    /// follow the prompt as input, count as emitted, and its RNG goes on.
     pub fn new(
         req: &SequenceRequest,
         table: Vec<u32>,
@@ -70,27 +76,53 @@ impl Sequence {
         keyed: usize,
         hashes: Vec<BlockHash>,
     ) -> Self {
+        let mut tokens = req.prompt.clone();
+        let mut rng = StdRng::seed_from_u64(req.sampling.seed);
+        let (generated, draws) = match &req.resume {
+            Some(r) => {
+                tokens.extend_from_slice(&r.generated);
+                for _ in 0..r.rng_draws {
+                    rng.random::<f32>();
+                }
+                (r.generated.len(), r.rng_draws)
+            }
+            None => (0, 0),
+        };
         Self {
             table,
             cached,
-            tokens: req.prompt.clone(),
-            prompt_len: req.prompt.len(),
+            input_len: tokens.len(),
+            last_token: if generated > 0 {
+                tokens[tokens.len() - 1]
+            } else {
+                0
+            },
+            tokens,
             hashes,
             keyed,
-            last_token: 0,
-            generated: 0,
-            max_new_tokens: req.max_new_tokens,
-            ignore_eos: req.ignore_eos,
-            stop_token_ids: req.stop_token_ids.clone(),
-            logprobs: req.logprobs,
-            sampling: req.sampling,
-            rng: StdRng::seed_from_u64(req.sampling.seed),
+            generated,
+            request: req.clone(),
+            rng,
+            draws,
         }
     }
 
-    /// Prompt tokens still to compute (0 once the prompt is in the cache).
+    /// What resuming this sequence by recompute needs: its request with the
+    /// tokens it emitted so far and its RNG where it stands.
+    pub fn into_resumable(self) -> SequenceRequest {
+        let prompt_len = self.request.prompt.len();
+        let mut req = self.request;
+        req.resume = Some(ResumeState {
+            generated: self.tokens[prompt_len..].to_vec(),
+            rng_draws: self.draws,
+        });
+        req
+    }
+
+    /// Input tokens still to compute (0 once the prompt, and on resume the
+    /// tokens generated before the preemption, are in the cache).
     pub fn prompt_remaining(&self) -> usize {
-        self.prompt_len.saturating_sub(self.cached)
+        self.input_len.saturating_sub(self.cached)
     }
 
     /// Whether the sequence decodes: its prompt is in the cache and it has
@@ -99,31 +131,30 @@ impl Sequence {
         self.prompt_remaining() == 0
     }
 
-    /// How this sequence picks its next token (draws its next uniform).
-    pub fn choice(&mut self) -> RowChoice {
-        let p = self.sampling;
-        if p.is_greedy() {
-            RowChoice::Greedy
+    /// How this sequence picks its next token: its sampling row for the
+    /// step (a sampled sequence draws its next uniform; a greedy one draws
+    /// nothing, so its RNG stream is the same whatever the batch).
+    pub fn sampling_row(&mut self) -> RowSampling {
+        let params = self.request.sampling;
+        let uniform = if params.is_greedy() {
+            0.5
         } else {
-            RowChoice::Sample {
-                temperature: p.temperature,
-                top_k: p.top_k,
-                top_p: p.top_p,
-                uniform: self.rng.random::<f32>(),
-            }
+            self.draws += 1;
+            self.rng.random::<f32>()
+        };
+        RowSampling {
+            params,
+            uniform,
+            logprobs: self.request.logprobs,
         }
-    }
-
-    /// Top-n of the logprobs this sequence asked for (`None`: not asked).
-    pub fn logprobs(&self) -> Option<usize> {
-        self.logprobs
     }
 
     /// Applies the stop rules to `token` and records it as the next input.
     pub fn judge(&mut self, token: u32, eos_token_id: u32) -> Verdict {
-        let finish = if token == eos_token_id && !self.ignore_eos {
+        let req = &self.request;
+        let finish = if token == eos_token_id && !req.ignore_eos {
             Some(FinishReason::Eos)
-        } else if self.stop_token_ids.contains(&token) {
+        } else if req.stop_token_ids.contains(&token) {
             Some(FinishReason::StopToken(token))
         } else {
             None
@@ -139,7 +170,7 @@ impl Sequence {
         self.generated += 1;
         Verdict {
             emit: true,
-            finish: (self.generated >= self.max_new_tokens).then_some(FinishReason::Length),
+            finish: (self.generated >= self.request.max_new_tokens).then_some(FinishReason::Length),
         }
     }
 }
@@ -147,6 +178,7 @@ impl Sequence {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::types::SamplingParams;
 
     fn seq(max_new_tokens: usize, ignore_eos: bool) -> Sequence {
         seq_stopping_at(max_new_tokens, ignore_eos, &[])
@@ -161,6 +193,7 @@ mod tests {
             sampling: SamplingParams::greedy(),
             stop_token_ids: stops.to_vec(),
             logprobs: None,
+            resume: None,
         };
         let mut s = Sequence::new(&req, vec![0], 0, 0, Vec::new());
         s.cached = 3;

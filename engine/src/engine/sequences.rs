@@ -15,8 +15,10 @@
 //!    requests arriving meanwhile already share them. The step that completes
 //!    the prompt samples the first token: from then on the sequence decodes.
 //!
-//! When a sequence ends ([`Sequences::release`]) the full blocks of its
-//! generated tokens are keyed too (a follow-up request that repeats the
+//! When a sequence ends ([`Sequences::release`]) or is preempted
+//! ([`Sequences::preempt`]: its request comes back with what it generated,
+//! to be admitted again and recomputed) the full blocks of its generated
+//! tokens are keyed too (a follow-up request that repeats the
 //! conversation reuses them), then its holds are dropped: unshared cached
 //! blocks are parked in the LRU order, the rest become empty.
 //!
@@ -111,9 +113,9 @@ impl Sequences {
             .map(|(&id, _)| id)
     }
 
-    /// What admitting a prompt with a budget of `total_blocks` would take now.
-    pub fn admission_cost(&self, prompt: &[u32], total_blocks: usize) -> AdmissionCost {
-        let m = self.match_prefix(prompt);
+    /// What admitting `req` with a budget of `total_blocks` would take now.
+    pub fn admission_cost(&self, req: &SequenceRequest, total_blocks: usize) -> AdmissionCost {
+        let m = self.match_prefix(&input_tokens(req));
         AdmissionCost {
             blocks: self
                 .blocks
@@ -133,7 +135,7 @@ impl Sequences {
         if self.contains(req.id) {
             return Err(EngineError::DuplicateSequence(req.id));
         }
-        let PrefixMatch { hashes, hits } = self.match_prefix(&req.prompt);
+        let PrefixMatch { hashes, hits } = self.match_prefix(&input_tokens(req));
         let table = self
             .blocks
             .acquire(&hits, total_blocks.saturating_sub(hits.len()))?;
@@ -153,6 +155,15 @@ impl Sequences {
         key_blocks(&mut self.blocks, self.block_size, &mut seq);
         self.blocks.release(&seq.table);
         Some(seq)
+    }
+
+    /// Takes a sequence out to free its blocks (see
+    /// [`crate::StepEngine::preempt`]): like [`Sequences::release`] (its
+    /// computed full blocks stay in the prefix cache, where a resume finds
+    /// them unless they are evicted first), and returns its request with what
+    /// resuming it needs. `None` if unknown.
+    pub fn preempt(&mut self, id: SeqId) -> Option<SequenceRequest> {
+        self.release(id).map(Sequence::into_resumable)
     }
 
     /// Offers the full blocks sequence `id` computed since the last call to
@@ -184,6 +195,17 @@ impl Sequences {
         let reusable = prompt.len().saturating_sub(1) / self.block_size;
         let hits = self.blocks.lookup(&hashes[..reusable.min(hashes.len())]);
         PrefixMatch { hashes, hits }
+    }
+}
+
+/// A request's input: its prompt, then the tokens it generated before a
+/// preemption (borrowed when there are none).
+fn input_tokens(req: &SequenceRequest) -> std::borrow::Cow<'_, [u32]> {
+    match &req.resume {
+        Some(r) if !r.generated.is_empty() => {
+            std::borrow::Cow::Owned([req.prompt.as_slice(), &r.generated].concat())
+        }
+        _ => std::borrow::Cow::Borrowed(&req.prompt),
     }
 }
 

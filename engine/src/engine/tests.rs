@@ -8,11 +8,12 @@ use burn::prelude::*;
 
 use super::warmup::powers_of_two_up_to;
 use super::*;
-use crate::engine::config::KvBudget;
+use crate::engine::config::{KvBudget, PrefillBounds};
 use crate::model::fixtures::{max_abs_diff, reference, tiny_gpt2_dir};
 use crate::model::{Gpt2Config, ModelSource};
 
-/// The fixture's EOS (its greedy continuations never produce it).
+/// The fixture's EOS, from its config.json (its greedy continuations never
+/// produce it).
 pub(super) const EOS: u32 = 999;
 
 pub(super) fn engine(block_size: usize, num_blocks: usize) -> Engine {
@@ -25,16 +26,20 @@ pub(super) fn engine_with(block_size: usize, num_blocks: usize, bucketed: bool) 
 }
 
 /// The fixture model with `num_blocks` blocks of `block_size`, decode
-/// batches up to 8, prefix caching on, no graphs.
+/// batches up to 8, prefill steps of up to 4 rows and 64 tokens, prefix
+/// caching on, no graphs.
 pub(super) fn config(block_size: usize, num_blocks: usize, bucketed: bool) -> EngineConfig {
     EngineConfig {
         model: ModelSource::Dir(tiny_gpt2_dir()),
         block_size,
         kv: KvBudget::Blocks(num_blocks),
         max_batch: 8,
+        prefill: PrefillBounds {
+            max_rows: 4,
+            max_tokens: 64,
+        },
         prefix_caching: true,
         decode_graphs: false,
-        eos_token_id: EOS,
         bucketed: Some(bucketed),
     }
 }
@@ -48,9 +53,9 @@ pub(super) fn engine_cfg(config: EngineConfig) -> Engine {
 /// decode path), without sampling or advancing the sequences.
 fn decode_logits(engine: &mut Engine, ids: &[SeqId]) -> Tensor<2> {
     let rows = decode_rows(&engine.seqs, ids);
-    let choices = vec![RowChoice::Greedy; rows.len()];
+    let table = SamplingTable::greedy(rows.len());
     // The rows borrow the sequences; the runner is a separate field.
-    let (logits, _) = engine.runner.decode_forward(&rows, &choices);
+    let (logits, _) = engine.runner.decode_forward(&rows, &table);
     logits
 }
 
@@ -68,6 +73,7 @@ pub(super) fn req(
         sampling,
         stop_token_ids: Vec::new(),
         logprobs: None,
+        resume: None,
     }
 }
 
@@ -229,6 +235,7 @@ fn stop_rules_eos_and_length() {
     let reference = reference();
     let case = &reference.cases[1];
     let mut engine = engine(4, 32);
+    assert_eq!(engine.eos_token_id, EOS, "the model's (config.json)");
     // EOS = the first greedy token: finishes at prefill, not emitted.
     engine.eos_token_id = case.greedy[0];
     let mut r = req(1, &case.prompt, 8, SamplingParams::greedy());
@@ -437,7 +444,7 @@ fn warmup_leaves_no_state_behind() {
     engine
         .prefill(vec![req(1, &[3, 4], 3, SamplingParams::greedy())])
         .unwrap();
-    engine.warmup(4, 64).unwrap();
+    engine.warmup().unwrap();
     assert_eq!((engine.num_active(), engine.kv_blocks_used()), (1, 2));
     // The sequence is unaffected by the warmup's padding-only steps.
     engine.decode(&[1]).unwrap();
@@ -447,8 +454,14 @@ fn warmup_leaves_no_state_behind() {
 
 #[test]
 fn bucketed_warmup_covers_every_shape_and_leaves_no_state_behind() {
-    let mut engine = engine_with(16, 16, true);
-    let report = engine.warmup(4, 256).unwrap();
+    let mut engine = engine_cfg(EngineConfig {
+        prefill: PrefillBounds {
+            max_rows: 4,
+            max_tokens: 256,
+        },
+        ..config(16, 16, true)
+    });
+    let report = engine.warmup().unwrap();
     // Buckets 1, 2, 4, 8 (decode shapes do not depend on the context), greedy and sampling.
     assert_eq!(report.decode_shapes, 4 * 2);
     assert!(report.prefill_shapes >= 3, "{report:?}");
@@ -488,9 +501,17 @@ fn rejects_unusable_configs() {
 fn captured_decode_steps_match_eager_steps() {
     let reference = reference();
     let run = |graphs: bool| {
-        let mut engine = engine_with(4, 64, true);
+        let mut engine = engine_cfg(EngineConfig {
+            prefill: PrefillBounds {
+                max_rows: 2,
+                max_tokens: 64,
+            },
+            ..config(4, 64, true)
+        });
+        // On the CPU the engine drops graphs (no speed-up); asked for here
+        // to check the capture plumbing.
         engine.decode_graphs = graphs;
-        let report = engine.warmup(2, 64).unwrap();
+        let report = engine.warmup().unwrap();
         assert_eq!(report.graphs, 0, "no hardware graphs on the CPU");
         assert_eq!(engine.captured_graphs(), if graphs { 4 } else { 0 });
         let reqs = reference

@@ -25,10 +25,11 @@
 use std::time::Instant;
 
 use crate::error::EngineError;
-use crate::sampling::RowChoice;
+use crate::sampling::{RowSampling, SamplingTable};
 pub use crate::step::shapes::powers_of_two_up_to;
 use crate::step::shapes::prefill_shapes;
 use crate::step::StepRunner;
+use crate::types::SamplingParams;
 
 /// What a warmup did.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -46,38 +47,33 @@ pub struct WarmupReport {
     pub seconds: f64,
 }
 
-/// A sampling row that takes the top-k/top-p threshold path.
-const FILTERING_ROW: RowChoice = RowChoice::Sample {
-    temperature: 0.8,
-    top_k: 40,
-    top_p: 0.95,
-    uniform: 0.5,
-};
-
-/// The knobs that bound the shapes a warmup runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
-    /// Most prompts in one prefill step.
-    pub prefill_max_batch: usize,
-    /// Most prompt tokens in one prefill step.
-    pub prefill_max_tokens: usize,
-    /// Capture each decode bucket's step as a graph afterwards.
-    pub decode_graphs: bool,
+/// A step of one sampling row that takes the top-k/top-p threshold path.
+fn filtering_table() -> SamplingTable {
+    let mut table = SamplingTable::with_capacity(1);
+    table.push(RowSampling {
+        params: SamplingParams {
+            temperature: 0.8,
+            top_k: 40,
+            top_p: 0.95,
+            seed: 0,
+        },
+        uniform: 0.5,
+        logprobs: None,
+    });
+    table
 }
 
 /// Runs the step shapes the server will use (see the module docs) on
-/// `runner`, then captures the decode graphs if asked.
-pub fn run(runner: &mut StepRunner, limits: Limits) -> Result<WarmupReport, EngineError> {
+/// `runner` (its prefill bounds and decode buckets), then captures the
+/// decode graphs if `decode_graphs`.
+pub fn run(runner: &mut StepRunner, decode_graphs: bool) -> Result<WarmupReport, EngineError> {
     let started = Instant::now();
-    let bucketed = runner.shape().bucketed;
+    let shape = runner.shape();
+    let bucketed = shape.bucketed;
     let (decode, prefill) = if bucketed {
         (
-            powers_of_two_up_to(runner.shape().max_batch),
-            prefill_shapes(
-                &runner.shape(),
-                limits.prefill_max_batch,
-                limits.prefill_max_tokens,
-            ),
+            powers_of_two_up_to(shape.max_batch),
+            prefill_shapes(&shape, shape.prefill.max_rows, shape.prefill.max_tokens),
         )
     } else {
         (vec![1], vec![runner.prefill_shape(1, 16)])
@@ -96,12 +92,12 @@ pub fn run(runner: &mut StepRunner, limits: Limits) -> Result<WarmupReport, Engi
         runner.warm_prefill(shape)?;
     }
     for &bucket in &decode {
-        runner.warm_decode(bucket, &[])?;
+        runner.warm_decode(bucket, &SamplingTable::default())?;
         if bucketed {
-            runner.warm_decode(bucket, &[FILTERING_ROW])?;
+            runner.warm_decode(bucket, &filtering_table())?;
         }
     }
-    let graphs = if limits.decode_graphs {
+    let graphs = if decode_graphs {
         runner.capture_decode_graphs(&decode)
     } else {
         0

@@ -27,6 +27,11 @@ pub struct Gpt2Config {
     /// LayerNorm epsilon.
     #[config(default = 1e-5)]
     pub layer_norm_epsilon: f64,
+    /// The token that ends a sequence (unless its request ignores EOS):
+    /// `config.json`'s `eos_token_id`, GPT-2's `<|endoftext|>` (50256) when
+    /// absent and for the presets.
+    #[config(default = 50256)]
+    pub eos_token_id: u32,
 }
 
 /// The subset of HF's `config.json` we read (serde ignores the rest).
@@ -39,10 +44,16 @@ struct HfGpt2Json {
     vocab_size: usize,
     #[serde(default = "default_eps")]
     layer_norm_epsilon: f64,
+    #[serde(default = "default_eos")]
+    eos_token_id: u32,
 }
 
 fn default_eps() -> f64 {
     1e-5
+}
+
+fn default_eos() -> u32 {
+    50256
 }
 
 impl Gpt2Config {
@@ -78,7 +89,8 @@ impl Gpt2Config {
             json.n_positions,
             json.vocab_size,
         )
-        .with_layer_norm_epsilon(json.layer_norm_epsilon);
+        .with_layer_norm_epsilon(json.layer_norm_epsilon)
+        .with_eos_token_id(json.eos_token_id);
         config.validate()?;
         Ok(config)
     }
@@ -94,6 +106,12 @@ impl Gpt2Config {
         ];
         if let Some((name, _)) = nonzero.iter().find(|(_, v)| *v == 0) {
             return Err(ModelError::InvalidConfig(format!("{name} must be > 0")));
+        }
+        if self.eos_token_id as usize >= self.vocab_size {
+            return Err(ModelError::InvalidConfig(format!(
+                "eos_token_id {} is not below vocab_size {}",
+                self.eos_token_id, self.vocab_size
+            )));
         }
         if !self.n_embd.is_multiple_of(self.n_head) {
             return Err(ModelError::InvalidConfig(format!(
@@ -117,7 +135,7 @@ mod tests {
         std::fs::write(
             &path,
             r#"{"n_layer":2,"n_head":4,"n_embd":64,"n_positions":128,"vocab_size":1000,
-                "layer_norm_epsilon":1e-5,"model_type":"gpt2","activation_function":"gelu_new"}"#,
+                "eos_token_id":999,"layer_norm_epsilon":1e-5,"model_type":"gpt2","activation_function":"gelu_new"}"#,
         )
         .unwrap();
         let c = Gpt2Config::from_hf_json(&path).unwrap();
@@ -125,13 +143,23 @@ mod tests {
             (c.n_layer, c.n_head, c.n_embd, c.n_positions, c.vocab_size),
             (2, 4, 64, 128, 1000)
         );
+        assert_eq!(c.eos_token_id, 999);
+        assert_eq!(
+            Gpt2Config::gpt2().eos_token_id,
+            50256,
+            "the presets: GPT-2's"
+        );
         assert_eq!(c.head_dim(), 16);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
-    fn rejects_indivisible_heads() {
-        let c = Gpt2Config::new(1, 3, 64, 16, 10);
+    fn rejects_indivisible_heads_and_an_eos_outside_the_vocabulary() {
+        let c = Gpt2Config::new(1, 3, 64, 16, 10).with_eos_token_id(0);
         assert!(matches!(c.validate(), Err(ModelError::InvalidConfig(_))));
+        let c = Gpt2Config::new(1, 4, 64, 16, 10).with_eos_token_id(10);
+        assert!(
+            matches!(c.validate(), Err(ModelError::InvalidConfig(m)) if m.contains("eos_token_id"))
+        );
     }
 }

@@ -459,7 +459,7 @@ mod tests {
     #[test]
     fn random_init_is_seeded_and_follows_gpt2_init() {
         let dev = Device::flex();
-        let config = Gpt2Config::new(1, 2, 16, 8, 300);
+        let config = Gpt2Config::new(1, 2, 16, 8, 300).with_eos_token_id(0);
         let a = flat_params(&random_model(&config, 7, &dev).unwrap());
         let b = flat_params(&random_model(&config, 7, &dev).unwrap());
         let c = flat_params(&random_model(&config, 8, &dev).unwrap());

@@ -21,12 +21,6 @@ use burn::tensor::{DType, FloatDType};
 use crate::error::EngineError;
 use crate::types::TokenLogprobs;
 
-/// Whether any row of a step asked for logprobs (the runner keeps the logits
-/// for [`logprobs`] only then).
-pub fn any_asked(top_n: &[Option<usize>]) -> bool {
-    top_n.iter().any(Option::is_some)
-}
-
 /// Logprobs of row `i`'s sampled token `sampled[i]` and its `top_n[i]` most
 /// likely alternatives, for the rows whose `top_n[i]` is set; `None` for the
 /// others. `logits` is `[B, V]` with `B >= sampled.len()` (rows past them are
@@ -112,8 +106,6 @@ mod tests {
 
     #[test]
     fn nobody_asked_means_nothing_computed() {
-        assert!(!any_asked(&[None, None]));
-        assert!(any_asked(&[None, Some(0)]));
         let l = logits(&[&[1.0, 2.0]]);
         assert_eq!(logprobs(l, &[1], &[None]).unwrap(), vec![None]);
     }

@@ -5,11 +5,16 @@
 //!   top-p with per-sequence seeded uniforms), ending in one device->host read
 //!   of the chosen ids; [`SamplingParamsRows`] holds the per-row parameters as
 //!   device buffers a decode bucket rewrites in place.
+//! - [`table`]: a step's sampling as columns ([`SamplingTable`]), and the one
+//!   place that decides which rows may take the argmax a decode graph
+//!   computed.
 //! - [`logprobs`]: log-probabilities of the sampled tokens and their top-n
 //!   alternatives, from the same logits, only for steps where some row asked.
 
 pub mod logprobs;
 pub mod sampler;
+pub mod table;
 
-pub use logprobs::{any_asked, logprobs};
-pub use sampler::{sample, RowChoice, SamplingParamsRows};
+pub use logprobs::logprobs;
+pub use sampler::{sample, SamplingParamsRows};
+pub use table::{RowSampling, SamplingTable};

@@ -1,7 +1,9 @@
 //! Per-row token choice on the device, ending in ONE device->host read of the
 //! `[B]` chosen ids (never the logits).
 //!
-//! - A batch of only greedy rows takes the fast path: `argmax`.
+//! - A batch whose every row takes the argmax of the raw logits
+//!   ([`SamplingTable::takes_graph_argmax`]) takes the fast path: `argmax`
+//!   (or the one a replayed decode graph already computed).
 //! - Otherwise (in f32): `probs = softmax(logits / temperature)`; top-k and
 //!   top-p keep `{i : probs_i >= tau}` where `tau` is the largest threshold that
 //!   still keeps at least `k` tokens and at least `top_p` of the mass. `tau` is
@@ -11,36 +13,23 @@
 //!   order, and the first index whose cumsum reaches `u * total`, where `u` is
 //!   the row's uniform draw from its sequence's seeded host RNG. Greedy rows in
 //!   a mixed batch get the argmax.
-//! - The per-row parameters live in [`SamplingParamsRows`], device buffers a
-//!   decode bucket rewrites in place each step.
+//! - A step's rows arrive as a [`SamplingTable`]; the per-row parameters are
+//!   written into [`SamplingParamsRows`], device buffers a decode bucket
+//!   rewrites in place each step.
 
 use burn::prelude::*;
 use burn::tensor::activation::softmax;
 use burn::tensor::DType;
 
+use super::table::SamplingTable;
 use crate::error::EngineError;
 use crate::ops::InputBuffer;
 
 /// Bisection passes for the top-k/top-p threshold (f32 resolution).
 const THRESHOLD_ITERS: usize = 24;
 
-/// How one row picks its token.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum RowChoice {
-    Greedy,
-    Sample {
-        temperature: f32,
-        /// 0 = off.
-        top_k: usize,
-        /// >= 1.0 = off.
-        top_p: f32,
-        /// Uniform draw in (0, 1) for this row and step.
-        uniform: f32,
-    },
-}
-
 /// Per-row sampling parameters as `[B, 1]` device tensors (f32), written from
-/// the rows' [`RowChoice`]s. Decode keeps one per bucket and rewrites it in
+/// a step's [`SamplingTable`]. Decode keeps one per bucket and rewrites it in
 /// place each step; prefill builds a fresh one.
 #[derive(Debug)]
 pub struct SamplingParamsRows {
@@ -52,8 +41,9 @@ pub struct SamplingParamsRows {
     uniforms: InputBuffer<2, Float>,
     /// 1 for rows that take the argmax, 0 for sampled rows.
     greedy: InputBuffer<2, Int>,
-    /// Host-side summary of the last write: every row greedy (the argmax fast path).
-    all_greedy: bool,
+    /// Host-side summary of the last write: every row takes the argmax of the
+    /// raw logits (the fast path).
+    argmax_only: bool,
     /// Some row filters by top-k or top-p (the threshold search runs).
     filtering: bool,
     rows: usize,
@@ -70,19 +60,20 @@ impl SamplingParamsRows {
             top_ps: f(),
             uniforms: f(),
             greedy: InputBuffer::zeros([rows, 1], device),
-            all_greedy: true,
+            argmax_only: true,
             filtering: false,
             rows,
             vocab,
         }
     }
 
-    /// Writes `choices` (rows past them are greedy padding). When every row is
-    /// greedy nothing is uploaded: the argmax path reads no parameters.
-    pub fn write(&mut self, choices: &[RowChoice]) {
-        debug_assert!(choices.len() <= self.rows);
-        self.all_greedy = choices.iter().all(|c| matches!(c, RowChoice::Greedy));
-        if self.all_greedy {
+    /// Writes `table`'s rows (rows past them are greedy padding). When every
+    /// row takes the argmax nothing is uploaded: that path reads no
+    /// parameters.
+    pub fn write(&mut self, table: &SamplingTable) {
+        debug_assert!(table.len() <= self.rows);
+        self.argmax_only = table.all_take_graph_argmax();
+        if self.argmax_only {
             self.filtering = false;
             return;
         }
@@ -93,16 +84,11 @@ impl SamplingParamsRows {
         let mut us = vec![0.5f32; n];
         let mut greedy = vec![1i32; n];
         let mut filtering = false;
-        for (i, choice) in choices.iter().enumerate() {
-            let RowChoice::Sample {
-                temperature,
-                top_k,
-                top_p,
-                uniform,
-            } = *choice
-            else {
+        for i in 0..table.len() {
+            if table.is_greedy(i) {
                 continue;
-            };
+            }
+            let (top_k, top_p) = (table.top_k[i], table.top_p[i]);
             let top_k_on = top_k > 0 && top_k < v;
             let p = if top_p >= 1.0 { 0.0 } else { top_p.max(0.0) };
             // The threshold keeps >= k tokens: with top-k off, k = 1 lets
@@ -113,10 +99,10 @@ impl SamplingParamsRows {
                 (false, false) => v,
             };
             filtering |= k < v;
-            temps[i] = temperature.max(1e-6);
+            temps[i] = table.temperature[i].max(1e-6);
             ks[i] = k as f32;
             ps[i] = p;
-            us[i] = uniform.clamp(f32::MIN_POSITIVE, 1.0);
+            us[i] = table.uniform[i].clamp(f32::MIN_POSITIVE, 1.0);
             greedy[i] = 0;
         }
         self.temperatures.write(temps);
@@ -129,9 +115,10 @@ impl SamplingParamsRows {
 }
 
 /// Picks one token per row of `logits` (`[B, vocab]`, B = the parameters'
-/// rows) and reads back the first `take` ids: the step's one device->host read.
-/// `argmax` (`[B, 1]`), where the step already computed it (a replayed decode
-/// graph does), stands in for the greedy rows' argmax.
+/// rows, last written from a table of `take` rows) and reads back the first
+/// `take` ids: the step's one device->host read. `argmax` (`[B, 1]`), where
+/// the step already computed it (a replayed decode graph does), stands in for
+/// the argmax of the raw logits.
 pub fn sample(
     logits: Tensor<2>,
     argmax: Option<Tensor<2, Int>>,
@@ -141,10 +128,10 @@ pub fn sample(
     let [b, _] = logits.dims();
     debug_assert_eq!(b, params.rows);
     let argmax = argmax.unwrap_or_else(|| logits.clone().argmax(1));
-    let ids = if params.all_greedy {
+    let ids = if params.argmax_only {
         argmax
     } else {
-        sample_rows(logits.cast(DType::F32), argmax, params)
+        draw(logits.cast(DType::F32), argmax, params)
     };
     // The whole `[B, 1]` buffer as it is (no reshape or slice queued before
     // the read: a greedy step's ids come straight from the graph's output);
@@ -159,13 +146,10 @@ pub fn sample(
         .collect())
 }
 
-/// The sampling path; `logits` is f32 `[B, V]`, `argmax` `[B, 1]` (the
-/// greedy rows' pick); returns ids `[B, 1]`.
-fn sample_rows(
-    logits: Tensor<2>,
-    argmax: Tensor<2, Int>,
-    params: &SamplingParamsRows,
-) -> Tensor<2, Int> {
+/// The sampling path (temperature, top-k/top-p, inverse CDF); `logits` is
+/// f32 `[B, V]`, `argmax` `[B, 1]` (the greedy rows' pick); returns ids
+/// `[B, 1]`.
+fn draw(logits: Tensor<2>, argmax: Tensor<2, Int>, params: &SamplingParamsRows) -> Tensor<2, Int> {
     let [b, v] = logits.dims();
     let shape = [b, v];
     let mut probs = softmax(logits.clone() / params.temperatures.tensor(), 1);
@@ -206,6 +190,8 @@ fn sample_rows(
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
+    use crate::sampling::table::RowSampling;
+    use crate::types::SamplingParams;
 
     /// A Flex `[rows, V]` logits tensor (also used by the logprobs tests).
     pub(crate) fn logits(rows: &[&[f32]]) -> Tensor<2> {
@@ -214,26 +200,38 @@ pub(super) mod tests {
         Tensor::from_data(TensorData::new(flat, [rows.len(), v]), &Device::flex())
     }
 
-    fn s(temperature: f32, top_k: usize, top_p: f32, uniform: f32) -> RowChoice {
-        RowChoice::Sample {
-            temperature,
-            top_k,
-            top_p,
+    fn s(temperature: f32, top_k: usize, top_p: f32, uniform: f32) -> RowSampling {
+        RowSampling {
+            params: SamplingParams {
+                temperature,
+                top_k,
+                top_p,
+                seed: 0,
+            },
             uniform,
+            logprobs: None,
         }
     }
 
-    fn pick(l: Tensor<2>, rows: &[RowChoice]) -> Vec<u32> {
+    const G: fn() -> RowSampling = RowSampling::greedy;
+
+    fn table(rows: &[RowSampling]) -> SamplingTable {
+        let mut t = SamplingTable::with_capacity(rows.len());
+        rows.iter().for_each(|&r| t.push(r));
+        t
+    }
+
+    fn pick(l: Tensor<2>, rows: &[RowSampling]) -> Vec<u32> {
         let [b, v] = l.dims();
         let mut params = SamplingParamsRows::new(b, v, &Device::flex());
-        params.write(rows);
+        params.write(&table(rows));
         sample(l, None, &params, rows.len()).unwrap()
     }
 
     #[test]
     fn greedy_is_argmax() {
         let l = logits(&[&[0.1, 3.0, 0.2], &[5.0, 1.0, 0.0]]);
-        assert_eq!(pick(l, &[RowChoice::Greedy; 2]), [1, 0]);
+        assert_eq!(pick(l, &[G(), G()]), [1, 0]);
     }
 
     #[test]
@@ -246,14 +244,14 @@ pub(super) mod tests {
             Tensor::<2, Int>::from_data(TensorData::new(vec![2i64, 1, 0], [3, 1]), &Device::flex())
         };
         let mut params = SamplingParamsRows::new(3, 3, &Device::flex());
-        params.write(&[RowChoice::Greedy; 2]);
+        params.write(&table(&[G(), G()]));
         assert_eq!(
             sample(l.clone(), Some(given()), &params, 2).unwrap(),
             [2, 1]
         );
         // Row 1 samples with all its mass on token 0; row 0 stays greedy.
         let hot = logits(&[&[0.1, 3.0, 0.2], &[50.0, 0.0, 0.0], &[0.0, 0.0, 9.0]]);
-        params.write(&[RowChoice::Greedy, s(1.0, 0, 1.0, 0.5)]);
+        params.write(&table(&[G(), s(1.0, 0, 1.0, 0.5)]));
         assert_eq!(sample(hot, Some(given()), &params, 2).unwrap(), [2, 0]);
     }
 
@@ -266,7 +264,7 @@ pub(super) mod tests {
             s(1.0, 0, 1.0, 0.1),
             s(1.0, 0, 1.0, 0.4),
             s(1.0, 0, 1.0, 0.9),
-            RowChoice::Greedy,
+            G(),
         ];
         assert_eq!(pick(l, &rows), [0, 1, 2, 2]);
     }

@@ -16,7 +16,7 @@ use burn::prelude::*;
 
 use crate::kv::slot_of;
 use crate::ops::InputBuffer;
-use crate::sampling::{RowChoice, SamplingParamsRows};
+use crate::sampling::{SamplingParamsRows, SamplingTable};
 
 /// One real row of a decode step.
 #[derive(Debug, Clone, Copy)]
@@ -114,8 +114,8 @@ impl DecodeBuffers {
         self.context_lens.write(lens);
     }
 
-    /// Writes the rows' sampling choices (padding rows are greedy).
-    pub fn write_sampling(&mut self, choices: &[RowChoice]) {
-        self.sampling.write(choices);
+    /// Writes the rows' sampling table (padding rows are greedy).
+    pub fn write_sampling(&mut self, table: &SamplingTable) {
+        self.sampling.write(table);
     }
 }

@@ -42,9 +42,9 @@ struct StepSlot {
 /// A decode step's device results: the logits `[B, vocab]` and each row's
 /// argmax `[B, 1]` (captured with the step, so a greedy step launches
 /// nothing after the replay).
-pub type StepOutput = (Tensor<2>, Tensor<2, Int>);
+pub type GraphOutput = (Tensor<2>, Tensor<2, Int>);
 
-type StepClosure = Box<dyn FnMut() -> Option<StepOutput> + Send>;
+type StepClosure = Box<dyn FnMut() -> Option<GraphOutput> + Send>;
 
 /// One decode bucket's captured step.
 pub struct DecodeGraph {
@@ -52,7 +52,7 @@ pub struct DecodeGraph {
     /// `Arc<Mutex>` is what lets an engine be built on one thread and moved
     /// to its scheduler thread).
     slot: Arc<Mutex<StepSlot>>,
-    graph: Graph<Option<StepOutput>, StepClosure>,
+    graph: Graph<Option<GraphOutput>, StepClosure>,
     device: Device,
 }
 
@@ -101,7 +101,7 @@ impl DecodeGraph {
     /// this step). Returns logits `[bucket, vocab]` and their argmax, complete
     /// on the device, or `None` if the slot lost the cache (a bug; the caller
     /// goes eager).
-    pub fn replay(&mut self, cache: &mut KvCache, inputs: StepInputs) -> Option<StepOutput> {
+    pub fn replay(&mut self, cache: &mut KvCache, inputs: StepInputs) -> Option<GraphOutput> {
         {
             let mut slot = lock(&self.slot);
             slot.inputs = Some(inputs);

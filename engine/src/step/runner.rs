@@ -25,7 +25,7 @@ use super::shapes::{self, RunnerShape};
 use crate::error::EngineError;
 use crate::model::{Gpt2, Gpt2Config, KvCache};
 use crate::ops::{LinearShape, Ops, TableGeometry, TunedShape};
-use crate::sampling::{any_asked, logprobs, sample, RowChoice, SamplingParamsRows};
+use crate::sampling::{logprobs, sample, SamplingParamsRows, SamplingTable};
 use crate::types::TokenLogprobs;
 
 /// What a sampled step returns: one id per real row, and each row's logprobs
@@ -127,18 +127,17 @@ impl StepRunner {
         shapes::prefill_shape(&self.shape, rows, tokens)
     }
 
-    /// One decode step over `rows` (at most `max_batch`), each sampled by its
-    /// choice; `top_n[i]` asks for row `i`'s logprobs.
+    /// One decode step over `rows` (at most `max_batch`), row `i` sampled by
+    /// row `i` of `table`.
     pub fn decode(
         &mut self,
         rows: &[DecodeRow<'_>],
-        choices: &[RowChoice],
-        top_n: &[Option<usize>],
+        table: &SamplingTable,
     ) -> Result<Sampled, EngineError> {
-        let (logits, argmax, bucket) = self.run_decode(rows, choices);
+        let (logits, argmax, bucket) = self.run_decode(rows, table);
         let started = Instant::now();
         let params = &self.decode_buffers[&bucket].sampling;
-        let sampled = sample_rows(logits, argmax, params, rows.len(), top_n)?;
+        let sampled = sample_step(logits, argmax, params, table)?;
         tracing::trace!(
             bucket,
             sample_us = started.elapsed().as_micros() as u64,
@@ -149,15 +148,15 @@ impl StepRunner {
     }
 
     /// The forward half of [`StepRunner::decode`]: writes the step's inputs
-    /// (and sampling choices) into the bucket's buffers and runs the model,
+    /// (and sampling table) into the bucket's buffers and runs the model,
     /// replaying the bucket's graph if it has one. Returns the logits
     /// `[bucket, vocab]` and the bucket.
     pub fn decode_forward(
         &mut self,
         rows: &[DecodeRow<'_>],
-        choices: &[RowChoice],
+        table: &SamplingTable,
     ) -> (Tensor<2>, usize) {
-        let (logits, _, bucket) = self.run_decode(rows, choices);
+        let (logits, _, bucket) = self.run_decode(rows, table);
         (logits, bucket)
     }
 
@@ -166,11 +165,11 @@ impl StepRunner {
     fn run_decode(
         &mut self,
         rows: &[DecodeRow<'_>],
-        choices: &[RowChoice],
+        table: &SamplingTable,
     ) -> (Tensor<2>, Option<Tensor<2, Int>>, usize) {
         let started = Instant::now();
         let bucket = self.decode_bucket(rows.len());
-        let inputs = self.prepare_decode(bucket, rows, choices);
+        let inputs = self.prepare_decode(bucket, rows, table);
         let prepared = started.elapsed();
         let replayed = self
             .graphs
@@ -194,21 +193,20 @@ impl StepRunner {
     }
 
     /// One prefill step over `rows` (blocks already reserved); the first
-    /// `choices.len()` rows complete their prompt and are sampled.
+    /// `table.len()` rows complete their prompt and are sampled by `table`.
     pub fn prefill(
         &mut self,
         rows: &[PrefillSeq<'_>],
-        choices: &[RowChoice],
-        top_n: &[Option<usize>],
+        table: &SamplingTable,
     ) -> Result<Sampled, EngineError> {
         let (inputs, padded) = self.prefill_batch(rows);
         let logits = forward(&self.model, &self.ops, &mut self.cache, inputs);
-        if choices.is_empty() {
+        if table.is_empty() {
             return Ok((Vec::new(), Vec::new()));
         }
         let mut params = SamplingParamsRows::new(padded, self.config.vocab_size, &self.device);
-        params.write(choices);
-        let sampled = sample_rows(logits, None, &params, choices.len(), top_n)?;
+        params.write(table);
+        let sampled = sample_step(logits, None, &params, table)?;
         self.check_library_calls()?;
         Ok(sampled)
     }
@@ -264,10 +262,10 @@ impl StepRunner {
         sample(logits, None, &params, 1).map(drop)
     }
 
-    /// Runs a decode step of `bucket` padding rows, sampled by `choices`
+    /// Runs a decode step of `bucket` padding rows, sampled by `table`
     /// (warmup: the greedy and the sampling path).
-    pub fn warm_decode(&mut self, bucket: usize, choices: &[RowChoice]) -> Result<(), EngineError> {
-        let inputs = self.prepare_decode(bucket, &[], choices);
+    pub fn warm_decode(&mut self, bucket: usize, table: &SamplingTable) -> Result<(), EngineError> {
+        let inputs = self.prepare_decode(bucket, &[], table);
         let logits = forward(&self.model, &self.ops, &mut self.cache, inputs);
         sample(logits, None, &self.decode_buffers[&bucket].sampling, 1).map(drop)
     }
@@ -280,7 +278,7 @@ impl StepRunner {
         let mut hardware = 0;
         for &bucket in buckets {
             let started = Instant::now();
-            let inputs = self.prepare_decode(bucket, &[], &[]);
+            let inputs = self.prepare_decode(bucket, &[], &SamplingTable::default());
             let graph = DecodeGraph::capture(
                 &self.model,
                 &self.ops,
@@ -336,7 +334,7 @@ impl StepRunner {
         &mut self,
         bucket: usize,
         rows: &[DecodeRow<'_>],
-        choices: &[RowChoice],
+        table: &SamplingTable,
     ) -> StepInputs {
         let block_size = self.shape.block_size;
         let max_context = self.config.n_positions;
@@ -348,7 +346,7 @@ impl StepRunner {
             .entry(bucket)
             .or_insert_with(|| DecodeBuffers::new(bucket, table_width, vocab, heads, device));
         buffers.write(rows, block_size, self.shape.num_blocks as u32);
-        buffers.write_sampling(choices);
+        buffers.write_sampling(table);
         decode_inputs(buffers, block_size, max_context)
     }
 
@@ -363,20 +361,19 @@ impl StepRunner {
     }
 }
 
-/// Samples the first `take` rows of `logits` with `params` (`argmax`: the
-/// greedy picks, where the step computed them), then the
-/// logprobs of the rows whose `top_n` is set (only when one is).
-fn sample_rows(
+/// Samples the `table.len()` real rows of `logits` with `params` (written
+/// from `table`; `argmax`: the raw logits' argmax, where the step computed
+/// it), then the logprobs of the rows that asked (only when one did).
+fn sample_step(
     logits: Tensor<2>,
     argmax: Option<Tensor<2, Int>>,
     params: &SamplingParamsRows,
-    take: usize,
-    top_n: &[Option<usize>],
+    table: &SamplingTable,
 ) -> Result<Sampled, EngineError> {
-    let kept = any_asked(top_n).then(|| logits.clone());
-    let tokens = sample(logits, argmax, params, take)?;
+    let kept = table.any_logprobs().then(|| logits.clone());
+    let tokens = sample(logits, argmax, params, table.len())?;
     let lps = kept
-        .map(|l| logprobs(l, &tokens, top_n))
+        .map(|l| logprobs(l, &tokens, &table.logprobs))
         .transpose()?
         .unwrap_or_default();
     Ok((tokens, lps))

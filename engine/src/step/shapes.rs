@@ -27,6 +27,18 @@ use crate::ops::plan::prefill_tile_bound;
 /// one shape per doubling (10 up to 8192 tokens).
 pub const MIN_PREFILL_BUCKET: usize = 16;
 
+/// The most a prefill step holds: the scheduler's prefill knobs. The warmup
+/// runs every shape a step within these bounds can take (CUDA), so the
+/// steps the scheduler plans never compile anything; a larger step (a
+/// benchmark's) is computed right but compiles its shape on first use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PrefillBounds {
+    /// Most rows (prompts or chunks) in one prefill step.
+    pub max_rows: usize,
+    /// Most tokens in one prefill step.
+    pub max_tokens: usize,
+}
+
 /// The cache layout and step shapes a runner is built for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RunnerShape {
@@ -35,6 +47,8 @@ pub struct RunnerShape {
     pub num_blocks: usize,
     /// Largest decode batch (and decode bucket); the row bucket of prefill.
     pub max_batch: usize,
+    /// The prefill steps the warmup prepares for.
+    pub prefill: PrefillBounds,
     /// Pad step shapes to buckets (CUDA).
     pub bucketed: bool,
 }
@@ -119,6 +133,10 @@ mod tests {
             block_size: 16,
             num_blocks: 100,
             max_batch,
+            prefill: PrefillBounds {
+                max_rows: max_batch,
+                max_tokens: 8192,
+            },
             bucketed: true,
         }
     }

@@ -10,15 +10,18 @@ use std::sync::mpsc::Receiver;
 use std::time::Duration;
 
 use ember_engine::{
-    AdmissionCost, EngineError, FinishReason, FinishedSeq, PrefillChunk, SampledToken, SeqId,
-    SequenceRequest, StepEngine, StepOutput, TokenLogprobs,
+    AdmissionCost, EngineError, FinishReason, FinishedSeq, PrefillChunk, ResumeState, SampledToken,
+    SeqId, SequenceRequest, StepEngine, StepOutput, TokenLogprobs,
 };
 
 /// One admitted sequence of the fake.
 #[derive(Debug)]
 struct FakeSeq {
-    prompt_len: usize,
-    /// Prompt tokens computed so far.
+    /// The request as admitted (given back, with its progress, on preemption).
+    request: SequenceRequest,
+    /// Input tokens (prompt, then what it generated before a preemption).
+    input_len: usize,
+    /// Input tokens computed so far.
     computed: usize,
     generated: usize,
     max_new_tokens: usize,
@@ -86,7 +89,7 @@ impl FakeEngine {
         let Some(seq) = self.seqs.get_mut(&id) else {
             return;
         };
-        let token = (seq.prompt_len + seq.generated) as u32;
+        let token = (seq.request.prompt.len() + seq.generated) as u32;
         seq.generated += 1;
         out.tokens.push(SampledToken {
             id,
@@ -126,9 +129,9 @@ impl StepEngine for FakeEngine {
         false
     }
 
-    fn admission_cost(&self, prompt: &[u32], max_new_tokens: usize) -> AdmissionCost {
+    fn admission_cost(&self, req: &SequenceRequest) -> AdmissionCost {
         AdmissionCost {
-            blocks: self.blocks_required(prompt.len(), max_new_tokens),
+            blocks: self.blocks_required(req.prompt.len(), req.max_new_tokens),
             cached_tokens: 0,
         }
     }
@@ -151,9 +154,10 @@ impl StepEngine for FakeEngine {
         self.seqs.insert(
             req.id,
             FakeSeq {
-                prompt_len: req.prompt.len(),
+                request: req.clone(),
+                input_len: req.input_len(),
                 computed: 0,
-                generated: 0,
+                generated: req.resumed_tokens(),
                 max_new_tokens: req.max_new_tokens,
                 blocks,
                 logprobs: req.logprobs,
@@ -165,15 +169,15 @@ impl StepEngine for FakeEngine {
     fn to_prefill(&self) -> Vec<(SeqId, usize)> {
         self.seqs
             .iter()
-            .filter(|(_, s)| s.computed < s.prompt_len)
-            .map(|(&id, s)| (id, s.prompt_len - s.computed))
+            .filter(|(_, s)| s.computed < s.input_len)
+            .map(|(&id, s)| (id, s.input_len - s.computed))
             .collect()
     }
 
     fn decoding(&self) -> Vec<SeqId> {
         self.seqs
             .iter()
-            .filter(|(_, s)| s.computed == s.prompt_len)
+            .filter(|(_, s)| s.computed == s.input_len)
             .map(|(&id, _)| id)
             .collect()
     }
@@ -191,8 +195,8 @@ impl StepEngine for FakeEngine {
             let Some(seq) = self.seqs.get_mut(&c.id) else {
                 continue;
             };
-            seq.computed = (seq.computed + c.tokens).min(seq.prompt_len);
-            if seq.computed == seq.prompt_len {
+            seq.computed = (seq.computed + c.tokens).min(seq.input_len);
+            if seq.computed == seq.input_len {
                 self.emit(c.id, &mut out);
             }
         }
@@ -210,6 +214,18 @@ impl StepEngine for FakeEngine {
             self.emit(id, &mut out);
         }
         Ok(out)
+    }
+
+    fn preempt(&mut self, id: SeqId) -> Option<SequenceRequest> {
+        let seq = self.seqs.remove(&id)?;
+        let prompt_len = seq.request.prompt.len() as u32;
+        let mut req = seq.request;
+        req.resume = Some(ResumeState {
+            // The fake's token at position p is p.
+            generated: (prompt_len..prompt_len + seq.generated as u32).collect(),
+            rng_draws: 0,
+        });
+        Some(req)
     }
 
     fn release(&mut self, id: SeqId) -> Option<usize> {

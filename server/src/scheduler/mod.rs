@@ -101,7 +101,7 @@ impl SchedulerHandle {
 
     pub fn submit(&self, req: QueuedRequest) -> Result<(), SchedulerGone> {
         self.commands
-            .send(Command::Submit(req))
+            .send(Command::Submit(Box::new(req)))
             .map_err(|_| SchedulerGone)
     }
 
@@ -186,10 +186,7 @@ fn model_name(source: &ModelSource) -> String {
 fn build_engine(device: &EngineDevice, config: &SchedulerConfig) -> Result<Engine, String> {
     let mut engine = Engine::new(&config.engine, device).map_err(|e| e.to_string())?;
     if config.warmup {
-        let knobs = &config.knobs;
-        engine
-            .warmup(knobs.prefill_max_batch_size, knobs.prefill_max_tokens)
-            .map_err(|e| format!("warmup failed: {e}"))?;
+        engine.warmup().map_err(|e| format!("warmup failed: {e}"))?;
     }
     Ok(engine)
 }

@@ -107,7 +107,7 @@ pub enum Event {
 #[derive(Debug)]
 pub enum Command {
     /// Queue a request (it holds a pending-queue permit).
-    Submit(QueuedRequest),
+    Submit(Box<QueuedRequest>),
     /// Take a request out, queued or running, and free its blocks.
     Cancel { id: SeqId, reason: CancelReason },
     /// Server shutdown timeout: cancel everything queued and running.

@@ -87,7 +87,7 @@ impl Harness {
         let (etx, erx) = mpsc::unbounded_channel();
         let permit = Arc::clone(&self.permits).try_acquire_owned().unwrap();
         self.tx
-            .send(Command::Submit(QueuedRequest {
+            .send(Command::Submit(Box::new(QueuedRequest {
                 seq: SequenceRequest {
                     logprobs,
                     sampling: SamplingParams::greedy(),
@@ -101,7 +101,7 @@ impl Harness {
                 events: etx,
                 pending_permit: permit,
                 span: tracing::Span::none(),
-            }))
+            })))
             .unwrap();
         self.events.insert(id, erx);
     }

@@ -133,7 +133,7 @@ impl<E: StepEngine> Worker<E> {
 
     fn handle(&mut self, cmd: Command) {
         match cmd {
-            Command::Submit(req) => self.pending.push_back(req),
+            Command::Submit(req) => self.pending.push_back(*req),
             Command::Cancel { id, reason } => self.cancel(id, reason),
             Command::CancelAll => self.cancel_all(CancelReason::Shutdown),
         }
@@ -272,7 +272,7 @@ impl<E: StepEngine> Worker<E> {
                 let AdmissionCost {
                     blocks,
                     cached_tokens,
-                } = engine.admission_cost(&r.seq.prompt, r.seq.max_new_tokens);
+                } = engine.admission_cost(&r.seq);
                 Candidate {
                     prompt_tokens: r.seq.prompt.len() - cached_tokens,
                     blocks,

@@ -134,6 +134,22 @@ impl Frontend {
         span.record("error", tracing::field::display(err));
     }
 
+    /// The prompt's token ids (text tokenized on tokio's blocking pool) and
+    /// the field they came from, for error messages.
+    async fn tokenize(&self, input: PromptInput) -> Result<(Vec<u32>, &'static str), ServiceError> {
+        match input {
+            PromptInput::Ids(ids) => Ok((ids, "prompt_token_ids")),
+            PromptInput::Text(text) => {
+                let tokenizer = self.state.tokenizer.clone();
+                let ids = tokio::task::spawn_blocking(move || tokenizer.encode(&text))
+                    .await
+                    .map_err(|e| ServiceError::Tokenizer(e.to_string()))?
+                    .map_err(|e| ServiceError::Tokenizer(e.to_string()))?;
+                Ok((ids, "prompt"))
+            }
+        }
+    }
+
     async fn accept(
         &self,
         req: pb::GenerateRequest,
@@ -147,17 +163,8 @@ impl Frontend {
         let model = self.state.model.get().ok_or(ServiceError::NotReady)?;
         let mut checked = validate::check_request(req, &self.state.knobs)?;
         validate::check_controls(&checked, model)?;
-        let (prompt, field) = match checked.input {
-            PromptInput::Ids(ids) => (ids, "prompt_token_ids"),
-            PromptInput::Text(text) => {
-                let tokenizer = self.state.tokenizer.clone();
-                let ids = tokio::task::spawn_blocking(move || tokenizer.encode(&text))
-                    .await
-                    .map_err(|e| ServiceError::Tokenizer(e.to_string()))?
-                    .map_err(|e| ServiceError::Tokenizer(e.to_string()))?;
-                (ids, "prompt")
-            }
-        };
+        let input = std::mem::replace(&mut checked.input, PromptInput::Ids(Vec::new()));
+        let (prompt, field) = self.tokenize(input).await?;
         if options.fit_to_context {
             checked.max_new_tokens = fit_to_context(
                 prompt.len(),
@@ -199,6 +206,7 @@ impl Frontend {
                 sampling,
                 stop_token_ids: checked.stop_token_ids,
                 logprobs: checked.logprobs,
+                resume: None,
             },
             enqueued_at: enqueued,
             events: events_tx,

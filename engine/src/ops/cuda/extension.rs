@@ -3,14 +3,22 @@
 //! fusion) reaches a CubeCL launch. Each method makes its inputs contiguous
 //! and calls its kernel's `launch` (one file per kernel, [`super::kernels`]).
 //!
-//! Every knob arrives as a plain argument (planned by the caller from the
-//! `KernelTuning`, `crate::ops::plan`); the `#[fusion(..)]` attributes tell
-//! fusion each output's dtype and shape.
+//! Every knob arrives as a plain argument: the projections' launch shapes are
+//! planned by the caller from the `KernelTuning` (`crate::ops::plan`); decode
+//! attention gets the `--attention-splits` knob as it is (0 = plan the split
+//! in the launch, from the batch and the device's SMs). The `#[fusion(..)]`
+//! attributes tell fusion each output's dtype and shape.
+//!
+//! An operand that may be absent crosses this boundary as a tensor (an
+//! unread stand-in when absent) and a flag, because an extension method
+//! takes only tensors and plain values: `super::Operand` builds the pair on
+//! the tensor side, [`present`] turns it back into an `Option` here.
 
 use burn::backend::tensor::{FloatTensor, IntTensor};
 use burn::backend::{backend_extension, Backend};
 use burn::prelude::*;
 use burn_cubecl::kernel::into_contiguous;
+use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::CubeBackend;
 
 use super::cublaslt::gemm;
@@ -57,12 +65,10 @@ pub trait CudaOps: Backend {
     /// `x` `[B, K]` times the out-major weight `w` `[N, K]` transposed, plus
     /// `bias` `[N]` when `has_bias`, through tanh-GELU when `gelu`, plus
     /// `residual` `[B, N]` when `has_residual` (unread operands may be any
-    /// tensor): the tensor-core kernel with `mma_row_tiles` tiles and
-    /// `mma_warps` warps per cube, or the GEMV when `mma_row_tiles` is 0.
+    /// tensor), on the GEMV (decode batches below the tensor-core tile).
     /// Returns `[B, N]`.
     #[fusion(dtype = x, shape = { let [b, _] = x.dims::<2>(); let [n, _] = w.dims::<2>(); Shape::new([b, n]) })]
-    #[allow(clippy::too_many_arguments)]
-    fn decode_linear(
+    fn gemv_linear(
         x: FloatTensor<Self>,
         w: FloatTensor<Self>,
         bias: FloatTensor<Self>,
@@ -70,8 +76,22 @@ pub trait CudaOps: Backend {
         has_bias: bool,
         gelu: bool,
         has_residual: bool,
-        mma_row_tiles: usize,
-        mma_warps: usize,
+    ) -> FloatTensor<Self>;
+
+    /// The same product on the tensor-core kernel, `row_tiles` 16-row tiles
+    /// (1, 2 or 4) and `warps` warps per cube. Returns `[B, N]`.
+    #[fusion(dtype = x, shape = { let [b, _] = x.dims::<2>(); let [n, _] = w.dims::<2>(); Shape::new([b, n]) })]
+    #[allow(clippy::too_many_arguments)]
+    fn mma_linear(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        residual: FloatTensor<Self>,
+        has_bias: bool,
+        gelu: bool,
+        has_residual: bool,
+        row_tiles: usize,
+        warps: usize,
     ) -> FloatTensor<Self>;
 
     /// The same product on cuBLASLt (its epilogues: bias, bias + tanh-GELU;
@@ -118,6 +138,12 @@ pub trait CudaOps: Backend {
     ) -> FloatTensor<Self>;
 }
 
+/// An optional operand as it arrives here (see the module docs): the tensor,
+/// contiguous, when `flag` says it is present.
+fn present(tensor: CubeTensor, flag: bool) -> Option<CubeTensor> {
+    flag.then(|| into_contiguous(tensor))
+}
+
 impl CudaOps for CubeBackend {
     fn kv_write(
         k_cache: FloatTensor<Self>,
@@ -153,7 +179,7 @@ impl CudaOps for CubeBackend {
             v_cache,
             into_contiguous(tables),
             into_contiguous(lens),
-            write_new.then(|| into_contiguous(slots)),
+            present(slots, write_new),
             arrivals,
             can_split,
             fixed_splits,
@@ -162,7 +188,7 @@ impl CudaOps for CubeBackend {
         )
     }
 
-    fn decode_linear(
+    fn gemv_linear(
         x: FloatTensor<Self>,
         w: FloatTensor<Self>,
         bias: FloatTensor<Self>,
@@ -170,28 +196,40 @@ impl CudaOps for CubeBackend {
         has_bias: bool,
         gelu: bool,
         has_residual: bool,
-        mma_row_tiles: usize,
-        mma_warps: usize,
     ) -> FloatTensor<Self> {
-        let (x, w, residual) = (
+        gemv::launch(
             into_contiguous(x),
             into_contiguous(w),
+            bias,
             into_contiguous(residual),
-        );
-        match mma_row_tiles {
-            0 => gemv::launch(x, w, bias, residual, has_bias, gelu, has_residual),
-            tiles => mma::launch(
-                x,
-                w,
-                bias,
-                residual,
-                has_bias,
-                gelu,
-                has_residual,
-                tiles,
-                mma_warps,
-            ),
-        }
+            has_bias,
+            gelu,
+            has_residual,
+        )
+    }
+
+    fn mma_linear(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        residual: FloatTensor<Self>,
+        has_bias: bool,
+        gelu: bool,
+        has_residual: bool,
+        row_tiles: usize,
+        warps: usize,
+    ) -> FloatTensor<Self> {
+        mma::launch(
+            into_contiguous(x),
+            into_contiguous(w),
+            bias,
+            into_contiguous(residual),
+            has_bias,
+            gelu,
+            has_residual,
+            row_tiles,
+            warps,
+        )
     }
 
     fn lt_linear(
@@ -206,8 +244,8 @@ impl CudaOps for CubeBackend {
         gemm::launch(
             into_contiguous(x),
             into_contiguous(w),
-            has_bias.then(|| into_contiguous(bias)),
-            has_residual.then(|| into_contiguous(residual)),
+            present(bias, has_bias),
+            present(residual, has_residual),
             gelu,
         )
     }

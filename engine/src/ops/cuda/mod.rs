@@ -81,25 +81,20 @@ pub fn paged_decode_attention(
     write_slots: Option<Tensor<1, Int>>,
 ) -> Tensor<2> {
     debug_assert_eq!(k_cache.dims()[0], n_head);
-    let (arrivals, can_split) = match &paged.arrivals {
-        Some(counters) => (counters.clone(), true),
-        None => (paged.lens.clone(), false),
-    };
-    // Like the counters: an unread stand-in when there is nothing to write.
-    let (slots, write_new) = match write_slots {
-        Some(slots) => (slots, true),
-        None => (paged.lens.clone(), false),
-    };
+    // Unread stand-ins when absent: the context lengths.
+    let stand_in = || paged.lens.clone().into_dispatch();
+    let arrivals = Operand::new(paged.arrivals.clone().map(Tensor::into_dispatch), stand_in);
+    let slots = Operand::new(write_slots.map(Tensor::into_dispatch), stand_in);
     Tensor::from_dispatch(Dispatch::paged_decode_attention(
         qkv.into_dispatch(),
         k_cache.clone().into_dispatch(),
         v_cache.clone().into_dispatch(),
         paged.tables.clone().into_dispatch(),
         paged.lens.clone().into_dispatch(),
-        slots.into_dispatch(),
-        write_new,
-        arrivals.into_dispatch(),
-        can_split,
+        slots.tensor,
+        slots.present,
+        arrivals.tensor,
+        arrivals.present,
         tuning.attention_splits,
         paged.block_size,
         paged.max_context,
@@ -107,9 +102,9 @@ pub fn paged_decode_attention(
 }
 
 /// `x` `[B, K]` times `w` `[N, K]` (out-major) transposed, plus `bias`, then
-/// tanh-GELU when `gelu`, then `residual` `[B, N]`: the kernel `plan` names
-/// (GEMV or tensor cores; not [`LinearPlan::Matmul`], which the caller runs).
-/// Returns `[B, N]`.
+/// tanh-GELU when `gelu`, then `residual` `[B, N]`, on the kernel `plan`
+/// names: Ember's GEMV or tensor-core kernel, or CubeCL's matmul. Returns
+/// `[B, N]`.
 pub fn decode_linear(
     x: Tensor<2>,
     w: &Tensor<2>,
@@ -119,47 +114,72 @@ pub fn decode_linear(
     plan: LinearPlan,
 ) -> Tensor<2> {
     let (row_tiles, warps) = match plan {
+        LinearPlan::Matmul => return matmul_linear(x, w, bias, Epilogue { gelu, residual }),
+        LinearPlan::Gemv => {
+            let ops = EpilogueOperands::new(w, bias, residual);
+            return Tensor::from_dispatch(Dispatch::gemv_linear(
+                x.into_dispatch(),
+                w.clone().into_dispatch(),
+                ops.bias.tensor,
+                ops.residual.tensor,
+                ops.bias.present,
+                gelu,
+                ops.residual.present,
+            ));
+        }
         LinearPlan::Mma { row_tiles, warps } => (row_tiles, warps),
-        LinearPlan::Gemv | LinearPlan::Matmul => (0, 0),
     };
     let ops = EpilogueOperands::new(w, bias, residual);
-    Tensor::from_dispatch(Dispatch::decode_linear(
+    Tensor::from_dispatch(Dispatch::mma_linear(
         x.into_dispatch(),
         w.clone().into_dispatch(),
-        ops.bias,
-        ops.residual,
-        ops.has_bias,
+        ops.bias.tensor,
+        ops.residual.tensor,
+        ops.bias.present,
         gelu,
-        ops.has_residual,
+        ops.residual.present,
         row_tiles,
         warps,
     ))
 }
 
-/// The optional bias and residual of a projection as the backend extension
-/// takes them: always a tensor (the weight stands in, unread) and a flag.
+/// An operand that may be absent, as the backend extension takes it: always
+/// a tensor (`stand_in`, unread, when absent) and whether it is present.
+/// The one form every optional argument crosses the boundary in (the
+/// extension's `present` turns it back into an `Option`).
+struct Operand {
+    tensor: DispatchTensor,
+    present: bool,
+}
+
+impl Operand {
+    fn new(tensor: Option<DispatchTensor>, stand_in: impl FnOnce() -> DispatchTensor) -> Self {
+        match tensor {
+            Some(tensor) => Self {
+                tensor,
+                present: true,
+            },
+            None => Self {
+                tensor: stand_in(),
+                present: false,
+            },
+        }
+    }
+}
+
+/// The optional bias and residual of a projection (the weight stands in for
+/// an absent one).
 struct EpilogueOperands {
-    bias: DispatchTensor,
-    has_bias: bool,
-    residual: DispatchTensor,
-    has_residual: bool,
+    bias: Operand,
+    residual: Operand,
 }
 
 impl EpilogueOperands {
     fn new(w: &Tensor<2>, bias: Option<&Tensor<1>>, residual: Option<Tensor<2>>) -> Self {
-        let (bias, has_bias) = match bias {
-            Some(b) => (b.clone().into_dispatch(), true),
-            None => (w.clone().into_dispatch(), false),
-        };
-        let (residual, has_residual) = match residual {
-            Some(r) => (r.into_dispatch(), true),
-            None => (w.clone().into_dispatch(), false),
-        };
+        let stand_in = || w.clone().into_dispatch();
         Self {
-            bias,
-            has_bias,
-            residual,
-            has_residual,
+            bias: Operand::new(bias.map(|b| b.clone().into_dispatch()), stand_in),
+            residual: Operand::new(residual.map(Tensor::into_dispatch), stand_in),
         }
     }
 }
@@ -186,11 +206,11 @@ pub fn lt_linear(
     Tensor::from_dispatch(Dispatch::lt_linear(
         x.into_dispatch(),
         w.clone().into_dispatch(),
-        ops.bias,
-        ops.residual,
-        ops.has_bias,
+        ops.bias.tensor,
+        ops.residual.tensor,
+        ops.bias.present,
         gelu,
-        ops.has_residual,
+        ops.residual.present,
     ))
 }
 

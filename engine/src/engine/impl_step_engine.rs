@@ -23,8 +23,8 @@ impl StepEngine for Engine {
         Engine::prefix_caching(self)
     }
 
-    fn admission_cost(&self, prompt: &[u32], max_new_tokens: usize) -> AdmissionCost {
-        Engine::admission_cost(self, prompt, max_new_tokens)
+    fn admission_cost(&self, req: &SequenceRequest) -> AdmissionCost {
+        Engine::admission_cost(self, req)
     }
 
     fn admit(&mut self, req: &SequenceRequest) -> Result<usize, EngineError> {
@@ -45,6 +45,10 @@ impl StepEngine for Engine {
 
     fn decode(&mut self, ids: &[SeqId]) -> Result<StepOutput, EngineError> {
         Engine::decode(self, ids)
+    }
+
+    fn preempt(&mut self, id: SeqId) -> Option<SequenceRequest> {
+        Engine::preempt(self, id)
     }
 
     fn release(&mut self, id: SeqId) -> Option<usize> {

@@ -1,0 +1,174 @@
+//! [`SamplingTable`]: how every row of one step picks its token, as columns.
+//!
+//! The engine fills one row per sequence of the step (its request's options,
+//! plus this step's uniform draw from the sequence's seeded RNG); the runner
+//! writes the columns into device buffers ([`super::SamplingParamsRows`]) and
+//! the sampler reads them. A step is a table, not a list of per-row enums, so
+//! that a new option is one more column and every place that needs it reads
+//! it from the same row index.
+//!
+//! **The in-graph argmax.** A replayed decode graph computes each row's
+//! argmax of the *raw* logits. A row may take it only if it is greedy and no
+//! option of its changes its logits before the choice (penalties, a logit
+//! bias, a banned token, a grammar mask): [`SamplingTable::takes_graph_argmax`]
+//! is the one place that decides it, and [`SamplingTable::changes_logits`]
+//! the one list of logit-changing options. Rows that cannot take it are
+//! chosen from the logits after the graph, so no option is ever skipped.
+//!
+//! **Adding an option** (docs/architecture.md has the recipe): a field in the
+//! request's [`crate::types::SamplingParams`] with its validation
+//! (`crate::limits`), a column here filled in [`SamplingTable::push`], and,
+//! if it changes logits, its transform in the sampler plus a clause in
+//! [`SamplingTable::changes_logits`].
+
+use crate::types::SamplingParams;
+
+/// One row's sampling for one step.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RowSampling {
+    /// What the row's request asked for.
+    pub params: SamplingParams,
+    /// This step's uniform draw in (0, 1) from the sequence's RNG (only
+    /// sampled rows draw; greedy rows carry 0.5, unread).
+    pub uniform: f32,
+    /// Top-n of the logprobs to report for the chosen token; `None`: none.
+    pub logprobs: Option<usize>,
+}
+
+impl RowSampling {
+    /// A greedy row without logprobs (warmup, padding, tests).
+    pub fn greedy() -> Self {
+        Self {
+            params: SamplingParams::greedy(),
+            uniform: 0.5,
+            logprobs: None,
+        }
+    }
+}
+
+/// A step's sampling, one entry per real row in each column (see the module
+/// docs). Padding rows are not in the table.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SamplingTable {
+    /// Softmax temperature; `<= 0` (or `top_k == 1`) is greedy.
+    pub temperature: Vec<f32>,
+    /// Tokens kept by top-k; 0 = off.
+    pub top_k: Vec<usize>,
+    /// Mass kept by top-p; `>= 1` = off.
+    pub top_p: Vec<f32>,
+    /// This step's uniform draw per row.
+    pub uniform: Vec<f32>,
+    /// Top-n logprobs asked per row.
+    pub logprobs: Vec<Option<usize>>,
+}
+
+impl SamplingTable {
+    pub fn with_capacity(rows: usize) -> Self {
+        Self {
+            temperature: Vec::with_capacity(rows),
+            top_k: Vec::with_capacity(rows),
+            top_p: Vec::with_capacity(rows),
+            uniform: Vec::with_capacity(rows),
+            logprobs: Vec::with_capacity(rows),
+        }
+    }
+
+    /// A table of `rows` greedy rows (warmup, tests).
+    pub fn greedy(rows: usize) -> Self {
+        let mut t = Self::with_capacity(rows);
+        for _ in 0..rows {
+            t.push(RowSampling::greedy());
+        }
+        t
+    }
+
+    /// Appends a row.
+    pub fn push(&mut self, row: RowSampling) {
+        let p = row.params;
+        self.temperature.push(p.temperature);
+        self.top_k.push(p.top_k);
+        self.top_p.push(p.top_p);
+        self.uniform.push(row.uniform);
+        self.logprobs.push(row.logprobs);
+    }
+
+    /// Rows in the table.
+    pub fn len(&self) -> usize {
+        self.temperature.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether row `i` picks the argmax (no randomness).
+    pub fn is_greedy(&self, i: usize) -> bool {
+        self.temperature[i] <= 0.0 || self.top_k[i] == 1
+    }
+
+    /// Whether some option of row `i` changes its logits before the choice.
+    /// None does yet: penalties, logit bias, banned tokens and grammar masks
+    /// each add their clause here.
+    pub fn changes_logits(&self, i: usize) -> bool {
+        let _ = i;
+        false
+    }
+
+    /// Whether row `i`'s token may be the argmax a replayed decode graph
+    /// computed from the raw logits: greedy, and nothing changes its logits.
+    /// The one place this is decided (module docs).
+    pub fn takes_graph_argmax(&self, i: usize) -> bool {
+        self.is_greedy(i) && !self.changes_logits(i)
+    }
+
+    /// Whether every row takes the graph's argmax: the step launches nothing
+    /// after the graph but the read of the ids.
+    pub fn all_take_graph_argmax(&self) -> bool {
+        (0..self.len()).all(|i| self.takes_graph_argmax(i))
+    }
+
+    /// Whether any row asked for logprobs (the runner keeps the logits for
+    /// them only then).
+    pub fn any_logprobs(&self) -> bool {
+        self.logprobs.iter().any(Option::is_some)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sampled(temperature: f32, top_k: usize) -> RowSampling {
+        RowSampling {
+            params: SamplingParams {
+                temperature,
+                top_k,
+                top_p: 1.0,
+                seed: 1,
+            },
+            uniform: 0.3,
+            logprobs: None,
+        }
+    }
+
+    #[test]
+    fn columns_line_up_and_greedy_rows_take_the_graph_argmax() {
+        let mut t = SamplingTable::with_capacity(3);
+        t.push(RowSampling::greedy());
+        t.push(sampled(0.7, 0));
+        t.push(RowSampling {
+            logprobs: Some(3),
+            ..sampled(0.7, 1)
+        });
+        assert_eq!(t.len(), 3);
+        assert_eq!(t.uniform, [0.5, 0.3, 0.3]);
+        // top_k == 1 is greedy whatever the temperature.
+        assert_eq!(
+            (0..3).map(|i| t.takes_graph_argmax(i)).collect::<Vec<_>>(),
+            [true, false, true]
+        );
+        assert!(!t.all_take_graph_argmax());
+        assert!(t.any_logprobs());
+        assert!(SamplingTable::greedy(4).all_take_graph_argmax());
+    }
+}
