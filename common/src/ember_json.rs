@@ -28,6 +28,8 @@ pub fn timing(t: &ServerTiming) -> Value {
         "finished_at_ns": t.finished_at_ns,
         "cached_prompt_tokens": t.cached_prompt_tokens,
         "prefill_chunks": t.prefill_chunks,
+        "preemptions": t.preemptions,
+        "preempted_ns": t.preempted_ns,
     })
 }
 
@@ -45,6 +47,6 @@ mod tests {
         let v = timing(&t);
         assert_eq!(v["server_ttft_ns"], 9);
         assert_eq!(v["prefill_chunks"], 2);
-        assert_eq!(v.as_object().map(|o| o.len()), Some(16));
+        assert_eq!(v.as_object().map(|o| o.len()), Some(18));
     }
 }

@@ -33,6 +33,8 @@ fn timing() -> pb::ServerTiming {
         finished_at_ns: 16,
         cached_prompt_tokens: 32,
         prefill_chunks: 2,
+        preemptions: 1,
+        preempted_ns: 9,
     }
 }
 
@@ -63,6 +65,7 @@ fn every_message_round_trips() {
         stop: vec!["\n\n".into(), "END".into()],
         stop_token_ids: vec![50256, 13],
         logprobs: Some(0),
+        priority: -3,
     });
     let started = pb::Started {
         request_id: "r-1".into(),
@@ -130,6 +133,7 @@ fn every_message_round_trips() {
             failed: 6,
             deadline_exceeded: 7,
             scheduler_iterations: 8,
+            preemptions: 9,
         }),
         n_layer: 12,
         n_head: 12,

@@ -86,14 +86,50 @@ pub struct EngineDevice {
     pub bucketed: bool,
     /// The ops every model layer runs through, with the kernel knobs.
     pub ops: Ops,
+    /// The CUDA device's index (`None` on the CPU), for memory queries.
+    pub cuda_index: Option<usize>,
+}
+
+/// What a device has, in bytes (KV sizing: `crate::engine::kv_sizing`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceMemory {
+    /// A GPU: its total memory and what is free now (whoever uses the rest).
+    Gpu { total: usize, free: usize },
+    /// The host: RAM available now (`MemAvailable`).
+    Host { available: usize },
 }
 
 impl EngineDevice {
+    /// What the device has now, or `None` if it cannot be read (logged).
+    pub fn memory(&self) -> Option<DeviceMemory> {
+        let read = match self.cuda_index {
+            #[cfg(feature = "cuda")]
+            Some(index) => crate::ops::cuda::runtime::memory_info(index)
+                .map(|(free, total)| DeviceMemory::Gpu { total, free }),
+            #[cfg(not(feature = "cuda"))]
+            Some(_) => Err("no CUDA in this build".to_string()),
+            None => host_available().map(|available| DeviceMemory::Host { available }),
+        };
+        read.inspect_err(|reason| tracing::warn!(%reason, "cannot read the device's memory"))
+            .ok()
+    }
+
     /// The CPU (Flex, f32) with the default knobs: never fails unless the
     /// dtypes cannot be set.
     pub fn cpu() -> Result<Self, DeviceError> {
         open_cpu(CpuTuning::default())
     }
+}
+
+/// `MemAvailable` of `/proc/meminfo`, in bytes.
+fn host_available() -> Result<usize, String> {
+    let text =
+        std::fs::read_to_string("/proc/meminfo").map_err(|e| format!("/proc/meminfo: {e}"))?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<usize>().ok())
+        .map(|kib| kib * 1024)
+        .ok_or_else(|| "/proc/meminfo has no MemAvailable".to_string())
 }
 
 /// Why a device could not be opened.
@@ -169,6 +205,7 @@ fn open_cpu(tuning: CpuTuning) -> Result<EngineDevice, DeviceError> {
         float_bytes: 4,
         bucketed: false,
         ops: Ops::cpu(cpu),
+        cuda_index: None,
     })
 }
 
@@ -202,6 +239,7 @@ fn open_cuda(index: usize, options: &DeviceOptions) -> Result<EngineDevice, Devi
             float_bytes: 2,
             bucketed: true,
             ops: Ops::new(options.tuning).with_cublaslt(cublaslt),
+            cuda_index: Some(index),
         })
     }
     #[cfg(not(feature = "cuda"))]
@@ -302,6 +340,7 @@ mod tests {
             float_bytes: 4,
             bucketed: false,
             ops: Ops::default(),
+            cuda_index: None,
         })
     }
 

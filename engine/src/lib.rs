@@ -38,7 +38,7 @@ pub mod tuning;
 pub mod types;
 
 pub use cpu_tuning::{CpuTuning, CpuWeights};
-pub use device::{DeviceOptions, DeviceSpec, EngineDevice};
+pub use device::{DeviceMemory, DeviceOptions, DeviceSpec, EngineDevice};
 pub use engine::config::{EngineConfig, KvBudget, PrefillBounds};
 pub use engine::warmup::WarmupReport;
 pub use engine::Engine;

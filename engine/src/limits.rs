@@ -27,7 +27,7 @@ pub struct RequestLimits {
     pub context: usize,
     /// Tokens per KV block.
     pub block_size: usize,
-    /// KV blocks in the whole cache (a request reserves its whole budget).
+    /// KV blocks in the whole cache (no request may need more).
     pub kv_blocks_total: usize,
 }
 
@@ -73,9 +73,25 @@ pub struct LimitViolation {
 }
 
 impl RequestLimits {
-    /// Blocks a request reserves at admission: its whole budget.
+    /// Blocks a request can come to hold: its whole budget, prompt +
+    /// max_new_tokens (a running sequence takes them as it grows).
     pub fn blocks_required(&self, prompt_len: usize, max_new_tokens: usize) -> usize {
         (prompt_len + max_new_tokens).div_ceil(self.block_size)
+    }
+
+    /// Blocks admitting a request takes: room for its input (`input_len`
+    /// tokens: the prompt, and on resume what it had generated) and the
+    /// next token, within its whole budget. Decode steps take more as the
+    /// sequence crosses block boundaries.
+    pub fn blocks_to_admit(
+        &self,
+        input_len: usize,
+        prompt_len: usize,
+        max_new_tokens: usize,
+    ) -> usize {
+        (input_len + 1)
+            .div_ceil(self.block_size)
+            .min(self.blocks_required(prompt_len, max_new_tokens))
     }
 
     /// Checks a prompt and its generation budget.

@@ -33,8 +33,8 @@ pub trait StepEngine {
     /// take now: blocks, and input tokens found in the prefix cache.
     fn admission_cost(&self, req: &SequenceRequest) -> AdmissionCost;
 
-    /// Admits a request (its whole block budget reserved); returns the input
-    /// tokens found cached. A resumed request (`req.resume`, from
+    /// Admits a request (the blocks of its input and next token taken);
+    /// returns the input tokens found cached. A resumed request (`req.resume`, from
     /// [`StepEngine::preempt`]) prefills its prompt and the tokens it had
     /// generated, then goes on where it stopped. [`EngineError::OutOfBlocks`]
     /// leaves it waiting; any error leaves the engine unchanged.
@@ -51,7 +51,14 @@ pub trait StepEngine {
     /// completes sample their first token. On an error no sequence advances.
     fn prefill_step(&mut self, chunks: &[PrefillChunk]) -> Result<StepOutput, EngineError>;
 
-    /// One token for each named decoding sequence.
+    /// Fresh blocks [`StepEngine::decode`] over `ids` takes (one per
+    /// sequence that starts a new block): the scheduler makes sure that many
+    /// are free, preempting if it must, before the step.
+    fn blocks_to_grow(&self, ids: &[SeqId]) -> usize;
+
+    /// One token for each named decoding sequence; takes the blocks of
+    /// [`StepEngine::blocks_to_grow`] first ([`EngineError::OutOfBlocks`]
+    /// leaves everything unchanged).
     fn decode(&mut self, ids: &[SeqId]) -> Result<StepOutput, EngineError>;
 
     /// The preemption seam: takes a sequence out wherever it is, frees its

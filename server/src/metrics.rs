@@ -42,6 +42,7 @@ pub const PROMPT_TOKENS: &str = "vllm:prompt_tokens_total";
 pub const GENERATION_TOKENS: &str = "vllm:generation_tokens_total";
 pub const PREFIX_CACHE_QUERIES: &str = "vllm:prefix_cache_queries_total";
 pub const PREFIX_CACHE_HITS: &str = "vllm:prefix_cache_hits_total";
+pub const NUM_PREEMPTIONS: &str = "vllm:num_preemptions_total";
 pub const KV_BLOCKS_USED: &str = "ember:kv_cache_blocks_used";
 pub const REQUEST_ABORTED: &str = "ember:request_aborted_total";
 pub const REQUEST_REJECTED: &str = "ember:request_rejected_total";
@@ -194,6 +195,10 @@ fn describe() {
         PREFIX_CACHE_HITS,
         "Prompt tokens found in the prefix cache."
     );
+    describe_counter!(
+        NUM_PREEMPTIONS,
+        "Running requests preempted (KV blocks freed; resumed later by recompute)."
+    );
 }
 
 /// Counters exist from the start (at 0), so `rate()` works before the first
@@ -214,6 +219,7 @@ fn start_counters_at_zero() {
         GENERATION_TOKENS,
         PREFIX_CACHE_QUERIES,
         PREFIX_CACHE_HITS,
+        NUM_PREEMPTIONS,
     ] {
         metrics::counter!(name).absolute(0);
     }
@@ -234,6 +240,12 @@ pub fn record_gauges(waiting: usize, running: usize, kv_used: usize, kv_total: u
 pub fn record_prefix_cache(queried_tokens: u64, hit_tokens: u64) {
     metrics::counter!(PREFIX_CACHE_QUERIES).increment(queried_tokens);
     metrics::counter!(PREFIX_CACHE_HITS).increment(hit_tokens);
+}
+
+/// A running request was preempted (by the scheduler thread: the one
+/// counter it records, at the moment of the preemption).
+pub fn preempted() {
+    metrics::counter!(NUM_PREEMPTIONS).increment(1);
 }
 
 /// The request left the pending queue after `queue_wait`.

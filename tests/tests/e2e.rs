@@ -142,12 +142,13 @@ fn loadgen_absolute_schedule_reconciles() {
 /// admitted_iteration) per request.
 fn admissions(prefill_max_batch_size: u32) -> Vec<(u32, u64)> {
     const BURST: usize = 8;
-    // The blocker holds every KV block while the burst queues; releasing it
-    // frees all 8 blocks at once, so the burst (one block each) is admitted as
-    // fast as the prefill knob allows.
+    // Blockers hold the KV blocks (or queue ahead) while the burst queues;
+    // releasing them frees all 8 blocks at once, so the burst (one block
+    // each) is admitted as fast as the prefill knob allows.
     let knob = prefill_max_batch_size.to_string();
+    let many = blocker::many_flags(BURST);
     let mut flags = vec!["--max-batch-size", "2", "--prefill-max-batch-size", &knob];
-    flags.extend_from_slice(blocker::FLAGS);
+    flags.extend(many.iter().map(String::as_str));
     let server = Server::tiny(&format!("e2e-knob-{prefill_max_batch_size}"), &flags);
     let addr = server.addr();
     let result = server.block_on(move || async move {
@@ -155,7 +156,7 @@ fn admissions(prefill_max_batch_size: u32) -> Vec<(u32, u64)> {
         for _ in 0..BURST {
             clients.push(client::connect(addr).await?);
         }
-        let blocker = Blocker::start(addr).await?;
+        let blocker = Blocker::start_many(addr, BURST).await?;
         let mut started_rx = Vec::new();
         let mut burst = Vec::new();
         for (i, mut c) in clients.into_iter().enumerate() {
@@ -181,7 +182,7 @@ fn admissions(prefill_max_batch_size: u32) -> Vec<(u32, u64)> {
             addr,
             Duration::from_secs(10),
             "premise: the whole burst is queued",
-            |i| i.queue_depth as usize == BURST,
+            |i| (i.queue_depth + i.active_sequences) as usize == 2 * BURST,
         )
         .await?;
         blocker.ensure_running("the burst was queued")?;

@@ -43,6 +43,10 @@ impl StepEngine for Engine {
         Engine::prefill_step(self, chunks)
     }
 
+    fn blocks_to_grow(&self, ids: &[SeqId]) -> usize {
+        Engine::blocks_to_grow(self, ids)
+    }
+
     fn decode(&mut self, ids: &[SeqId]) -> Result<StepOutput, EngineError> {
         Engine::decode(self, ids)
     }

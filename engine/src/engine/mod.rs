@@ -11,26 +11,32 @@
 //! row asked for logprobs, one more read). A finished sequence's blocks are
 //! freed inside the step (stop rules: [`sequence`]).
 //!
-//! Admission reserves a sequence's whole budget of blocks,
-//! `ceil((prompt + max_new_tokens) / block_size)` (cached prefix blocks
-//! included, shared); refusing admission is the scheduler's back-pressure
-//! signal ([`EngineError::OutOfBlocks`]). [`Engine::preempt`] is the seam for
+//! Admission takes the blocks of a sequence's input and next token (cached
+//! prefix blocks included, shared); each decode step takes a block for each
+//! sequence that crosses into a new one ([`Engine::blocks_to_grow`]), so a
+//! sequence holds what it has computed, not its whole budget. Running out is
+//! an ordinary [`EngineError::OutOfBlocks`]: admission waits, and the
+//! scheduler frees blocks for a decode step by preempting. [`Engine::preempt`] is the seam for
 //! preemption by recompute: it frees a sequence's blocks and hands back its
 //! request with what resuming it needs (the engine keeps all KV
 //! bookkeeping; the scheduler owns the policy: whom, when). Long prompts are prefilled in
 //! chunks ([`prefill`]): a sequence decodes once its whole prompt is in the
 //! cache.
 //!
-//! Layout: [`config`] (what an engine is built from), [`sequences`] and
+//! Layout: [`config`] (what an engine is built from), [`kv_sizing`] and
+//! [`startup`] (the cache sized to the device, the runner built),
+//! [`sequences`] and
 //! [`sequence`] (host state), [`prefill`] (planning a prefill step),
 //! [`warmup`] (every step shape before SERVING), [`impl_step_engine`] (the
 //! [`crate::StepEngine`] trait the scheduler drives).
 
 pub mod config;
 mod impl_step_engine;
+pub mod kv_sizing;
 mod prefill;
 mod sequence;
 mod sequences;
+mod startup;
 pub mod warmup;
 
 #[cfg(test)]
@@ -49,12 +55,12 @@ use burn::prelude::*;
 use crate::device::EngineDevice;
 use crate::error::EngineError;
 use crate::limits::RequestLimits;
-use crate::model::{load_model, Gpt2Config};
+use crate::model::Gpt2Config;
 use crate::ops::TunedShape;
 use crate::sampling::SamplingTable;
-use crate::step::{DecodeRow, PrefillSeq, RunnerShape, StepRunner};
+use crate::step::{DecodeRow, PrefillSeq, StepRunner};
 use crate::types::*;
-use config::{num_blocks, EngineConfig};
+use config::EngineConfig;
 use sequence::{Sequence, Verdict};
 use sequences::Sequences;
 use warmup::WarmupReport;
@@ -75,48 +81,14 @@ pub struct Engine {
 
 impl Engine {
     /// Loads the model `config` names onto `device`, sizes and allocates the
-    /// KV cache.
+    /// KV cache ([`startup`]).
     pub fn new(config: &EngineConfig, device: &EngineDevice) -> Result<Self, EngineError> {
-        let (model, model_config) = load_model(&config.model, &device.device)?;
-        let model = match device.ops.matrix_dtype() {
-            Some(dtype) => model.with_matrix_dtype(dtype),
-            None => model,
-        };
-        model_config
-            .validate()
-            .map_err(|e| EngineError::InvalidConfig(e.to_string()))?;
-        let num_blocks = num_blocks(
-            config.kv,
-            &model_config,
-            config.block_size.max(1),
-            device.float_bytes,
-        );
-        let bucketed = config.bucketed.unwrap_or(device.bucketed);
-        let shape = RunnerShape {
-            block_size: config.block_size,
-            num_blocks,
-            max_batch: config.max_batch,
-            prefill: config.prefill,
-            bucketed,
-        };
-        tracing::info!(
-            num_blocks,
-            block_size = config.block_size,
-            prefix_caching = config.prefix_caching,
-            "allocating the paged KV cache"
-        );
-        let eos_token_id = model_config.eos_token_id;
-        let runner = StepRunner::new(
-            model,
-            model_config,
-            device.ops.clone(),
-            shape,
-            device.device.clone(),
-        )?;
+        let (runner, num_blocks) = startup::runner(config, device)?;
+        let bucketed = runner.shape().bucketed;
         Ok(Self {
+            eos_token_id: runner.model_config().eos_token_id,
             runner,
             seqs: Sequences::new(num_blocks, config.block_size, config.prefix_caching),
-            eos_token_id,
             // Graphs pay off only where launches cost: bucketed shapes (CUDA).
             decode_graphs: config.decode_graphs && bucketed,
         })
@@ -201,18 +173,31 @@ impl Engine {
     /// What admitting `req` would take now (for the scheduler's plan;
     /// [`Engine::admit`] takes exactly this if nothing changes in between).
     pub fn admission_cost(&self, req: &SequenceRequest) -> AdmissionCost {
-        let total = self.blocks_required(req.prompt.len(), req.max_new_tokens);
-        self.seqs.admission_cost(req, total)
+        self.seqs.admission_cost(req, self.blocks_to_admit(req))
     }
 
-    /// Admits a sequence: reserves its whole block budget, the cached prefix
-    /// first, and returns how many prompt tokens were found cached. Nothing is
-    /// computed until [`Engine::prefill_step`]. On any error the engine is
-    /// unchanged ([`EngineError::OutOfBlocks`]: keep the request waiting).
+    /// Admits a sequence: takes the blocks of its input and next token (the
+    /// cached prefix first; decode steps take more as it grows) and returns
+    /// how many input tokens were found cached. Nothing is computed until
+    /// [`Engine::prefill_step`]. On any error the engine is unchanged
+    /// ([`EngineError::OutOfBlocks`]: keep the request waiting).
     pub fn admit(&mut self, req: &SequenceRequest) -> Result<usize, EngineError> {
         self.validate(req)?;
-        let total = self.blocks_required(req.prompt.len(), req.max_new_tokens);
-        self.seqs.admit(req, total)
+        let blocks = self.blocks_to_admit(req);
+        self.seqs.admit(req, blocks)
+    }
+
+    /// Blocks admitting `req` takes (cached ones included).
+    fn blocks_to_admit(&self, req: &SequenceRequest) -> usize {
+        self.limits()
+            .blocks_to_admit(req.input_len(), req.prompt.len(), req.max_new_tokens)
+    }
+
+    /// Fresh blocks a decode step over `ids` takes: one for each sequence
+    /// whose next position starts a block. The scheduler frees that many
+    /// (by preempting) before it runs the step.
+    pub fn blocks_to_grow(&self, ids: &[SeqId]) -> usize {
+        self.seqs.blocks_to_grow(ids)
     }
 
     /// Prompt tokens still to compute for an admitted sequence; None once it
@@ -321,8 +306,10 @@ impl Engine {
     }
 
     /// One batched decode step for exactly these decoding sequences (each at
-    /// its own position, at most `max_batch`): feeds each one's last sampled
-    /// token, samples the next.
+    /// its own position, at most `max_batch`): takes a block for each that
+    /// starts one ([`Engine::blocks_to_grow`]; all or nothing:
+    /// [`EngineError::OutOfBlocks`] leaves the engine unchanged), feeds each
+    /// one's last sampled token, samples the next.
     pub fn decode(&mut self, ids: &[SeqId]) -> Result<StepOutput, EngineError> {
         if ids.is_empty() {
             return Ok(StepOutput::default());
@@ -343,6 +330,8 @@ impl Engine {
                 )));
             }
         }
+        // Before anything is drawn or computed: on OutOfBlocks nothing changed.
+        self.seqs.grow(ids)?;
         let table = self.sampling_table(ids.iter().copied());
         let rows = decode_rows(&self.seqs, ids);
         let (tokens, mut lps) = self.runner.decode(&rows, &table)?;

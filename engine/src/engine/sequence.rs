@@ -1,7 +1,7 @@
 //! Per-sequence state between steps and the stop rules.
 //!
-//! A sequence is created at admission with its whole block budget reserved
-//! (the cached prefix's shared blocks first), is prefilled over one or more
+//! A sequence is created at admission holding the blocks of its input (the
+//! cached prefix's shared blocks first), is prefilled over one or more
 //! steps (`cached` counts the input tokens in the cache so far), then decodes
 //! until a stop rule ends it, the caller releases it, or the caller preempts
 //! it ([`Sequence::into_resumable`]: the request comes back with the tokens
@@ -25,7 +25,8 @@ use crate::types::{FinishReason, ResumeState, SequenceRequest};
 /// One active sequence.
 #[derive(Debug)]
 pub(crate) struct Sequence {
-    /// Blocks reserved for the sequence's whole budget, in position order.
+    /// Blocks it holds, in position order: its input's and next token's from
+    /// admission, one more each time a decode step crosses into a new block.
     pub table: Vec<u32>,
     /// Tokens whose K/V are in the cache: during prefill, the prompt tokens
     /// computed or found cached so far; after it, the position of `last_token`.

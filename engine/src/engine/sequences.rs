@@ -113,7 +113,7 @@ impl Sequences {
             .map(|(&id, _)| id)
     }
 
-    /// What admitting `req` with a budget of `total_blocks` would take now.
+    /// What admitting `req` holding `total_blocks` would take now.
     pub fn admission_cost(&self, req: &SequenceRequest, total_blocks: usize) -> AdmissionCost {
         let m = self.match_prefix(&input_tokens(req));
         AdmissionCost {
@@ -124,8 +124,8 @@ impl Sequences {
         }
     }
 
-    /// Admits `req` (already validated) with `total_blocks` reserved, the
-    /// cached prefix first; returns the prompt tokens found cached. On any
+    /// Admits `req` (already validated) holding `total_blocks`, the cached
+    /// prefix first; returns the input tokens found cached. On any
     /// error nothing changed ([`EngineError::OutOfBlocks`]: keep it waiting).
     pub fn admit(
         &mut self,
@@ -155,6 +155,36 @@ impl Sequences {
         key_blocks(&mut self.blocks, self.block_size, &mut seq);
         self.blocks.release(&seq.table);
         Some(seq)
+    }
+
+    /// Fresh blocks a decode step over `ids` takes: one for each sequence
+    /// whose next position (`cached`) is past its table.
+    pub fn blocks_to_grow(&self, ids: &[SeqId]) -> usize {
+        ids.iter()
+            .filter_map(|id| self.seqs.get(id))
+            .filter(|s| s.table.len() * self.block_size <= s.cached)
+            .count()
+    }
+
+    /// Takes the blocks of [`Sequences::blocks_to_grow`] for `ids`, all or
+    /// nothing ([`EngineError::OutOfBlocks`]: nothing changed).
+    pub fn grow(&mut self, ids: &[SeqId]) -> Result<(), EngineError> {
+        let needed = self.blocks_to_grow(ids);
+        if needed == 0 {
+            return Ok(());
+        }
+        let mut fresh = self.blocks.acquire(&[], needed)?;
+        for id in ids {
+            let bs = self.block_size;
+            if let Some(seq) = self.seqs.get_mut(id) {
+                if seq.table.len() * bs <= seq.cached {
+                    if let Some(block) = fresh.pop() {
+                        seq.table.push(block);
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Takes a sequence out to free its blocks (see

@@ -10,7 +10,7 @@ use super::warmup::powers_of_two_up_to;
 use super::*;
 use crate::engine::config::{KvBudget, PrefillBounds};
 use crate::model::fixtures::{max_abs_diff, reference, tiny_gpt2_dir};
-use crate::model::{Gpt2Config, ModelSource};
+use crate::model::ModelSource;
 
 /// The fixture's EOS, from its config.json (its greedy continuations never
 /// produce it).
@@ -33,6 +33,7 @@ pub(super) fn config(block_size: usize, num_blocks: usize, bucketed: bool) -> En
         model: ModelSource::Dir(tiny_gpt2_dir()),
         block_size,
         kv: KvBudget::Blocks(num_blocks),
+        max_sequences: 8,
         max_batch: 8,
         prefill: PrefillBounds {
             max_rows: 4,
@@ -295,7 +296,8 @@ fn release_frees_blocks_and_unknown_ids_are_errors() {
     engine
         .prefill(vec![req(1, &[1, 2, 3, 4, 5], 6, SamplingParams::greedy())])
         .unwrap();
-    assert_eq!(engine.kv_blocks_used(), 3);
+    // The prompt and the next token: 2 blocks (the rest come as it grows).
+    assert_eq!(engine.kv_blocks_used(), 2);
     engine.decode(&[1]).unwrap();
     assert!(matches!(
         engine.decode(&[1, 2]),
@@ -319,30 +321,43 @@ fn release_frees_blocks_and_unknown_ids_are_errors() {
 
 #[test]
 fn out_of_blocks_leaves_the_engine_unchanged() {
-    let mut engine = engine(4, 5);
+    let g = SamplingParams::greedy();
+    let mut engine = engine(4, 3);
+    // 7 prompt tokens and the next one: 2 blocks.
     engine
-        .prefill(vec![req(1, &[1, 2, 3], 5, SamplingParams::greedy())])
-        .unwrap(); // 2 blocks
+        .prefill(vec![req(1, &[1, 2, 3, 4, 5, 6, 7], 5, g)])
+        .unwrap();
+    assert_eq!(engine.kv_blocks_used(), 2);
     let before = (engine.kv_blocks_free(), engine.num_active());
-    // 2 + 2 blocks needed, 3 free: neither is admitted.
+    // 4 + 1 tokens need 2 blocks, 1 is free: refused, nothing changed.
     let err = engine
-        .prefill(vec![
-            req(2, &[4, 5, 6], 5, SamplingParams::greedy()),
-            req(3, &[7], 7, SamplingParams::greedy()),
-        ])
+        .prefill(vec![req(2, &[4, 5, 6, 7], 5, g)])
         .unwrap_err();
     assert!(
-        matches!(err, EngineError::OutOfBlocks { needed: 4, free: 3 }),
+        matches!(err, EngineError::OutOfBlocks { needed: 2, free: 1 }),
         "{err}"
     );
     assert_eq!((engine.kv_blocks_free(), engine.num_active()), before);
-    assert!(!engine.contains(2) && !engine.contains(3));
-    // The running sequence is unaffected and one that fits is admitted.
+    assert!(!engine.contains(2));
+    // One that fits takes the last block.
+    engine.prefill(vec![req(3, &[7, 8], 8, g)]).unwrap();
+    assert_eq!(engine.kv_blocks_free(), 0);
+    // Sequence 1 writes position 7, the end of its second block; the next
+    // step would start a third, and none is free.
+    engine.decode(&[1, 3]).unwrap();
+    assert_eq!(engine.blocks_to_grow(&[1, 3]), 1);
+    assert_eq!(engine.blocks_to_grow(&[3]), 0);
+    let err = engine.decode(&[1, 3]).unwrap_err();
+    assert!(
+        matches!(err, EngineError::OutOfBlocks { needed: 1, free: 0 }),
+        "{err}"
+    );
+    assert_eq!(engine.kv_blocks_used(), 3, "nothing taken");
+    // Sequence 3 alone needs nothing; once it is gone, 1 grows.
+    engine.decode(&[3]).unwrap();
+    engine.release(3);
     engine.decode(&[1]).unwrap();
-    engine
-        .prefill(vec![req(3, &[7], 7, SamplingParams::greedy())])
-        .unwrap();
-    assert_eq!(engine.kv_blocks_free(), 1);
+    assert_eq!(engine.kv_blocks_used(), 3);
 }
 
 #[test]
@@ -430,9 +445,6 @@ fn block_accounting() {
         ),
         (10, 10, 0)
     );
-    let gpt2 = Gpt2Config::gpt2();
-    // 2 (K, V) * 12 layers * 16 tokens * 768 * 2 bytes.
-    assert_eq!(config::kv_bytes_per_block(&gpt2, 16, 2), 589_824);
     assert_eq!(powers_of_two_up_to(0), Vec::<usize>::new());
     assert_eq!(powers_of_two_up_to(6), [1, 2, 4, 6]);
     assert_eq!(powers_of_two_up_to(8), [1, 2, 4, 8]);
@@ -445,7 +457,7 @@ fn warmup_leaves_no_state_behind() {
         .prefill(vec![req(1, &[3, 4], 3, SamplingParams::greedy())])
         .unwrap();
     engine.warmup().unwrap();
-    assert_eq!((engine.num_active(), engine.kv_blocks_used()), (1, 2));
+    assert_eq!((engine.num_active(), engine.kv_blocks_used()), (1, 1));
     // The sequence is unaffected by the warmup's padding-only steps.
     engine.decode(&[1]).unwrap();
     engine.release(1);

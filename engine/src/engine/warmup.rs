@@ -48,7 +48,7 @@ pub struct WarmupReport {
 }
 
 /// A step of one sampling row that takes the top-k/top-p threshold path.
-fn filtering_table() -> SamplingTable {
+pub(crate) fn filtering_table() -> SamplingTable {
     let mut table = SamplingTable::with_capacity(1);
     table.push(RowSampling {
         params: SamplingParams {

@@ -84,6 +84,7 @@ pub fn translate(obj: &Map<String, Value>, knobs: &SchedulerKnobs) -> Result<Tra
         stop: common.stop.clone(),
         stop_token_ids: common.stop_token_ids.clone(),
         logprobs: want_logprobs.then_some(top.unwrap_or(0)),
+        priority: common.priority,
     };
     let names = FieldNames {
         prompt: "messages",
@@ -206,6 +207,7 @@ fn refuse_tools(f: &Fields) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scheduler::SchedulingPolicy;
     use serde_json::json;
 
     fn knobs() -> SchedulerKnobs {
@@ -215,6 +217,7 @@ mod tests {
             prefill_max_tokens: 512,
             max_pending: 16,
             max_new_tokens_limit: 256,
+            policy: SchedulingPolicy::Fcfs,
         }
     }
 

@@ -52,6 +52,7 @@ pub fn translate(obj: &Map<String, Value>) -> Result<Translated> {
         stop: common.stop.clone(),
         stop_token_ids: common.stop_token_ids.clone(),
         logprobs: f.u32("logprobs")?,
+        priority: common.priority,
     };
     let names = FieldNames {
         prompt: "prompt",
@@ -138,6 +139,7 @@ mod tests {
                 stop: vec!["\n".into()],
                 stop_token_ids: vec![13],
                 logprobs: Some(2),
+                priority: 0,
             }
         );
         assert!(t.common.stream && t.common.include_usage);

@@ -46,6 +46,9 @@ pub struct Common {
     pub stream: bool,
     /// `stream_options.include_usage`: a usage chunk before `[DONE]`.
     pub include_usage: bool,
+    /// vLLM's `priority` (lower first; 0 unless the server schedules by
+    /// priority, which the validator checks).
+    pub priority: i32,
 }
 
 /// Reads the shared fields of a completions or chat request.
@@ -89,6 +92,9 @@ pub fn common(f: &Fields) -> Result<Common> {
         ignore_eos: f.bool("ignore_eos")?.unwrap_or(false),
         stream,
         include_usage,
+        priority: f
+            .integer("priority", i128::from(i32::MIN), i128::from(i32::MAX))?
+            .map_or(0, |p| p as i32),
     })
 }
 

@@ -141,6 +141,8 @@ fn timing_has_exactly_the_server_timing_fields() {
         "finished_at_ns",
         "cached_prompt_tokens",
         "prefill_chunks",
+        "preemptions",
+        "preempted_ns",
     ];
     want.sort_unstable();
     assert_eq!(keys, want);

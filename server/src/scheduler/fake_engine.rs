@@ -1,7 +1,8 @@
 //! A [`StepEngine`] without a model, for the scheduler's tests: block
-//! accounting, chunked prompts, decode and the stop rules of a real engine,
-//! with tokens made up on the spot (the token at position `p` is `p`), in
-//! microseconds. It can be told to fail a step or refuse an admission, so
+//! accounting (the input's blocks at admission, one more each time a decode
+//! step crosses into a new block), preemption, chunked prompts, decode and
+//! the stop rules of a real engine, with tokens made up on the spot (the
+//! token at position `p` is `p`), in microseconds. It can be told to fail a step or refuse an admission, so
 //! the worker's failure paths are tested too, and to hold a step until the
 //! test says go, so a test can act while a request is surely mid-decode.
 
@@ -23,6 +24,8 @@ struct FakeSeq {
     input_len: usize,
     /// Input tokens computed so far.
     computed: usize,
+    /// Tokens in its cache: `computed`, then one more per decode step.
+    cached: usize,
     generated: usize,
     max_new_tokens: usize,
     blocks: usize,
@@ -58,8 +61,18 @@ impl FakeEngine {
         }
     }
 
-    fn blocks_required(&self, prompt_len: usize, max_new_tokens: usize) -> usize {
-        (prompt_len + max_new_tokens).div_ceil(self.block_size)
+    /// Blocks admitting `req` takes: its input and the next token, within
+    /// its whole budget (the real engine's rule).
+    fn blocks_to_admit(&self, req: &SequenceRequest) -> usize {
+        let whole = (req.prompt.len() + req.max_new_tokens).div_ceil(self.block_size);
+        (req.input_len() + 1).div_ceil(self.block_size).min(whole)
+    }
+
+    /// Whether sequence `id`'s next position starts a block it lacks.
+    fn is_full_at(&self, id: SeqId) -> bool {
+        self.seqs
+            .get(&id)
+            .is_some_and(|s| s.blocks * self.block_size <= s.cached)
     }
 
     /// Counts a step against `fail_after_steps` (the error when it is due)
@@ -131,7 +144,7 @@ impl StepEngine for FakeEngine {
 
     fn admission_cost(&self, req: &SequenceRequest) -> AdmissionCost {
         AdmissionCost {
-            blocks: self.blocks_required(req.prompt.len(), req.max_new_tokens),
+            blocks: self.blocks_to_admit(req),
             cached_tokens: 0,
         }
     }
@@ -143,7 +156,7 @@ impl StepEngine for FakeEngine {
                 req.id
             )));
         }
-        let blocks = self.blocks_required(req.prompt.len(), req.max_new_tokens);
+        let blocks = self.blocks_to_admit(req);
         let free = self.kv_blocks_free();
         if blocks > free {
             return Err(EngineError::OutOfBlocks {
@@ -157,6 +170,7 @@ impl StepEngine for FakeEngine {
                 request: req.clone(),
                 input_len: req.input_len(),
                 computed: 0,
+                cached: 0,
                 generated: req.resumed_tokens(),
                 max_new_tokens: req.max_new_tokens,
                 blocks,
@@ -196,6 +210,7 @@ impl StepEngine for FakeEngine {
                 continue;
             };
             seq.computed = (seq.computed + c.tokens).min(seq.input_len);
+            seq.cached = seq.computed;
             if seq.computed == seq.input_len {
                 self.emit(c.id, &mut out);
             }
@@ -203,12 +218,28 @@ impl StepEngine for FakeEngine {
         Ok(out)
     }
 
+    fn blocks_to_grow(&self, ids: &[SeqId]) -> usize {
+        ids.iter().filter(|&&id| self.is_full_at(id)).count()
+    }
+
     fn decode(&mut self, ids: &[SeqId]) -> Result<StepOutput, EngineError> {
         let decoding = self.decoding();
         if let Some(&id) = ids.iter().find(|id| !decoding.contains(id)) {
             return Err(EngineError::UnknownSequence(id));
         }
+        let needed = self.blocks_to_grow(ids);
+        let free = self.kv_blocks_free();
+        if needed > free {
+            return Err(EngineError::OutOfBlocks { needed, free });
+        }
         self.step_allowed()?;
+        for &id in ids {
+            let full = self.is_full_at(id);
+            if let Some(seq) = self.seqs.get_mut(&id) {
+                seq.blocks += usize::from(full);
+                seq.cached += 1;
+            }
+        }
         let mut out = StepOutput::default();
         for &id in ids {
             self.emit(id, &mut out);

@@ -2,6 +2,23 @@
 //! builds them from its flags (validated there); the scheduler, and the
 //! service for what it reports and checks, read them.
 
+use std::time::Duration;
+
+/// Which waiting request is admitted first, and whom a preemption takes
+/// (`--scheduling-policy`, vLLM's names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SchedulingPolicy {
+    /// First come, first served: arrival order (a preempted request first);
+    /// a request's `priority` must be 0.
+    Fcfs,
+    /// By `priority` (lower first), then arrival. A waiting request that
+    /// cannot get a running slot or its blocks preempts the lowest-priority
+    /// running request, if that one's priority is lower (a larger number).
+    /// A waiting request's priority improves by one every `aging` it has
+    /// waited (the starvation guard; `None`: never).
+    Priority { aging: Option<Duration> },
+}
+
 /// The scheduler's knobs, validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SchedulerKnobs {
@@ -15,6 +32,8 @@ pub struct SchedulerKnobs {
     pub max_pending: usize,
     /// Largest `max_new_tokens` a request may ask for.
     pub max_new_tokens_limit: usize,
+    /// Admission order and preemption victims.
+    pub policy: SchedulingPolicy,
 }
 
 impl SchedulerKnobs {

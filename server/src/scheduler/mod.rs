@@ -14,13 +14,21 @@
 //! cancel-all) are at most one per request: its length is bounded by
 //! `--max-pending` plus the number of live requests.
 //!
+//! Layout: [`worker`] (the loop), [`admitting`] and [`admission`] (who
+//! leaves the wait queue, [`queue`]), [`preemption`] (whom to preempt for
+//! whom), [`chunking`] (the prefill token budget), [`rotation`] (decode turns),
+//! [`request`] (what travels to and from the service), [`knobs`], [`stats`].
+//!
 //! Startup: [`spawn`] starts the thread, which loads the model, builds the
 //! engine, runs the warmup and then reports [`ModelInfo`] on a oneshot channel
 //! before it serves its first command.
 
 pub mod admission;
+mod admitting;
 pub mod chunking;
 pub mod knobs;
+mod preemption;
+pub mod queue;
 pub mod request;
 pub mod rotation;
 pub mod stats;
@@ -32,7 +40,7 @@ use std::time::Instant;
 
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
-pub use knobs::SchedulerKnobs;
+pub use knobs::{SchedulerKnobs, SchedulingPolicy};
 pub use request::{Admission, CancelReason, Command, Event, FinishKind, QueuedRequest};
 pub use stats::SchedulerStats;
 
@@ -193,5 +201,7 @@ fn build_engine(device: &EngineDevice, config: &SchedulerConfig) -> Result<Engin
 
 #[cfg(test)]
 mod fake_engine;
+#[cfg(test)]
+mod preemption_tests;
 #[cfg(test)]
 mod tests;

@@ -21,6 +21,8 @@ pub struct QueuedRequest {
     /// token ids (stop *strings* stay with the service, which matches them on
     /// the text it produces), logprobs.
     pub seq: SequenceRequest,
+    /// Lower is served first (`--scheduling-policy priority`; 0 under fcfs).
+    pub priority: i32,
     /// When the service handed the request to the scheduler.
     pub enqueued_at: Instant,
     /// Where this request's events go. A closed channel means the client left.
@@ -86,6 +88,11 @@ pub enum Event {
     /// The whole prompt is in the KV cache; the first token follows. `chunks`
     /// is how many prefill steps computed it (1 unless it was chunked).
     Prefilled { chunks: u32 },
+    /// The request was preempted at `at` (its blocks freed to let others
+    /// run): it waits, is admitted again and recomputes its prompt and
+    /// tokens so far, then its next `Token` follows. The stream sees no gap
+    /// in the indices; the time from here to that token is lost.
+    Preempted { at: Instant },
     /// Generated token `index` (0-based), sampled at `at`.
     Token {
         index: u32,

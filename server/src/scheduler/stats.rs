@@ -29,6 +29,8 @@ pub struct SchedulerStats {
     /// Ended by an engine failure.
     pub failed: AtomicU64,
     pub deadline_exceeded: AtomicU64,
+    /// Running requests preempted (blocks freed, resumed later by recompute).
+    pub preemptions: AtomicU64,
     pub iterations: AtomicU64,
     /// Prompt tokens of admitted requests looked up in the prefix cache (0
     /// with the cache off).

@@ -21,23 +21,28 @@ use super::fake_engine::FakeEngine;
 use super::worker::Worker;
 use super::*;
 
-fn knobs(max_batch: usize, prefill_batch: usize, prefill_tokens: usize) -> SchedulerKnobs {
+pub(super) fn knobs(
+    max_batch: usize,
+    prefill_batch: usize,
+    prefill_tokens: usize,
+) -> SchedulerKnobs {
     SchedulerKnobs {
         max_batch_size: max_batch,
         prefill_max_batch_size: prefill_batch,
         prefill_max_tokens: prefill_tokens,
         max_pending: 64,
         max_new_tokens_limit: 64,
+        policy: SchedulingPolicy::Fcfs,
     }
 }
 
 /// The fake engine with `num_blocks` blocks of 4 tokens.
-fn fake(num_blocks: usize) -> FakeEngine {
+pub(super) fn fake(num_blocks: usize) -> FakeEngine {
     FakeEngine::new(num_blocks, 4)
 }
 
 /// The real engine on the tiny preset, `num_blocks` blocks of 4 tokens.
-fn real(num_blocks: usize) -> Engine {
+pub(super) fn real(num_blocks: usize) -> Engine {
     let config = EngineConfig {
         block_size: 4,
         kv: KvBudget::Blocks(num_blocks),
@@ -52,16 +57,16 @@ fn real(num_blocks: usize) -> Engine {
 }
 
 /// A queued request plus the receiving end of its events.
-struct Harness {
-    tx: mpsc::UnboundedSender<Command>,
+pub(super) struct Harness {
+    pub(super) tx: mpsc::UnboundedSender<Command>,
     rx: Option<mpsc::UnboundedReceiver<Command>>,
     permits: Arc<Semaphore>,
     events: HashMap<SeqId, mpsc::UnboundedReceiver<Event>>,
-    stats: Arc<SchedulerStats>,
+    pub(super) stats: Arc<SchedulerStats>,
 }
 
 impl Harness {
-    fn new() -> Self {
+    pub(super) fn new() -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
         Self {
             tx,
@@ -72,7 +77,7 @@ impl Harness {
         }
     }
 
-    fn submit(&mut self, id: SeqId, prompt_len: usize, max_new_tokens: usize) {
+    pub(super) fn submit(&mut self, id: SeqId, prompt_len: usize, max_new_tokens: usize) {
         self.submit_with(id, prompt_len, max_new_tokens, None);
     }
 
@@ -84,30 +89,51 @@ impl Harness {
         max_new_tokens: usize,
         logprobs: Option<usize>,
     ) {
+        let seq = SequenceRequest {
+            logprobs,
+            sampling: SamplingParams::greedy(),
+            ..SequenceRequest::greedy(
+                id,
+                (0..prompt_len as u32).map(|i| 100 + i).collect(),
+                max_new_tokens,
+            )
+        };
+        let (cmd, events) = self.queued(seq, 0);
+        self.tx.send(cmd).unwrap();
+        self.events.insert(id, events);
+    }
+
+    /// A `Submit` of `seq` at `priority`, and the receiving end of its
+    /// events (the caller keeps it, or hands it to [`Harness::expect`]).
+    pub(super) fn queued(
+        &self,
+        seq: SequenceRequest,
+        priority: i32,
+    ) -> (Command, mpsc::UnboundedReceiver<Event>) {
         let (etx, erx) = mpsc::unbounded_channel();
         let permit = Arc::clone(&self.permits).try_acquire_owned().unwrap();
-        self.tx
-            .send(Command::Submit(Box::new(QueuedRequest {
-                seq: SequenceRequest {
-                    logprobs,
-                    sampling: SamplingParams::greedy(),
-                    ..SequenceRequest::greedy(
-                        id,
-                        (0..prompt_len as u32).map(|i| 100 + i).collect(),
-                        max_new_tokens,
-                    )
-                },
-                enqueued_at: Instant::now(),
-                events: etx,
-                pending_permit: permit,
-                span: tracing::Span::none(),
-            })))
-            .unwrap();
-        self.events.insert(id, erx);
+        let cmd = Command::Submit(Box::new(QueuedRequest {
+            seq,
+            priority,
+            enqueued_at: Instant::now(),
+            events: etx,
+            pending_permit: permit,
+            span: tracing::Span::none(),
+        }));
+        (cmd, erx)
+    }
+
+    /// Collects request `id`'s events in [`Harness::run`]'s outcome.
+    pub(super) fn expect(&mut self, id: SeqId, events: mpsc::UnboundedReceiver<Event>) {
+        self.events.insert(id, events);
     }
 
     /// Starts the worker; returns once every request ended, then stops it.
-    fn run<E: StepEngine + Send + 'static>(mut self, engine: E, knobs: SchedulerKnobs) -> Outcome {
+    pub(super) fn run<E: StepEngine + Send + 'static>(
+        mut self,
+        engine: E,
+        knobs: SchedulerKnobs,
+    ) -> Outcome {
         let worker = Worker::new(
             engine,
             knobs,
@@ -139,20 +165,20 @@ impl Harness {
     }
 }
 
-struct Outcome {
-    per_request: HashMap<SeqId, Vec<Event>>,
-    stats: Arc<SchedulerStats>,
+pub(super) struct Outcome {
+    pub(super) per_request: HashMap<SeqId, Vec<Event>>,
+    pub(super) stats: Arc<SchedulerStats>,
 }
 
 impl Outcome {
-    fn admission(&self, id: SeqId) -> Option<Admission> {
+    pub(super) fn admission(&self, id: SeqId) -> Option<Admission> {
         self.per_request[&id].iter().find_map(|e| match e {
             Event::Admitted(a) => Some(*a),
             _ => None,
         })
     }
 
-    fn finish(&self, id: SeqId) -> (FinishKind, u32) {
+    pub(super) fn finish(&self, id: SeqId) -> (FinishKind, u32) {
         match self.per_request[&id].last() {
             Some(Event::Finished {
                 kind,
@@ -170,8 +196,21 @@ impl Outcome {
         })
     }
 
+    /// The request's tokens as `(index, token id)`, in stream order.
+    pub(super) fn tokens(&self, id: SeqId) -> Vec<(u32, u32)> {
+        self.per_request[&id]
+            .iter()
+            .filter_map(|e| match e {
+                Event::Token {
+                    index, token_id, ..
+                } => Some((*index, *token_id)),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// When each token of the request was sampled.
-    fn token_times(&self, id: SeqId) -> Vec<Instant> {
+    pub(super) fn token_times(&self, id: SeqId) -> Vec<Instant> {
         self.per_request[&id]
             .iter()
             .filter_map(|e| match e {
@@ -196,7 +235,7 @@ impl Outcome {
         groups.into_values().collect()
     }
 
-    fn assert_all_free(&self) {
+    pub(super) fn assert_all_free(&self) {
         assert_eq!(SchedulerStats::get(&self.stats.kv_blocks_used), 0);
         assert_eq!(SchedulerStats::get(&self.stats.active_sequences), 0);
         assert_eq!(SchedulerStats::get(&self.stats.queue_depth), 0);
@@ -325,17 +364,23 @@ fn a_later_request_reuses_the_cached_prefix() {
 }
 
 #[test]
-fn requests_wait_for_kv_blocks_and_proceed_when_freed() {
+fn requests_share_scarce_kv_blocks_by_preemption_and_all_finish() {
     let mut h = Harness::new();
-    // 3 prompt + 5 new = 8 tokens = 2 blocks of 4; 4 blocks fit two at a time.
+    // 3 prompt + 5 new: 1 block of 4 at admission (the prompt and the next
+    // token), 2 once they grow; 4 blocks cannot hold five of them at once.
     for id in 1..=5 {
         h.submit(id, 3, 5);
     }
     let out = h.run(fake(4), knobs(8, 8, 1000));
     for id in 1..=5 {
         assert_eq!(out.finish(id), (FinishKind::Length, 5), "request {id}");
-        assert!(out.admission(id).unwrap().prefill_batch_size <= 2);
+        // Every token once, in order (the fake's token at position p is p).
+        assert_eq!(
+            out.tokens(id),
+            (0..5).map(|i| (i, 3 + i)).collect::<Vec<_>>()
+        );
     }
+    assert!(SchedulerStats::get(&out.stats.preemptions) > 0);
     assert_eq!(SchedulerStats::get(&out.stats.failed), 0);
     out.assert_all_free();
 }
@@ -381,7 +426,7 @@ fn cancel_before_and_after_admission_frees_everything() {
 }
 
 /// Waits (up to 30 s) until the scheduler has started `n` iterations.
-fn wait_for_iterations(stats: &SchedulerStats, n: u64) {
+pub(super) fn wait_for_iterations(stats: &SchedulerStats, n: u64) {
     let start = Instant::now();
     while SchedulerStats::get(&stats.iterations) < n && start.elapsed() < Duration::from_secs(30) {
         std::thread::sleep(Duration::from_millis(1));

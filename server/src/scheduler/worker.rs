@@ -5,71 +5,61 @@
 //! 1. take every command waiting on the channel (submit, cancel, cancel-all);
 //! 2. one prefill step of at most `--prefill-max-tokens` tokens: the next
 //!    chunks of prompts already admitted, then requests admitted from the
-//!    pending queue ([`admission::plan`]; a prefix-cache hit skips the cached
-//!    part of a prompt) with what is left of the budget ([`chunking`]);
-//!    requests whose prompt completes get their first token;
-//! 3. run one batched decode step over up to `--max-batch-size` decoding
-//!    sequences, rotating through them when there are more;
+//!    wait queue ([`super::admitting`]; under `--scheduling-policy priority`
+//!    a waiting request that does not fit may first preempt lower-priority
+//!    running ones, [`super::preemption`]) with what is left of the budget
+//!    ([`chunking`]); requests whose prompt completes get their first token;
+//! 3. one batched decode step over up to `--max-batch-size` decoding
+//!    sequences, rotating through them when there are more; if the step
+//!    needs more fresh blocks than are free, running requests are preempted
+//!    first (lowest priority, then newest);
 //! 4. publish gauges.
 //!
 //! The engine is the one owner of sequence state ([`StepEngine`]): which
-//! sequences still prefill, which decode, how many tokens each emitted. The
-//! worker keeps only what each request's client needs ([`Running`]: its
-//! event channel, its span, its prefill chunk count) and the decode rotation
-//! cursor. Finished sequences come back from each engine step as an event
-//! list; their KV blocks were released inside the step. When there is
-//! nothing to do the thread blocks on the command channel: no busy loop, no
-//! polling sleep.
+//! sequences still prefill, which decode, how many tokens each emitted, which
+//! blocks each holds. The worker keeps what each request's client needs
+//! ([`Client`]: its event channel, span, priority), the wait queue
+//! ([`WaitQueue`]) and the decode rotation cursor. Finished sequences come
+//! back from each engine step as an event list; their KV blocks were
+//! released inside the step. When there is nothing to do the thread blocks
+//! on the command channel: no busy loop, no polling sleep.
 //!
 //! A client that leaves is noticed two ways: its stream task sends
-//! `Command::Cancel` (the usual path, also for requests still queued), and a
-//! failed event send while emitting tokens. Either way the sequence leaves the
-//! batch at once and its blocks are freed. A stop string matched by the
-//! stream task takes the same path (`CancelReason::StopString`): the sequence
-//! leaves the batch before the next step (or its next prefill chunk) and is
-//! counted as finished.
+//! `Command::Cancel` (the usual path, also for requests waiting, preempted
+//! ones included), and a failed event send while emitting tokens. Either way
+//! the sequence leaves the batch at once and its blocks are freed. A stop
+//! string matched by the stream task takes the same path
+//! (`CancelReason::StopString`) and is counted as finished.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::Instant;
 
-use ember_engine::{
-    AdmissionCost, EngineError, FinishReason, PrefillChunk, SeqId, StepEngine, StepOutput,
-};
+use ember_engine::{EngineError, FinishReason, PrefillChunk, SeqId, StepEngine, StepOutput};
 use tokio::sync::mpsc;
 
-use super::admission::{self, AdmissionBudget, Candidate};
 use super::chunking;
 use super::knobs::SchedulerKnobs;
-use super::request::{Admission, CancelReason, Command, Event, FinishKind, QueuedRequest};
+use super::queue::{Client, WaitQueue, Waiting};
+use super::request::{CancelReason, Command, Event, FinishKind, QueuedRequest};
 use super::rotation::rotation;
 use super::stats::SchedulerStats;
 
-/// What the worker keeps of an admitted request: its client's side.
-#[derive(Debug)]
-struct Running {
-    events: mpsc::UnboundedSender<Event>,
-    /// Prefill steps that computed part of its prompt so far.
-    chunks: u32,
-    /// The request's span, entered for this thread's lines about it.
-    span: tracing::Span,
-}
-
 pub(crate) struct Worker<E: StepEngine> {
-    engine: E,
-    knobs: SchedulerKnobs,
+    pub(super) engine: E,
+    pub(super) knobs: SchedulerKnobs,
     commands: mpsc::UnboundedReceiver<Command>,
-    /// Submitted, not yet admitted; FIFO.
-    pending: VecDeque<QueuedRequest>,
-    /// Admitted and not finished (prefilling or decoding).
-    running: HashMap<SeqId, Running>,
+    /// Submitted or preempted, not running; in admission order.
+    pub(super) waiting: WaitQueue,
+    /// Admitted and not finished (prefilling or decoding): each one's client.
+    pub(super) running: HashMap<SeqId, Client>,
     /// Decode rotation: the next step starts at the first decoding id at or
     /// after this one (wrapping), so with more decoding sequences than
     /// `--max-batch-size` every one gets its turn.
     decode_from: SeqId,
-    stats: Arc<SchedulerStats>,
-    iteration: u64,
+    pub(super) stats: Arc<SchedulerStats>,
+    pub(super) iteration: u64,
 }
 
 impl<E: StepEngine> Worker<E> {
@@ -82,9 +72,9 @@ impl<E: StepEngine> Worker<E> {
         SchedulerStats::set(&stats.kv_blocks_total, engine.kv_blocks_total());
         Self {
             engine,
+            waiting: WaitQueue::new(knobs.policy),
             knobs,
             commands,
-            pending: VecDeque::new(),
             running: HashMap::new(),
             decode_from: 0,
             stats,
@@ -117,7 +107,7 @@ impl<E: StepEngine> Worker<E> {
 
     /// Handles every command waiting on the channel. True if every handle is
     /// gone (the server stopped).
-    fn drain_commands(&mut self) -> bool {
+    pub(super) fn drain_commands(&mut self) -> bool {
         loop {
             match self.commands.try_recv() {
                 Ok(cmd) => self.handle(cmd),
@@ -128,15 +118,31 @@ impl<E: StepEngine> Worker<E> {
     }
 
     fn is_idle(&self) -> bool {
-        self.pending.is_empty() && self.running.is_empty()
+        self.waiting.is_empty() && self.running.is_empty()
     }
 
     fn handle(&mut self, cmd: Command) {
         match cmd {
-            Command::Submit(req) => self.pending.push_back(*req),
+            Command::Submit(req) => self.enqueue(*req),
             Command::Cancel { id, reason } => self.cancel(id, reason),
             Command::CancelAll => self.cancel_all(CancelReason::Shutdown),
         }
+    }
+
+    fn enqueue(&mut self, req: QueuedRequest) {
+        let waiting = Waiting {
+            seq: req.seq,
+            client: Client {
+                events: req.events,
+                span: req.span,
+                priority: req.priority,
+                enqueued_at: req.enqueued_at,
+                chunks: 0,
+                prefilled: false,
+            },
+            permit: Some(req.pending_permit),
+        };
+        self.waiting.push(waiting, Instant::now());
     }
 
     /// One scheduler iteration: a prefill step (continuing chunks and
@@ -154,6 +160,9 @@ impl<E: StepEngine> Worker<E> {
 
     /// Runs this iteration's prefill step; true if it admitted anything.
     fn prefill_step(&mut self) -> bool {
+        // Preempting for the front of the queue first, so no chunk of this
+        // step belongs to a sequence that leaves.
+        self.make_room_for_front();
         let mut chunks = self.continuing_chunks();
         let spent: usize = chunks.iter().map(|c| c.tokens).sum();
         let admitted = self.admit(
@@ -170,19 +179,26 @@ impl<E: StepEngine> Worker<E> {
         let ids: Vec<SeqId> = chunks.iter().map(|c| c.id).collect();
         let result = guarded(|| self.engine.prefill_step(&chunks));
         if result.is_ok() {
-            // Still prefilling after the step: the rest completed their prompt.
-            let unfinished: Vec<SeqId> = self.engine.to_prefill().iter().map(|p| p.0).collect();
-            for id in &ids {
-                if let Some(r) = self.running.get_mut(id) {
-                    r.chunks += 1;
-                    if !unfinished.contains(id) {
-                        let _ = r.events.send(Event::Prefilled { chunks: r.chunks });
-                    }
-                }
-            }
+            self.count_chunks(&ids);
         }
         self.apply(result, &ids);
         any_admitted
+    }
+
+    /// Counts a prefill step's chunk for each of `ids` still prefilling its
+    /// prompt, and sends `Prefilled` to those it completed (once per request:
+    /// a resumed request's recompute is not a client-visible prefill).
+    fn count_chunks(&mut self, ids: &[SeqId]) {
+        let unfinished: Vec<SeqId> = self.engine.to_prefill().iter().map(|p| p.0).collect();
+        for id in ids {
+            if let Some(c) = self.running.get_mut(id).filter(|c| !c.prefilled) {
+                c.chunks += 1;
+                if !unfinished.contains(id) {
+                    c.prefilled = true;
+                    let _ = c.events.send(Event::Prefilled { chunks: c.chunks });
+                }
+            }
+        }
     }
 
     /// The next chunks of prompts admitted in earlier iterations, oldest
@@ -201,146 +217,25 @@ impl<E: StepEngine> Worker<E> {
             .collect()
     }
 
-    /// Admits requests from the front of the pending queue into the engine
-    /// (blocks reserved, cached prefix found) and returns their first chunks,
-    /// at most `rows` of them within `budget` tokens.
-    fn admit(&mut self, budget: usize, rows: usize) -> Vec<PrefillChunk> {
-        self.drop_gone_clients();
-        let n = self.plan_admission(budget, rows);
-        let mut admitted = Vec::with_capacity(n);
-        let mut left = budget;
-        for _ in 0..n {
-            let Some(front) = self.pending.front() else {
-                break;
-            };
-            let cached = match guarded(|| self.engine.admit(&front.seq)) {
-                Ok(cached) => cached,
-                // The plan's estimate was off: wait for blocks like any request.
-                Err(EngineError::OutOfBlocks { .. }) => break,
-                Err(err) => {
-                    self.fail_front(&err);
-                    continue;
-                }
-            };
-            // Dropping the permit frees the request's place in the pending queue.
-            let Some(req) = self.pending.pop_front() else {
-                break;
-            };
-            let prompt_len = req.seq.prompt.len();
-            self.record_prefix_lookup(prompt_len, cached);
-            let tokens = (prompt_len - cached).min(left).max(1);
-            left = left.saturating_sub(tokens);
-            let id = req.id();
-            self.running.insert(
-                id,
-                Running {
-                    events: req.events,
-                    chunks: 0,
-                    span: req.span,
-                },
-            );
-            admitted.push((PrefillChunk { id, tokens }, cached));
-        }
-        self.announce(&admitted);
-        admitted.into_iter().map(|(chunk, _)| chunk).collect()
-    }
-
-    /// Requests whose client already left are dropped before planning.
-    fn drop_gone_clients(&mut self) {
-        let stats = &self.stats;
-        self.pending.retain(|r| {
-            let gone = r.events.is_closed();
-            if gone {
-                SchedulerStats::bump(&stats.cancelled);
-            }
-            !gone
-        });
-    }
-
-    /// How many requests from the front of the queue this iteration admits.
-    fn plan_admission(&self, budget: usize, rows: usize) -> usize {
-        let plan = AdmissionBudget {
-            max_requests: rows,
-            max_prompt_tokens: budget,
-            free_running_slots: self.knobs.max_running().saturating_sub(self.running.len()),
-            free_blocks: self.engine.kv_blocks_free(),
-        };
-        let engine = &self.engine;
-        admission::plan(
-            plan,
-            self.pending.iter().map(|r| {
-                let AdmissionCost {
-                    blocks,
-                    cached_tokens,
-                } = engine.admission_cost(&r.seq);
-                Candidate {
-                    prompt_tokens: r.seq.prompt.len() - cached_tokens,
-                    blocks,
-                }
-            }),
-        )
-    }
-
-    /// Fails the request at the front of the queue, which the engine refused.
-    fn fail_front(&mut self, err: &EngineError) {
-        if let Some(req) = self.pending.pop_front() {
-            req.span
-                .in_scope(|| tracing::error!(%err, id = req.id(), "admission failed"));
-            SchedulerStats::bump(&self.stats.failed);
-            let _ = req.events.send(Event::Failed {
-                message: err.to_string(),
-            });
-        }
-    }
-
-    /// Sends each newly admitted request its `Admitted` event.
-    fn announce(&self, admitted: &[(PrefillChunk, usize)]) {
-        let admitted_at = Instant::now();
-        for (chunk, cached) in admitted {
-            if let Some(r) = self.running.get(&chunk.id) {
-                r.span.in_scope(|| {
-                    tracing::debug!(
-                        prefill_batch_size = admitted.len(),
-                        iteration = self.iteration,
-                        cached_prompt_tokens = cached,
-                        "admitted"
-                    )
-                });
-                let _ = r.events.send(Event::Admitted(Admission {
-                    admitted_at,
-                    prefill_batch_size: admitted.len() as u32,
-                    iteration: self.iteration,
-                    cached_prompt_tokens: *cached as u32,
-                }));
-            }
-        }
-        SchedulerStats::add(&self.stats.admitted, admitted.len() as u64);
-    }
-
-    /// Counts one admitted prompt's prefix-cache lookup.
-    fn record_prefix_lookup(&self, prompt_tokens: usize, cached: usize) {
-        if !self.engine.prefix_caching() {
-            return;
-        }
-        SchedulerStats::add(
-            &self.stats.prefix_cache_queried_tokens,
-            prompt_tokens as u64,
-        );
-        SchedulerStats::add(&self.stats.prefix_cache_hit_tokens, cached as u64);
-        crate::metrics::record_prefix_cache(prompt_tokens as u64, cached as u64);
-    }
-
     /// One decode step over up to `--max-batch-size` decoding sequences,
-    /// starting at the rotation cursor.
+    /// starting at the rotation cursor, after making room for the blocks it
+    /// takes.
     fn decode_step(&mut self) {
         let decoding = self.engine.decoding();
-        let ids = rotation(&decoding, self.decode_from, self.knobs.max_batch_size);
+        let mut ids = rotation(&decoding, self.decode_from, self.knobs.max_batch_size);
+        self.make_room_for_decode(&mut ids);
         let Some(&last) = ids.last() else {
             return;
         };
         self.decode_from = last + 1;
-        let result = guarded(|| self.engine.decode(&ids));
-        self.apply(result, &ids);
+        match guarded(|| self.engine.decode(&ids)) {
+            // Only if making room failed (it cannot, short of a bug): the
+            // sequences stay as they were and the next iteration tries again.
+            Err(EngineError::OutOfBlocks { needed, free }) => {
+                tracing::warn!(needed, free, "decode step skipped: out of KV blocks")
+            }
+            result => self.apply(result, &ids),
+        }
     }
 
     /// Sends a step's tokens and finish events; on an engine failure fails
@@ -353,8 +248,8 @@ impl<E: StepEngine> Worker<E> {
         let now = Instant::now();
         let mut gone = Vec::new();
         for t in out.tokens {
-            if let Some(r) = self.running.get(&t.id) {
-                let sent = r.events.send(Event::Token {
+            if let Some(c) = self.running.get(&t.id) {
+                let sent = c.events.send(Event::Token {
                     index: t.index as u32,
                     token_id: t.token,
                     at: now,
@@ -366,7 +261,7 @@ impl<E: StepEngine> Worker<E> {
             }
         }
         for f in out.finished {
-            if let Some(r) = self.running.remove(&f.id) {
+            if let Some(c) = self.running.remove(&f.id) {
                 let kind = match f.reason {
                     FinishReason::Eos => FinishKind::Eos,
                     FinishReason::Length => FinishKind::Length,
@@ -374,9 +269,9 @@ impl<E: StepEngine> Worker<E> {
                 };
                 // Counted before the client can see the end of its stream.
                 SchedulerStats::bump(&self.stats.finished);
-                r.span
+                c.span
                     .in_scope(|| tracing::debug!(reason = ?kind, tokens = f.generated, "finished"));
-                let _ = r.events.send(Event::Finished {
+                let _ = c.events.send(Event::Finished {
                     kind,
                     completion_tokens: f.generated as u32,
                 });
@@ -397,11 +292,11 @@ impl<E: StepEngine> Worker<E> {
     fn fail_step(&mut self, err: &EngineError, ids: &[SeqId]) {
         tracing::error!(%err, batch = ids.len(), "engine step failed");
         for id in ids {
-            if let Some(r) = self.running.remove(id) {
-                r.span
+            if let Some(c) = self.running.remove(id) {
+                c.span
                     .in_scope(|| tracing::debug!(%err, "failed with its batch"));
                 self.engine.release(*id);
-                let _ = r.events.send(Event::Failed {
+                let _ = c.events.send(Event::Failed {
                     message: err.to_string(),
                 });
                 SchedulerStats::bump(&self.stats.failed);
@@ -409,20 +304,19 @@ impl<E: StepEngine> Worker<E> {
         }
     }
 
-    /// Removes a request wherever it is; frees its blocks if it was running.
-    fn cancel(&mut self, id: SeqId, reason: CancelReason) {
-        let (events, generated, span) = if let Some(r) = self.running.remove(&id) {
-            let generated = self.engine.release(id).unwrap_or(0);
-            (r.events, generated as u32, r.span)
-        } else if let Some(pos) = self.pending.iter().position(|r| r.id() == id) {
-            match self.pending.remove(pos) {
-                Some(r) => (r.events, 0, r.span),
-                None => return,
-            }
+    /// Removes a request wherever it is (running, waiting, preempted); frees
+    /// its blocks if it was running.
+    pub(super) fn cancel(&mut self, id: SeqId, reason: CancelReason) {
+        let (client, generated) = if let Some(c) = self.running.remove(&id) {
+            (c, self.engine.release(id).unwrap_or(0))
+        } else if let Some(w) = self.waiting.remove(id) {
+            (w.client, w.seq.resumed_tokens())
         } else {
             return; // already finished
         };
-        span.in_scope(|| tracing::debug!(?reason, generated, "cancelled"));
+        client
+            .span
+            .in_scope(|| tracing::debug!(?reason, generated, "cancelled"));
         match reason {
             CancelReason::DeadlineExceeded => SchedulerStats::bump(&self.stats.deadline_exceeded),
             CancelReason::ClientGone | CancelReason::Shutdown => {
@@ -430,17 +324,17 @@ impl<E: StepEngine> Worker<E> {
             }
             CancelReason::StopString => SchedulerStats::bump(&self.stats.finished),
         }
-        let _ = events.send(Event::Finished {
+        let _ = client.events.send(Event::Finished {
             kind: FinishKind::Cancelled,
-            completion_tokens: generated,
+            completion_tokens: generated as u32,
         });
     }
 
     fn cancel_all(&mut self, reason: CancelReason) {
         let ids: Vec<SeqId> = self
-            .pending
+            .waiting
             .iter()
-            .map(QueuedRequest::id)
+            .map(Waiting::id)
             .chain(self.running.keys().copied())
             .collect();
         if !ids.is_empty() {
@@ -454,14 +348,14 @@ impl<E: StepEngine> Worker<E> {
         }
     }
 
-    fn publish_gauges(&self) {
+    pub(super) fn publish_gauges(&self) {
         let s = &self.stats;
         let used = self.engine.kv_blocks_used();
-        SchedulerStats::set(&s.queue_depth, self.pending.len());
+        SchedulerStats::set(&s.queue_depth, self.waiting.len());
         SchedulerStats::set(&s.active_sequences, self.running.len());
         SchedulerStats::set(&s.kv_blocks_used, used);
         crate::metrics::record_gauges(
-            self.pending.len(),
+            self.waiting.len(),
             self.running.len(),
             used,
             self.engine.kv_blocks_total(),
@@ -471,7 +365,7 @@ impl<E: StepEngine> Worker<E> {
 
 /// Runs an engine call, turning a panic inside Burn (e.g. a device error) into
 /// an `EngineError` so one bad batch fails its requests instead of the thread.
-fn guarded<T>(f: impl FnOnce() -> Result<T, EngineError>) -> Result<T, EngineError> {
+pub(super) fn guarded<T>(f: impl FnOnce() -> Result<T, EngineError>) -> Result<T, EngineError> {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(r) => r,
         Err(panic) => Err(EngineError::Device(format!(

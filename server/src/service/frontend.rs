@@ -208,6 +208,7 @@ impl Frontend {
                 logprobs: checked.logprobs,
                 resume: None,
             },
+            priority: checked.priority,
             enqueued_at: enqueued,
             events: events_tx,
             pending_permit: permit,
@@ -262,7 +263,8 @@ pub fn fit_to_context(
 /// filled in as they become known: `front_door` at once; `request_id`, `seq`
 /// (the scheduler's id) and `prompt_tokens` once accepted; `rejected` and
 /// `error` if refused; and, by the stream task at the end, `finish_reason`,
-/// `completion_tokens`, `queue_wait_ms`, `ttft_ms` and `total_ms`. The
+/// `completion_tokens`, `queue_wait_ms`, `ttft_ms`, `total_ms` and, for a
+/// request that was preempted, `preemptions` and `preempted_ms`. The
 /// scheduler enters it for its lines about the request, and its close event
 /// (logged by `main`'s subscriber) is the request's summary line.
 fn request_span(door: FrontDoor) -> Span {
@@ -280,6 +282,8 @@ fn request_span(door: FrontDoor) -> Span {
         queue_wait_ms = Empty,
         ttft_ms = Empty,
         total_ms = Empty,
+        preemptions = Empty,
+        preempted_ms = Empty,
     )
 }
 

@@ -90,6 +90,7 @@ impl Inference for InferenceService {
                 failed: get(&s.failed),
                 deadline_exceeded: get(&s.deadline_exceeded),
                 scheduler_iterations: get(&s.iterations),
+                preemptions: get(&s.preemptions),
             }),
             version: env!("CARGO_PKG_VERSION").to_string(),
             prefix_cache_enabled: state.prefix_caching,

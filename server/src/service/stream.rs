@@ -88,6 +88,12 @@ struct Progress {
     last_token: Option<Instant>,
     /// Tokens received from the scheduler.
     tokens: u32,
+    /// Times the request was preempted, the time lost to it so far (each
+    /// preemption to the next token), and the latest preemption while it
+    /// has not been made up yet.
+    preemptions: u32,
+    preempted: Duration,
+    preempted_at: Option<Instant>,
     /// The timing sent in the `Finished` message, if one was sent.
     timing: Option<pb::ServerTiming>,
 }
@@ -105,6 +111,17 @@ impl Progress {
         }
         self.last_token = Some(at);
         self.tokens += 1;
+        if let Some(p) = self.preempted_at.take() {
+            self.preempted += at.saturating_duration_since(p);
+        }
+    }
+
+    /// Time lost to preemptions by `now` (one still pending counts to `now`).
+    fn preempted_by(&self, now: Instant) -> Duration {
+        self.preempted
+            + self
+                .preempted_at
+                .map_or(Duration::ZERO, |p| now.saturating_duration_since(p))
     }
 }
 
@@ -171,6 +188,10 @@ impl RequestStream {
                     progress.admission = Some(a);
                 }
                 Some(Event::Prefilled { chunks }) => progress.prefill_chunks = chunks,
+                Some(Event::Preempted { at }) => {
+                    progress.preemptions += 1;
+                    progress.preempted_at = Some(at);
+                }
                 Some(Event::Token {
                     index,
                     token_id,
@@ -295,6 +316,10 @@ impl RequestStream {
             span.record("ttft_ms", ms(t.server_ttft_ns));
         }
         span.record("total_ms", ms(t.total_ns));
+        if p.preemptions > 0 {
+            span.record("preemptions", p.preemptions);
+            span.record("preempted_ms", ms(t.preempted_ns));
+        }
     }
 
     /// Sends one message; a closed stream means the client left.
@@ -345,6 +370,8 @@ impl RequestStream {
             finished_at_ns: ns(t.received, finished_at),
             cached_prompt_tokens: p.admission.map_or(0, |a| a.cached_prompt_tokens),
             prefill_chunks: p.prefill_chunks,
+            preemptions: p.preemptions,
+            preempted_ns: p.preempted_by(finished_at).as_nanos() as u64,
         }
     }
 }

@@ -12,7 +12,7 @@ use ember_common::pb;
 
 use super::error::ServiceError;
 use crate::scheduler::ModelInfo;
-use crate::scheduler::SchedulerKnobs;
+use crate::scheduler::{SchedulerKnobs, SchedulingPolicy};
 use ember_engine::limits::{self, LimitViolation};
 use ember_engine::SamplingParams;
 
@@ -42,6 +42,8 @@ pub struct CheckedRequest {
     pub stop_token_ids: Vec<u32>,
     /// Top-n of the logprobs to return; `None` = no logprobs.
     pub logprobs: Option<usize>,
+    /// Scheduling priority (lower first); 0 unless the policy is `priority`.
+    pub priority: i32,
 }
 
 pub fn check_request(
@@ -109,6 +111,7 @@ pub fn check_request(
         ));
     }
     limits::check_stop_strings(&req.stop).map_err(|v| invalid_limit(v, "prompt"))?;
+    let priority = check_priority(req.priority, knobs.policy)?;
     Ok(CheckedRequest {
         request_id: req.request_id,
         input,
@@ -124,7 +127,21 @@ pub fn check_request(
         stop: req.stop,
         stop_token_ids: req.stop_token_ids,
         logprobs: req.logprobs.map(|n| n as usize),
+        priority,
     })
+}
+
+/// A request's priority under the server's policy: any under `priority`,
+/// only 0 under `fcfs` (vLLM refuses the same).
+fn check_priority(priority: i32, policy: SchedulingPolicy) -> Result<i32, ServiceError> {
+    match policy {
+        SchedulingPolicy::Priority { .. } => Ok(priority),
+        SchedulingPolicy::Fcfs if priority == 0 => Ok(0),
+        SchedulingPolicy::Fcfs => Err(ServiceError::invalid(
+            "priority",
+            format!("{priority} given, but the server schedules first come, first served: start it with --scheduling-policy priority"),
+        )),
+    }
 }
 
 /// Checks the stop token ids and the logprobs count against the model.
@@ -168,6 +185,7 @@ mod tests {
             prefill_max_tokens: 512,
             max_pending: 16,
             max_new_tokens_limit: 256,
+            policy: SchedulingPolicy::Fcfs,
         }
     }
 

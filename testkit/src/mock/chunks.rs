@@ -176,7 +176,7 @@ mod tests {
         let fin = parse(&c.finish("length", &ServerTiming::default()));
         assert_eq!(fin["choices"][0]["finish_reason"], "length");
         assert!(fin.get("ember").is_none());
-        assert_eq!(fin["ember_timing"].as_object().map(|o| o.len()), Some(16));
+        assert_eq!(fin["ember_timing"].as_object().map(|o| o.len()), Some(18));
         let u = parse(&c.usage(3, 4));
         assert_eq!(u["choices"], json!([]));
         assert_eq!(u["usage"]["total_tokens"], 7);

@@ -107,6 +107,9 @@ impl Marks {
             finished_at_ns: ns(self.finished),
             cached_prompt_tokens: 0,
             prefill_chunks: 1,
+            // The mock never runs short of KV: nothing is preempted.
+            preemptions: 0,
+            preempted_ns: 0,
         }
     }
 }

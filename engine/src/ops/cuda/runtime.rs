@@ -33,6 +33,14 @@ pub fn set_kernel_cache_dir(dir: &Path) {
     }
 }
 
+/// `(free, total)` bytes of CUDA device `index`'s memory, from the driver
+/// (everything on the device counts: this process's pool, other processes).
+pub fn memory_info(index: usize) -> Result<(usize, usize), String> {
+    let ctx = cudarc::driver::CudaContext::new(index).map_err(|e| format!("cuCtx: {e:?}"))?;
+    ctx.mem_get_info()
+        .map_err(|e| format!("cuMemGetInfo: {e:?}"))
+}
+
 /// Burn's CUDA device `index` (nothing runs until its first use).
 pub fn device(index: usize) -> Device {
     Device::cuda(index)

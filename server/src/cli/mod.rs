@@ -12,12 +12,19 @@ use std::time::Duration;
 use clap::Parser;
 use ember_engine::model::{ModelSource, Preset};
 use ember_engine::{
-    CpuTuning, DeviceOptions, DeviceSpec, EngineConfig, KernelTuning, KvBudget, PrefillBounds,
+    CpuTuning, DeviceOptions, DeviceSpec, EngineConfig, KernelTuning, PrefillBounds,
 };
+
+mod capacity;
+mod flag_error;
+
+pub use capacity::{CapacityArgs, PolicyFlag};
+pub use flag_error::FlagError;
 
 use crate::logging::LogFormat;
 use crate::scheduler::SchedulerKnobs;
 use crate::service::doors::{DoorArgs, DoorConfig};
+use flag_error::positive;
 
 /// Ember: a continuous-batching GPT-2 inference server (gRPC, streaming).
 #[derive(Debug, Clone, Parser)]
@@ -73,15 +80,6 @@ pub struct Args {
     /// Largest max_new_tokens a request may ask for.
     #[arg(long, env = "EMBER_MAX_NEW_TOKENS_LIMIT", default_value_t = 1024)]
     pub max_new_tokens_limit: usize,
-
-    /// KV cache capacity in blocks. Default: room for every running sequence at
-    /// full context, capped by --kv-memory-mb.
-    #[arg(long, env = "EMBER_KV_BLOCKS")]
-    pub kv_blocks: Option<usize>,
-
-    /// KV cache memory budget in MiB, used when --kv-blocks is not given.
-    #[arg(long, env = "EMBER_KV_MEMORY_MB", default_value_t = 2048)]
-    pub kv_memory_mb: usize,
 
     /// Tokens per KV cache block.
     #[arg(long, env = "EMBER_BLOCK_SIZE", default_value_t = 16)]
@@ -148,6 +146,10 @@ pub struct Args {
     /// The CPU kernels' knobs.
     #[command(flatten)]
     pub cpu: CpuTuning,
+
+    /// The KV cache's size and the scheduling policy.
+    #[command(flatten)]
+    pub capacity: CapacityArgs,
 }
 
 /// Validated startup configuration: what each layer is built from.
@@ -170,20 +172,8 @@ pub struct ServerConfig {
     pub prepare_cache: bool,
 }
 
-/// A flag with a value it cannot take; the message names the flag.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct FlagError(pub String);
-
 impl Args {
     pub fn validate(self) -> Result<ServerConfig, FlagError> {
-        fn positive(flag: &str, v: usize) -> Result<usize, FlagError> {
-            if v == 0 {
-                Err(FlagError(format!("--{flag} must be positive, got 0")))
-            } else {
-                Ok(v)
-            }
-        }
         let device = self.device.parse::<DeviceSpec>().map_err(FlagError)?;
         let model = self.model_source()?;
         let max_batch_size = positive("max-batch-size", self.max_batch_size)?;
@@ -197,18 +187,13 @@ impl Args {
             prefill_max_tokens: positive("prefill-max-tokens", self.prefill_max_tokens)?,
             max_pending: positive("max-pending", self.max_pending)?,
             max_new_tokens_limit: positive("max-new-tokens-limit", self.max_new_tokens_limit)?,
-        };
-        let kv = match self.kv_blocks {
-            Some(b) => KvBudget::Blocks(positive("kv-blocks", b)?),
-            None => KvBudget::Memory {
-                bytes: positive("kv-memory-mb", self.kv_memory_mb)?.saturating_mul(1 << 20),
-                sequences: knobs.max_running(),
-            },
+            policy: self.capacity.policy()?,
         };
         let engine = EngineConfig {
             model,
             block_size: positive("block-size", self.block_size)?,
-            kv,
+            kv: self.capacity.kv_budget()?,
+            max_sequences: knobs.max_running(),
             max_batch: max_batch_size,
             prefill: PrefillBounds {
                 max_rows: knobs.prefill_max_batch_size,
@@ -408,10 +393,7 @@ mod tests {
         assert_eq!(cfg.knobs.max_batch_size, 16);
         assert_eq!(cfg.knobs.prefill_max_batch_size, 32);
         assert_eq!(cfg.knobs.max_running(), 32);
-        // The KV budget by memory makes room for every running sequence.
-        assert!(matches!(
-            cfg.engine.kv,
-            KvBudget::Memory { sequences: 32, .. }
-        ));
+        // The KV cache is capped by what every running sequence can use.
+        assert_eq!(cfg.engine.max_sequences, 32);
     }
 }
