@@ -1,55 +1,34 @@
-//! Command-line flags (clap derive) and their validation.
+//! Command-line flags (clap derive), their validation, and the settings
+//! they become: the top layer, the only one that knows a flag.
 //!
 //! Every flag has `--long` and a `LOADGEN_*` environment variable; the doc
 //! comments are the `--help` text. [`Args`] holds the workload and run flags
 //! and flattens the groups: [`conn::ConnArgs`] (which servers, which API),
-//! and [`options`]' data, sweep and view groups. [`Args::validate`] (in
-//! `validate.rs`) rejects values the benchmark cannot run with, naming the
-//! flag, before anything connects.
+//! and [`options`]' data, sweep and view groups. [`Args::validate`] rejects
+//! values the benchmark cannot run with, naming the flag, before anything
+//! connects (`validate.rs`), then builds the settings the modes run with
+//! (`build.rs`). The other commands have their own flags: [`compare`],
+//! [`calibrate`], [`mock`].
 
+mod build;
+pub mod calibrate;
+pub mod compare;
 pub mod conn;
+pub mod mock;
 pub mod options;
 mod validate;
 
 use std::path::PathBuf;
 
-use clap::{Parser, ValueEnum};
+use clap::Parser;
 use serde::Serialize;
 
-use conn::ConnArgs;
-use options::{DataArgs, SweepArgs, ViewArgs};
+use crate::cli::conn::ConnArgs;
+use crate::cli::options::{DataArgs, SweepArgs, ViewArgs};
+use crate::config::{Arrival, SubmitSchedule};
 
 /// Default prompt: a plain English sentence (about 10 GPT-2 tokens).
 pub const DEFAULT_PROMPT: &str = "The quick brown fox jumps over the lazy dog, and then it";
-
-/// When request i is submitted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum SubmitSchedule {
-    /// Request i fires at t0 + offset(i), however slow earlier submissions are
-    /// (open loop; latency from the intended start is coordinated-omission aware).
-    Absolute,
-    /// Wait until submission i returned the response stream, then sleep the
-    /// interval, then submit i+1 (closed loop on the submit call).
-    Relative,
-}
-
-/// How the offsets between requests are drawn.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Arrival {
-    /// Every gap is --submit-interval-ms (0 = burst).
-    Fixed,
-    /// Exponential gaps with mean 1/--request-rate, seeded by --seed
-    /// (absolute schedule).
-    Poisson,
-    /// Gamma gaps with mean 1/--request-rate and shape --burstiness (vLLM's
-    /// semantics: 1 = Poisson, < 1 burstier, > 1 steadier), seeded.
-    Gamma,
-    /// Replay the `timestamp` (ms) of each --dataset entry, scaled by
-    /// --trace-time-scale.
-    Trace,
-}
 
 /// Ember's load generator: streams generation requests at one or more servers
 /// (Ember's gRPC API, or any OpenAI-compatible HTTP server with --backend
@@ -300,24 +279,4 @@ pub struct Args {
     /// `--listen 127.0.0.1:0`.
     #[arg(last = true, value_name = "SERVER_ARGS")]
     pub server_args: Vec<String>,
-}
-
-impl Args {
-    /// The per-request deadline.
-    pub fn request_timeout(&self) -> std::time::Duration {
-        std::time::Duration::from_secs_f64(self.timeout)
-    }
-
-    /// The requested arrival rate in requests/s, where one is defined: Poisson's
-    /// R, or 1000 / interval for a fixed absolute schedule. `None` for a burst
-    /// and for the relative schedule (its rate depends on the submit time).
-    pub fn requested_rate_rps(&self) -> Option<f64> {
-        match (self.arrival, self.submit_schedule) {
-            (Arrival::Poisson | Arrival::Gamma, _) => self.request_rate,
-            (Arrival::Fixed, SubmitSchedule::Absolute) if self.submit_interval_ms > 0.0 => {
-                Some(1000.0 / self.submit_interval_ms)
-            }
-            _ => None,
-        }
-    }
 }

@@ -25,8 +25,8 @@ use tonic::metadata::MetadataValue;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status, Streaming};
 
-use crate::cli::conn::ConnArgs;
 use crate::client::tls;
+use crate::config::ConnConfig;
 use crate::error::Error;
 use crate::record::{ns_since, Begin, RequestRecord, ServerRecord, Slot, TokenSource};
 use crate::workload::{PreparedRequest, Prompt};
@@ -48,7 +48,7 @@ pub struct GrpcConn {
 impl GrpcConn {
     /// Opens one connection to `target` now (so connection setup is not in
     /// the first requests' latency and a wrong address fails fast).
-    pub async fn connect(target: &str, conn: &ConnArgs) -> Result<GrpcConn, Error> {
+    pub async fn connect(target: &str, conn: &ConnConfig) -> Result<GrpcConn, Error> {
         let bad = |reason: String| Error::BadTarget {
             flag: "--target",
             target: target.to_string(),

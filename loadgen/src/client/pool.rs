@@ -19,9 +19,9 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::cli::conn::{Backend, Balance, ConnArgs, HttpVersion};
 use crate::client::grpc::GrpcConn;
 use crate::client::openai::HttpConn;
+use crate::config::{Backend, Balance, ConnConfig};
 use crate::error::Error;
 
 /// One connection's client.
@@ -117,8 +117,8 @@ pub struct Pool {
 impl Pool {
     /// Opens the connections to each target now, so connection setup is not
     /// inside the first requests' latency and a wrong address fails fast.
-    pub async fn connect(urls: &[String], conn: &ConnArgs) -> Result<Pool, Error> {
-        let http1 = conn.backend == Backend::Openai && conn.http == HttpVersion::Http1;
+    pub async fn connect(urls: &[String], conn: &ConnConfig) -> Result<Pool, Error> {
+        let http1 = conn.is_http1();
         let channels = if http1 { 1 } else { conn.channels };
         let mut targets = Vec::with_capacity(urls.len());
         for url in urls {

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use crate::cli::options::ProgressMode;
+use crate::config::ProgressMode;
 use crate::record::RequestRecord;
 
 /// How often the bar is redrawn.

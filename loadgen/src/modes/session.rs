@@ -8,12 +8,12 @@ use std::io::Write;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::cli::Args;
 use crate::client::pool::Pool;
 use crate::error::Error;
 use crate::measure::progress::Progress;
 use crate::measure::runner::{run_once, RunSpec};
 use crate::measure::stats::{Measured, RunStats};
+use crate::modes::setup::BenchConfig;
 use crate::report::json::RequestsOut;
 use crate::report::model::Header;
 use crate::report::text;
@@ -32,8 +32,8 @@ pub struct Outcome {
 /// The state shared by every run of a session.
 #[derive(Debug)]
 pub struct Bench<'a> {
-    /// The flags.
-    pub args: &'a Args,
+    /// The settings.
+    pub args: &'a BenchConfig,
     /// The connections, opened once.
     pool: Arc<Pool>,
     /// Builds each run's requests.
@@ -76,18 +76,19 @@ impl<'a> Bench<'a> {
     /// Loads the workload (a bad dataset fails here) and opens the
     /// connections to `targets`; `series` names the series (compare).
     pub async fn connect(
-        args: &'a Args,
+        args: &'a BenchConfig,
         targets: &[String],
         requests_out: Option<RequestsOut>,
         series: Option<String>,
     ) -> Result<Bench<'a>, Error> {
-        let workload = Workload::from_args(args)?;
-        let requests_per_run = requests_per_run(args, workload.entries());
+        let workload = Workload::new(&args.workload)?;
+        let arrivals = &args.arrivals;
+        let requests_per_run = requests_per_run(arrivals, workload.entries());
         // A trace that cannot be replayed fails before anything connects.
         let plan = Plan::new(
-            args,
+            arrivals,
             requests_per_run,
-            args.request_rate,
+            arrivals.request_rate,
             workload.entries(),
         )?;
         let pool = Arc::new(Pool::connect(targets, &args.conn).await?);
@@ -101,13 +102,13 @@ impl<'a> Bench<'a> {
             http1: pool.is_http1(),
             balance: format!("{:?}", args.conn.balance).to_lowercase(),
             schedule: if args.sweep.active() {
-                format!("a sweep of {:?} arrivals", args.arrival).to_lowercase()
+                format!("a sweep of {:?} arrivals", arrivals.arrival).to_lowercase()
             } else {
-                plan.describe(args, args.request_rate)
+                plan.describe(arrivals, arrivals.request_rate)
             },
             absolute: matches!(plan, Plan::Absolute(_)),
             max_concurrency: args.max_concurrency,
-            slo: args.view.slo,
+            slo: args.slo,
         };
         Ok(Bench {
             args,
@@ -135,13 +136,14 @@ impl<'a> Bench<'a> {
     pub async fn measure(&mut self, o: RunOpts) -> Result<Measured, Error> {
         let n = self.requests_per_run;
         let args = self.args;
+        let arrivals = &args.arrivals;
         let plan = if o.burst {
             Plan::Absolute(fixed_offsets(n, Duration::ZERO))
         } else {
             Plan::new(
-                args,
+                arrivals,
                 n,
-                o.rate.or(args.request_rate),
+                o.rate.or(arrivals.request_rate),
                 self.workload.entries(),
             )?
         };
@@ -149,22 +151,17 @@ impl<'a> Bench<'a> {
         header.schedule = if o.burst {
             "0 ms / absolute (burst)".to_string()
         } else {
-            plan.describe(args, o.rate.or(args.request_rate))
+            plan.describe(arrivals, o.rate.or(arrivals.request_rate))
         };
         header.max_concurrency = o.max_concurrency;
-        let progress = Progress::start(
-            args.view.progress,
-            Duration::from_secs_f64(args.view.progress_interval_s),
-            n,
-            o.label.clone(),
-        );
+        let progress = Progress::start(args.progress, args.progress_interval, n, o.label.clone());
         let spec = RunSpec {
             run: o.run,
             warmup: o.warmup,
             plan,
             requests: self.workload.build(&o.label, n)?,
             max_concurrency: o.max_concurrency,
-            timeout: args.request_timeout(),
+            timeout: args.timeout,
             max_submit_lag: o.max_submit_lag,
             live: Some(progress.live.clone()),
         };
@@ -183,9 +180,9 @@ impl<'a> Bench<'a> {
         let requested = if o.burst {
             None
         } else {
-            o.rate.or_else(|| args.requested_rate_rps())
+            o.rate.or_else(|| arrivals.requested_rate_rps())
         };
-        let stats = RunStats::from_run(&result, requested, args.view.slo.as_ref());
+        let stats = RunStats::from_run(&result, requested, args.slo.as_ref());
         self.outcome.requests += stats.requests;
         self.outcome.failed += stats.failed;
         let mut stdout = std::io::stdout().lock();

@@ -20,9 +20,10 @@ pub mod schedule;
 use ember_common::tokenizer::Gpt2Tokenizer;
 use rand::{rngs::StdRng, Rng, SeedableRng};
 
-use crate::cli::conn::{Backend, Endpoint};
-use crate::cli::Args;
+use std::path::PathBuf;
+
 use crate::error::Error;
+use crate::workload::dataset::DatasetFormat;
 use crate::workload::dataset::{Entry, PromptSpec};
 use crate::workload::lengths::LenDist;
 
@@ -69,6 +70,33 @@ pub struct PreparedRequest {
     pub prompt_tokens: Option<u32>,
 }
 
+/// What the requests are made of (built by `cli` from the workload flags).
+#[derive(Debug, Clone)]
+pub struct WorkloadConfig {
+    /// The prompt text, already repeated (`--prompt`, `--prompt-repeats`).
+    pub base_prompt: String,
+    /// `--dataset` and its format.
+    pub dataset: Option<(PathBuf, DatasetFormat)>,
+    /// `--input-len`: synthetic prompts of this many token ids.
+    pub input_len: Option<LenDist>,
+    /// `--output-len`: per-request max_new_tokens.
+    pub output_len: Option<LenDist>,
+    /// `--unique-prompts`.
+    pub unique: bool,
+    /// `--pretok`.
+    pub pretok: bool,
+    /// The chat endpoint takes text only: token-id prompts are decoded.
+    pub text_only: bool,
+    /// `--max-new-tokens`.
+    pub max_new_tokens: u32,
+    /// `--no-stop-on-eos`.
+    pub ignore_eos: bool,
+    /// The sampling flags; `None` when none was given (greedy).
+    pub sampling: Option<Sampling>,
+    /// `--seed`.
+    pub seed: u64,
+}
+
 /// Builds the requests of each run from the workload flags.
 #[derive(Debug, Clone)]
 pub struct Workload {
@@ -101,42 +129,32 @@ pub struct Workload {
 }
 
 impl Workload {
-    /// Reads the workload flags; loads the dataset and, when needed, the
-    /// tokenizer (a bad dataset fails here, before anything connects).
-    pub fn from_args(args: &Args) -> Result<Self, Error> {
-        let base_prompt = vec![args.prompt.as_str(); args.prompt_repeats].join(" ");
-        let entries = match &args.data.dataset {
-            Some(path) => Some(dataset::load(path, args.data.dataset_format)?),
+    /// Loads the dataset and, when needed, the tokenizer (a bad dataset
+    /// fails here, before anything connects).
+    pub fn new(cfg: &WorkloadConfig) -> Result<Self, Error> {
+        let entries = match &cfg.dataset {
+            Some((path, format)) => Some(dataset::load(path, *format)?),
             None => None,
         };
-        let text_only =
-            args.conn.backend == Backend::Openai && args.conn.endpoint == Endpoint::Chat;
-        let ids_possible = entries.is_some() || args.data.input_len.is_some();
-        let tokenizer = if args.pretok || (text_only && ids_possible) {
+        let ids_possible = entries.is_some() || cfg.input_len.is_some();
+        let tokenizer = if cfg.pretok || (cfg.text_only && ids_possible) {
             Some(Gpt2Tokenizer::embedded()?)
         } else {
             None
         };
-        let sampling = (args.temperature.is_some() || args.top_k.is_some() || args.top_p.is_some())
-            .then_some(Sampling {
-                temperature: args.temperature,
-                top_k: args.top_k,
-                top_p: args.top_p,
-                seed: None,
-            });
         Ok(Workload {
-            base_prompt,
+            base_prompt: cfg.base_prompt.clone(),
             entries,
-            input_len: args.data.input_len,
-            output_len: args.data.output_len,
-            unique: args.unique_prompts,
-            pretok: args.pretok,
-            text_only,
+            input_len: cfg.input_len,
+            output_len: cfg.output_len,
+            unique: cfg.unique,
+            pretok: cfg.pretok,
+            text_only: cfg.text_only,
             tokenizer,
-            max_new_tokens: args.max_new_tokens,
-            ignore_eos: args.no_stop_on_eos,
-            sampling,
-            seed: args.seed,
+            max_new_tokens: cfg.max_new_tokens,
+            ignore_eos: cfg.ignore_eos,
+            sampling: cfg.sampling,
+            seed: cfg.seed,
             id_prefix: format!("lg{}", std::process::id()),
         })
     }
@@ -222,7 +240,25 @@ impl Workload {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
+
+    /// The defaults of the flags, changed by `edit`.
+    fn config(edit: impl FnOnce(&mut WorkloadConfig)) -> WorkloadConfig {
+        let mut c = WorkloadConfig {
+            base_prompt: "The quick brown fox".into(),
+            dataset: None,
+            input_len: None,
+            output_len: None,
+            unique: false,
+            pretok: false,
+            text_only: false,
+            max_new_tokens: 32,
+            ignore_eos: false,
+            sampling: None,
+            seed: 0,
+        };
+        edit(&mut c);
+        c
+    }
 
     fn ids(p: &PreparedRequest) -> Vec<u32> {
         match &p.prompt {
@@ -231,21 +267,16 @@ mod tests {
         }
     }
 
-    fn workload(extra: &[&str]) -> Workload {
-        let mut argv = vec!["loadgen", "--target", "x:1"];
-        argv.extend_from_slice(extra);
-        Workload::from_args(&Args::try_parse_from(argv).expect("parses")).expect("builds")
+    fn workload(edit: impl FnOnce(&mut WorkloadConfig)) -> Workload {
+        Workload::new(&config(edit)).expect("builds")
     }
 
     #[test]
     fn text_prompts_repeat_and_unique() {
-        let w = workload(&[
-            "--prompt",
-            "hi",
-            "--prompt-repeats",
-            "3",
-            "--unique-prompts",
-        ]);
+        let w = workload(|c| {
+            c.base_prompt = "hi hi hi".into();
+            c.unique = true;
+        });
         let reqs = w.build("r0", 2).expect("builds");
         assert_eq!(reqs[0].prompt, Prompt::Text("[r0.0] hi hi hi".into()));
         assert_eq!(reqs[1].prompt, Prompt::Text("[r0.1] hi hi hi".into()));
@@ -257,16 +288,16 @@ mod tests {
 
     #[test]
     fn pretok_sends_ids_and_sampling_seeds_differ() {
-        let w = workload(&[
-            "--pretok",
-            "--prompt",
-            "Hello world",
-            "--temperature",
-            "0.8",
-            "--seed",
-            "10",
-            "--no-stop-on-eos",
-        ]);
+        let w = workload(|c| {
+            c.pretok = true;
+            c.base_prompt = "Hello world".into();
+            c.sampling = Some(Sampling {
+                temperature: Some(0.8),
+                ..Sampling::default()
+            });
+            c.seed = 10;
+            c.ignore_eos = true;
+        });
         let reqs = w.build("w0", 2).expect("builds");
         // GPT-2: "Hello" = 15496, " world" = 995.
         assert_eq!(reqs[0].prompt, Prompt::Ids(vec![15496, 995]));
@@ -281,14 +312,14 @@ mod tests {
 
     #[test]
     fn synthetic_lengths_are_drawn_and_seeded() {
-        let w = workload(&[
-            "--input-len",
-            "uniform:5..9",
-            "--output-len",
-            "normal:20,3",
-            "--seed",
-            "4",
-        ]);
+        let w = workload(|c| {
+            c.input_len = Some(LenDist::Uniform { lo: 5, hi: 9 });
+            c.output_len = Some(LenDist::Normal {
+                mean: 20.0,
+                stdev: 3.0,
+            });
+            c.seed = 4;
+        });
         let a = w.build("r0", 200).expect("builds");
         let b = w.build("r0", 200).expect("builds");
         let all_ids = |r: &[PreparedRequest]| r.iter().map(ids).collect::<Vec<_>>();
@@ -316,12 +347,10 @@ mod tests {
             "{\"prompt\":\"a b\",\"max_new_tokens\":3}\n{\"prompt_token_ids\":[7,8]}\n",
         )
         .expect("write");
-        let w = workload(&[
-            "--dataset",
-            path.to_str().expect("utf-8"),
-            "--max-new-tokens",
-            "9",
-        ]);
+        let w = workload(|c| {
+            c.dataset = Some((path.clone(), DatasetFormat::Jsonl));
+            c.max_new_tokens = 9;
+        });
         let r = w.build("r0", 3).expect("builds");
         let _ = std::fs::remove_file(&path);
         assert_eq!(r[0].prompt, Prompt::Text("a b".into()));
@@ -333,14 +362,10 @@ mod tests {
 
     #[test]
     fn chat_decodes_token_id_prompts_to_text() {
-        let w = workload(&[
-            "--backend",
-            "openai",
-            "--endpoint",
-            "chat",
-            "--input-len",
-            "4",
-        ]);
+        let w = workload(|c| {
+            c.text_only = true;
+            c.input_len = Some(LenDist::Fixed { n: 4 });
+        });
         let r = w.build("r0", 2).expect("builds");
         for p in &r {
             match &p.prompt {

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use rand_distr::{Exp, Gamma};
 
-use crate::cli::{Args, Arrival, SubmitSchedule};
+use crate::config::{Arrival, SubmitSchedule};
 use crate::error::Error;
 use crate::workload::dataset::Entry;
 
@@ -23,6 +23,42 @@ const TIMER_MARGIN: Duration = Duration::from_millis(2);
 /// small, busy machine would also cost the spinning thread its scheduling
 /// priority.
 const SPIN_MARGIN: Duration = Duration::from_micros(200);
+
+/// When requests fire (built by `cli` from the schedule flags).
+#[derive(Debug, Clone)]
+pub struct ArrivalConfig {
+    /// `--arrival`.
+    pub arrival: Arrival,
+    /// `--submit-schedule`.
+    pub submit_schedule: SubmitSchedule,
+    /// `--submit-interval-ms`.
+    pub submit_interval_ms: f64,
+    /// `--request-rate` (Poisson and gamma arrivals).
+    pub request_rate: Option<f64>,
+    /// `--burstiness` (gamma arrivals).
+    pub burstiness: f64,
+    /// `--trace-time-scale`.
+    pub trace_time_scale: f64,
+    /// `--seed`.
+    pub seed: u64,
+    /// `--num-requests`.
+    pub num_requests: usize,
+}
+
+impl ArrivalConfig {
+    /// The requested arrival rate in requests/s, where one is defined: Poisson's
+    /// R, or 1000 / interval for a fixed absolute schedule. `None` for a burst
+    /// and for the relative schedule (its rate depends on the submit time).
+    pub fn requested_rate_rps(&self) -> Option<f64> {
+        match (self.arrival, self.submit_schedule) {
+            (Arrival::Poisson | Arrival::Gamma, _) => self.request_rate,
+            (Arrival::Fixed, SubmitSchedule::Absolute) if self.submit_interval_ms > 0.0 => {
+                Some(1000.0 / self.submit_interval_ms)
+            }
+            _ => None,
+        }
+    }
+}
 
 /// The arrival plan of one run.
 #[derive(Debug, Clone, PartialEq)]
@@ -39,7 +75,7 @@ impl Plan {
     /// becomes gaps of 1/rate); `entries` are the --dataset entries, whose
     /// timestamps --arrival trace replays.
     pub fn new(
-        args: &Args,
+        args: &ArrivalConfig,
         n: usize,
         rate: Option<f64>,
         entries: Option<&[Entry]>,
@@ -65,7 +101,7 @@ impl Plan {
     }
 
     /// One line for the report, e.g. `250.000 ms / absolute`.
-    pub fn describe(&self, args: &Args, rate: Option<f64>) -> String {
+    pub fn describe(&self, args: &ArrivalConfig, rate: Option<f64>) -> String {
         let r = rate.unwrap_or(0.0);
         match (self, args.arrival) {
             (Plan::Absolute(_), Arrival::Poisson) => {
@@ -94,7 +130,7 @@ impl Plan {
 
 /// Requests per run: --num-requests, capped by the trace's length when
 /// replaying one.
-pub fn requests_per_run(args: &Args, entries: Option<&[Entry]>) -> usize {
+pub fn requests_per_run(args: &ArrivalConfig, entries: Option<&[Entry]>) -> usize {
     match (args.arrival, entries) {
         (Arrival::Trace, Some(e)) => args.num_requests.min(e.len()),
         _ => args.num_requests,

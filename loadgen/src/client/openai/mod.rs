@@ -31,9 +31,9 @@ use hyper::header::{HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE, HOST, USER
 use hyper::{Method, Request, StatusCode};
 use tokio::sync::oneshot;
 
-use crate::cli::conn::{ConnArgs, Endpoint, HttpVersion};
 use crate::client::openai::conn::{Connections, Dialer, Used};
 use crate::client::openai::stream::{End, Reader};
+use crate::config::{ConnConfig, Endpoint, HttpVersion};
 use crate::error::Error;
 use crate::record::{ns_since, Begin, RequestRecord, Slot, TokenSource};
 use crate::workload::PreparedRequest;
@@ -62,7 +62,7 @@ pub struct HttpConn {
 impl HttpConn {
     /// Opens the connection(s) to `url` and finds the model (`--model`, else
     /// the first of GET /v1/models).
-    pub async fn connect(url: &str, conn: &ConnArgs) -> Result<HttpConn, Error> {
+    pub async fn connect(url: &str, conn: &ConnConfig) -> Result<HttpConn, Error> {
         let dialer = Dialer::new(url, conn)?;
         let connect_err = |reason: String| Error::Connect {
             target: url.to_string(),

@@ -15,7 +15,7 @@
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::cli::conn::Endpoint;
+use crate::config::Endpoint;
 use crate::record::ServerRecord;
 use crate::workload::{PreparedRequest, Prompt};
 
