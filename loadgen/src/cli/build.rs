@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use crate::cli::Args;
+use crate::config::Backend;
 use crate::error::Error;
 use crate::modes::session::Outcome;
 use crate::modes::setup::{BenchConfig, Outputs, Servers};
@@ -103,10 +104,19 @@ impl Args {
             unique: self.unique_prompts,
             pretok: self.pretok,
             text_only: self.conn.config().text_only(),
-            max_new_tokens: self.max_new_tokens,
+            max_new_tokens: self.max_new_tokens.0,
+            stream: self.shape.stream,
+            count_prompt_tokens: self.max_new_tokens.0.is_none()
+                && self.conn.backend == Backend::Ember,
             ignore_eos: self.no_stop_on_eos,
             sampling,
             seed: self.seed,
+            nonce: self.shape.nonce.clone().unwrap_or_else(random_nonce),
         }
     }
+}
+
+/// A fresh nonce: six hex digits.
+pub(crate) fn random_nonce() -> String {
+    format!("{:06x}", rand::random::<u32>() & 0xff_ffff)
 }

@@ -176,6 +176,11 @@ impl CompareArgs {
                 "with compare, each --series names its own targets (target=... or base-url=...)",
             ));
         }
+        // One nonce for every series: they send the same prompts.
+        let mut base = base.clone();
+        base.shape
+            .nonce
+            .get_or_insert_with(crate::cli::build::random_nonce);
         let flags = serde_json::to_value(self)?;
         let mut names = HashSet::new();
         let mut out = Vec::with_capacity(self.series.len());

@@ -12,10 +12,12 @@
 
 mod build;
 pub mod calibrate;
+mod check_shape;
 pub mod compare;
 pub mod conn;
 pub mod mock;
 pub mod options;
+pub mod shape;
 mod validate;
 
 use std::path::PathBuf;
@@ -25,6 +27,7 @@ use serde::Serialize;
 
 use crate::cli::conn::ConnArgs;
 use crate::cli::options::{DataArgs, SweepArgs, ViewArgs};
+use crate::cli::shape::{ObserveArgs, ShapeArgs, TokenLimit};
 use crate::config::{Arrival, SubmitSchedule};
 
 /// Default prompt: a plain English sentence (about 10 GPT-2 tokens).
@@ -81,14 +84,17 @@ pub struct Args {
     #[arg(long, env = "LOADGEN_UNIQUE_PROMPTS")]
     pub unique_prompts: bool,
 
-    /// Tokens to generate per request (max_new_tokens).
+    /// Tokens to generate per request (max_new_tokens), or `none`: no limit
+    /// sent, the server decides (OpenAI completions: 16, chat: up to the
+    /// context; gRPC, which needs one: the server's --max-new-tokens-limit
+    /// fitted to the context, read from GetServerInfo).
     #[arg(
         long,
         env = "LOADGEN_MAX_NEW_TOKENS",
-        default_value_t = 32,
-        value_name = "N"
+        default_value = "32",
+        value_name = "N|none"
     )]
-    pub max_new_tokens: u32,
+    pub max_new_tokens: TokenLimit,
 
     /// Generate exactly --max-new-tokens tokens, ignoring the end-of-text token
     /// (default: stop at EOS).
@@ -274,6 +280,16 @@ pub struct Args {
     #[command(flatten)]
     #[serde(flatten)]
     pub view: ViewArgs,
+
+    /// Request shape, workload kind and run length flags.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub shape: ShapeArgs,
+
+    /// Server metrics and GPU telemetry flags.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub observe: ObserveArgs,
 
     /// Arguments for the spawned ember-server (after `--`); loadgen adds
     /// `--listen 127.0.0.1:0`.

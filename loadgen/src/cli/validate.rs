@@ -21,8 +21,11 @@ impl Args {
         if self.repeat_runs == 0 {
             return Err(Error::invalid("--repeat-runs", "must be >= 1 (got 0)"));
         }
-        if self.max_new_tokens == 0 {
-            return Err(Error::invalid("--max-new-tokens", "must be >= 1 (got 0)"));
+        if self.max_new_tokens.0 == Some(0) {
+            return Err(Error::invalid(
+                "--max-new-tokens",
+                "must be >= 1 (got 0; `none` sends no limit)",
+            ));
         }
         if self.prompt_repeats == 0 {
             return Err(Error::invalid("--prompt-repeats", "must be >= 1 (got 0)"));
@@ -62,6 +65,7 @@ impl Args {
         self.data.validate()?;
         self.view.validate()?;
         self.validate_sampling()?;
+        self.validate_shape()?;
         self.validate_prompts()
     }
 

@@ -36,6 +36,28 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// HTTP/2 connection window: thousands of streams share one connection.
 const CONNECTION_WINDOW: u32 = 16 << 20;
 
+/// The server's bounds on a request's length (`GetServerInfo`), for
+/// `--max-new-tokens none`: gRPC has no "unset", so loadgen asks for the
+/// server's limit, fitted to what the context leaves after the prompt (what
+/// Ember's chat endpoint does for a request without a limit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerLimits {
+    /// `knobs.max_new_tokens_limit` (0: not reported).
+    pub max_new_tokens: u32,
+    /// `n_positions`: the model's context (0: not reported).
+    pub context: u32,
+}
+
+impl ServerLimits {
+    /// The limit to send for a prompt of `prompt_tokens` (when known).
+    pub fn fit(&self, prompt_tokens: Option<u32>) -> u32 {
+        match prompt_tokens {
+            Some(p) if self.context > 0 => self.max_new_tokens.min(self.context.saturating_sub(p)),
+            _ => self.max_new_tokens,
+        }
+    }
+}
+
 /// One HTTP/2 connection to an Ember server.
 #[derive(Debug, Clone)]
 pub struct GrpcConn {
@@ -43,6 +65,8 @@ pub struct GrpcConn {
     client: InferenceClient<Channel>,
     /// `authorization: Bearer KEY`, if `--api-key`.
     auth: Option<MetadataValue<tonic::metadata::Ascii>>,
+    /// The server's bounds, read at connect (`--max-new-tokens none`).
+    limits: ServerLimits,
 }
 
 impl GrpcConn {
@@ -78,10 +102,31 @@ impl GrpcConn {
             ),
             None => None,
         };
-        Ok(GrpcConn {
+        let mut me = GrpcConn {
             client: InferenceClient::new(channel),
             auth,
-        })
+            limits: ServerLimits {
+                max_new_tokens: 0,
+                context: 0,
+            },
+        };
+        if let Ok(info) = me.info().await {
+            me.limits = ServerLimits {
+                max_new_tokens: info.knobs.map_or(0, |k| k.max_new_tokens_limit),
+                context: info.n_positions,
+            };
+        }
+        Ok(me)
+    }
+
+    async fn info(&self) -> Result<ember_common::pb::ServerInfo, String> {
+        let reply = self
+            .client
+            .clone()
+            .get_server_info(self.request(GetServerInfoRequest {}))
+            .await
+            .map_err(|s| format!("GetServerInfo: {:?}: {}", s.code(), s.message()))?;
+        Ok(reply.into_inner())
     }
 
     fn request<T>(&self, message: T) -> tonic::Request<T> {
@@ -94,14 +139,13 @@ impl GrpcConn {
 
     /// `GetServerInfo`: the model and device, or why not.
     pub async fn describe(&self) -> Result<(String, String), String> {
-        let reply = self
-            .client
-            .clone()
-            .get_server_info(self.request(GetServerInfoRequest {}))
-            .await
-            .map_err(|s| format!("GetServerInfo: {:?}: {}", s.code(), s.message()))?;
-        let info = reply.into_inner();
+        let info = self.info().await?;
         Ok((info.model, info.device))
+    }
+
+    /// The server's bounds read at connect.
+    pub fn limits(&self) -> ServerLimits {
+        self.limits
     }
 
     /// Runs one request to its end. `submitted` receives the instant the call
@@ -122,8 +166,9 @@ impl GrpcConn {
             channel,
             prompt_tokens: prepared.prompt_tokens,
             tokens_from: TokenSource::Server,
+            streamed: true,
         };
-        let mut request = self.request(message(prepared));
+        let mut request = self.request(message(prepared, self.limits));
         request.set_timeout(timeout);
         let mut client = self.client.clone();
         let submit_start = Instant::now();
@@ -171,8 +216,12 @@ pub fn chain(e: &dyn std::error::Error) -> String {
     out
 }
 
-/// The `GenerateRequest` of a prepared request.
-fn message(p: PreparedRequest) -> GenerateRequest {
+/// The `GenerateRequest` of a prepared request; without a limit, the
+/// server's, fitted to the context.
+fn message(p: PreparedRequest, limits: ServerLimits) -> GenerateRequest {
+    let max_new_tokens = p
+        .max_new_tokens
+        .unwrap_or_else(|| limits.fit(p.prompt_tokens));
     let (prompt, prompt_token_ids) = match p.prompt {
         Prompt::Text(t) => (t, Vec::new()),
         Prompt::Ids(ids) => (String::new(), ids),
@@ -181,7 +230,7 @@ fn message(p: PreparedRequest) -> GenerateRequest {
         request_id: p.request_id,
         prompt,
         prompt_token_ids,
-        max_new_tokens: p.max_new_tokens,
+        max_new_tokens,
         ignore_eos: p.ignore_eos,
         sampling: p.sampling.map(|s| SamplingParams {
             temperature: s.temperature,
@@ -322,7 +371,8 @@ mod tests {
         let p = PreparedRequest {
             request_id: "r".into(),
             prompt: Prompt::Ids(vec![1, 2]),
-            max_new_tokens: 3,
+            max_new_tokens: Some(3),
+            stream: true,
             ignore_eos: true,
             sampling: Some(Sampling {
                 temperature: Some(0.5),
@@ -332,9 +382,29 @@ mod tests {
             }),
             prompt_tokens: Some(2),
         };
-        let m = message(p);
+        let limits = ServerLimits {
+            max_new_tokens: 256,
+            context: 1024,
+        };
+        let m = message(p.clone(), limits);
         assert_eq!((m.prompt.as_str(), m.prompt_token_ids), ("", vec![1, 2]));
         assert_eq!((m.max_new_tokens, m.ignore_eos), (3, true));
         assert_eq!(m.sampling.and_then(|s| s.seed), Some(9));
+        let none = PreparedRequest {
+            max_new_tokens: None,
+            prompt_tokens: Some(900),
+            ..p
+        };
+        assert_eq!(message(none.clone(), limits).max_new_tokens, 124, "fitted");
+        let short = PreparedRequest {
+            prompt_tokens: Some(5),
+            ..none.clone()
+        };
+        assert_eq!(message(short, limits).max_new_tokens, 256, "the limit");
+        let unknown = PreparedRequest {
+            prompt_tokens: None,
+            ..none
+        };
+        assert_eq!(message(unknown, limits).max_new_tokens, 256);
     }
 }

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::client::grpc::GrpcConn;
+use crate::client::grpc::{GrpcConn, ServerLimits};
 use crate::client::openai::HttpConn;
 use crate::config::{Backend, Balance, ConnConfig};
 use crate::error::Error;
@@ -180,6 +180,15 @@ impl Pool {
             conn: conn.clone(),
             target: target.in_flight.clone(),
         }
+    }
+
+    /// The first gRPC target's bounds (`--max-new-tokens none`); `None` for
+    /// the OpenAI backend.
+    pub fn server_limits(&self) -> Option<ServerLimits> {
+        self.conns().find_map(|c| match &c.transport {
+            Transport::Grpc(g) => Some(g.limits()),
+            Transport::Http(_) => None,
+        })
     }
 
     /// Every connection, target-major.

@@ -8,6 +8,7 @@ use std::io::Write;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::client::grpc::ServerLimits;
 use crate::client::pool::Pool;
 use crate::error::Error;
 use crate::measure::progress::Progress;
@@ -72,6 +73,25 @@ pub struct RunOpts {
     pub max_submit_lag: Option<Duration>,
 }
 
+/// What each request asks for, in words (the report's `Request shape`).
+pub fn request_shape(args: &BenchConfig, limits: Option<ServerLimits>) -> String {
+    let w = &args.workload;
+    let mut parts = vec![if w.stream {
+        "streaming".to_string()
+    } else {
+        "non-streaming (one body: TTFT = latency; TPOT from the server's timing)".to_string()
+    }];
+    parts.push(match (w.max_new_tokens, limits) {
+        (Some(n), _) => format!("max_new_tokens {n}"),
+        (None, Some(l)) => format!(
+            "max_new_tokens none: the server's limit ({}) fitted to its context ({}) after the prompt",
+            l.max_new_tokens, l.context
+        ),
+        (None, None) => "no max_tokens sent (the server decides)".to_string(),
+    });
+    parts.join(", ")
+}
+
 impl<'a> Bench<'a> {
     /// Loads the workload (a bad dataset fails here) and opens the
     /// connections to `targets`; `series` names the series (compare).
@@ -97,6 +117,8 @@ impl<'a> Bench<'a> {
             model,
             device,
             backend: args.conn.describe(),
+            request_shape: request_shape(args, pool.server_limits()),
+            nonce: args.workload.nonce.clone(),
             targets: targets.len(),
             channels: args.conn.channels,
             http1: pool.is_http1(),

@@ -150,10 +150,12 @@ pub fn series_section(out: &mut String, s: &Series, compare: bool) {
     };
     let _ = writeln!(
         out,
-        "<p>Model <b>{}</b> on <b>{}</b>; {}; {} target(s) ({}) x {conns}, balance {}; {} requests per run; schedule {}{}.</p>",
+        "<p>Model <b>{}</b> on <b>{}</b>; {}; requests: {} (prompt nonce {}); {} target(s) ({}) x {conns}, balance {}; {} requests per run; schedule {}{}.</p>",
         esc(&hd.model),
         esc(&hd.device),
         esc(&hd.backend),
+        esc(&hd.request_shape),
+        esc(&hd.nonce),
         hd.targets,
         esc(&s.urls.join(", ")),
         esc(&hd.balance),

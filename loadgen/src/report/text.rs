@@ -66,6 +66,8 @@ pub fn run(w: &mut impl Write, h: &Header, s: &RunStats, of: usize) -> io::Resul
     line(w, "Model", &h.model)?;
     line(w, "Device", &h.device)?;
     line(w, "Backend", &h.backend)?;
+    line(w, "Request shape", &h.request_shape)?;
+    line(w, "Prompt nonce", &h.nonce)?;
     line(
         w,
         "Requests",
@@ -309,6 +311,8 @@ mod tests {
             model: "m".into(),
             device: "d".into(),
             backend: "openai /v1/completions (HTTP/1.1)".into(),
+            request_shape: "streaming, max_new_tokens 32".into(),
+            nonce: "abc123".into(),
             targets: 2,
             channels: 1,
             http1: true,

@@ -60,8 +60,11 @@ pub struct PreparedRequest {
     pub request_id: String,
     /// The prompt.
     pub prompt: Prompt,
-    /// Tokens to generate at most.
-    pub max_new_tokens: u32,
+    /// Tokens to generate at most; `None`: no limit sent (`--max-new-tokens
+    /// none`: the server decides).
+    pub max_new_tokens: Option<u32>,
+    /// Ask for a streamed response (`--stream`); false: one body at the end.
+    pub stream: bool,
     /// Generate exactly `max_new_tokens` (`--no-stop-on-eos`).
     pub ignore_eos: bool,
     /// `None`: no sampling flag was given (greedy).
@@ -87,14 +90,23 @@ pub struct WorkloadConfig {
     pub pretok: bool,
     /// The chat endpoint takes text only: token-id prompts are decoded.
     pub text_only: bool,
-    /// `--max-new-tokens`.
-    pub max_new_tokens: u32,
+    /// `--max-new-tokens` (`None`: `none`).
+    pub max_new_tokens: Option<u32>,
+    /// `--stream`.
+    pub stream: bool,
+    /// Count text prompts' tokens client-side (with the GPT-2 tokenizer),
+    /// for a backend that must fit the limit to the context itself.
+    pub count_prompt_tokens: bool,
     /// `--no-stop-on-eos`.
     pub ignore_eos: bool,
     /// The sampling flags; `None` when none was given (greedy).
     pub sampling: Option<Sampling>,
     /// `--seed`.
     pub seed: u64,
+    /// This invocation's nonce (`--nonce`, else drawn at start): in every
+    /// unique prompt's prefix, so a second invocation against the same
+    /// server does not find the first one's prompts in its prefix cache.
+    pub nonce: String,
 }
 
 /// Builds the requests of each run from the workload flags.
@@ -116,8 +128,15 @@ pub struct Workload {
     text_only: bool,
     /// The GPT-2 tokenizer, loaded when `pretok` or `text_only` need it.
     tokenizer: Option<Gpt2Tokenizer>,
-    /// `--max-new-tokens`, where neither the entry nor `--output-len` says.
-    max_new_tokens: u32,
+    /// `--max-new-tokens`, where neither the entry nor `--output-len` says
+    /// (`None`: no limit sent).
+    max_new_tokens: Option<u32>,
+    /// `--stream`.
+    stream: bool,
+    /// Count text prompts' tokens client-side.
+    count_prompt_tokens: bool,
+    /// The unique prompts' nonce.
+    nonce: String,
     /// `--no-stop-on-eos`.
     ignore_eos: bool,
     /// Sampling flags; `None` when none was given.
@@ -137,7 +156,8 @@ impl Workload {
             None => None,
         };
         let ids_possible = entries.is_some() || cfg.input_len.is_some();
-        let tokenizer = if cfg.pretok || (cfg.text_only && ids_possible) {
+        let tokenizer = if cfg.pretok || (cfg.text_only && ids_possible) || cfg.count_prompt_tokens
+        {
             Some(Gpt2Tokenizer::embedded()?)
         } else {
             None
@@ -152,6 +172,9 @@ impl Workload {
             text_only: cfg.text_only,
             tokenizer,
             max_new_tokens: cfg.max_new_tokens,
+            stream: cfg.stream,
+            count_prompt_tokens: cfg.count_prompt_tokens,
+            nonce: cfg.nonce.clone(),
             ignore_eos: cfg.ignore_eos,
             sampling: cfg.sampling,
             seed: cfg.seed,
@@ -165,7 +188,8 @@ impl Workload {
     }
 
     /// The `n` requests of one run. `label` is `w<k>` for warmup run k and
-    /// `r<k>` for measured run k; it goes into request ids and unique prompts.
+    /// `r<k>` for measured run k; it goes into request ids and, after the
+    /// nonce, into unique prompts (`[nonce.r0.3] `).
     pub fn build(&self, label: &str, n: usize) -> Result<Vec<PreparedRequest>, Error> {
         let label_hash = label.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
             (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
@@ -186,11 +210,13 @@ impl Workload {
         let max_new_tokens = entry
             .and_then(|e| e.max_new_tokens)
             .or_else(|| self.output_len.map(|d| d.sample(rng)))
-            .unwrap_or(self.max_new_tokens);
+            .or(self.max_new_tokens);
         let prompt = self.prompt(spec, label, index, rng)?;
-        let prompt_tokens = match &prompt {
-            Prompt::Ids(ids) => Some(u32::try_from(ids.len()).unwrap_or(u32::MAX)),
-            Prompt::Text(_) => None,
+        let count = |n: usize| Some(u32::try_from(n).unwrap_or(u32::MAX));
+        let prompt_tokens = match (&prompt, &self.tokenizer) {
+            (Prompt::Ids(ids), _) => count(ids.len()),
+            (Prompt::Text(t), Some(tok)) if self.count_prompt_tokens => count(tok.encode(t)?.len()),
+            (Prompt::Text(_), _) => None,
         };
         let sampling = self.sampling.map(|s| Sampling {
             seed: Some(self.seed.wrapping_add(index as u64)),
@@ -200,6 +226,7 @@ impl Workload {
             request_id: format!("{}-{label}-{index}", self.id_prefix),
             prompt,
             max_new_tokens,
+            stream: self.stream,
             ignore_eos: self.ignore_eos,
             sampling,
             prompt_tokens,
@@ -218,7 +245,7 @@ impl Workload {
         let ids = match spec {
             PromptSpec::Text(base) => {
                 let text = if self.unique {
-                    format!("[{label}.{index}] {base}")
+                    format!("[{}.{label}.{index}] {base}", self.nonce)
                 } else {
                     base
                 };
@@ -251,10 +278,13 @@ mod tests {
             unique: false,
             pretok: false,
             text_only: false,
-            max_new_tokens: 32,
+            max_new_tokens: Some(32),
+            stream: true,
+            count_prompt_tokens: false,
             ignore_eos: false,
             sampling: None,
             seed: 0,
+            nonce: "n1".into(),
         };
         edit(&mut c);
         c
@@ -278,12 +308,37 @@ mod tests {
             c.unique = true;
         });
         let reqs = w.build("r0", 2).expect("builds");
-        assert_eq!(reqs[0].prompt, Prompt::Text("[r0.0] hi hi hi".into()));
-        assert_eq!(reqs[1].prompt, Prompt::Text("[r0.1] hi hi hi".into()));
+        assert_eq!(reqs[0].prompt, Prompt::Text("[n1.r0.0] hi hi hi".into()));
+        assert_eq!(reqs[1].prompt, Prompt::Text("[n1.r0.1] hi hi hi".into()));
         assert_ne!(reqs[0].request_id, reqs[1].request_id);
         assert!(reqs[0].sampling.is_none(), "greedy sends no sampling");
-        assert_eq!(reqs[0].max_new_tokens, 32);
+        assert_eq!(reqs[0].max_new_tokens, Some(32));
         assert!(!reqs[0].ignore_eos);
+        let other = workload(|c| {
+            c.base_prompt = "hi hi hi".into();
+            c.unique = true;
+            c.nonce = "n2".into();
+        });
+        assert_ne!(
+            other.build("r0", 1).expect("builds")[0].prompt,
+            reqs[0].prompt,
+            "another invocation's nonce: other prompts"
+        );
+    }
+
+    #[test]
+    fn no_limit_and_client_side_counts() {
+        let w = workload(|c| {
+            c.base_prompt = "Hello world".into();
+            c.max_new_tokens = None;
+            c.stream = false;
+            c.count_prompt_tokens = true;
+        });
+        let r = &w.build("r0", 1).expect("builds")[0];
+        assert_eq!(r.max_new_tokens, None, "no limit sent");
+        assert!(!r.stream);
+        assert_eq!(r.prompt, Prompt::Text("Hello world".into()), "still text");
+        assert_eq!(r.prompt_tokens, Some(2), "counted with the GPT-2 tokenizer");
     }
 
     #[test]
@@ -334,9 +389,16 @@ mod tests {
         assert!(a
             .iter()
             .all(|p| p.prompt_tokens == Some(ids(p).len() as u32)));
-        let mean = a.iter().map(|p| f64::from(p.max_new_tokens)).sum::<f64>() / 200.0;
+        let mean = a
+            .iter()
+            .map(|p| f64::from(p.max_new_tokens.unwrap_or(0)))
+            .sum::<f64>()
+            / 200.0;
         assert!((mean - 20.0).abs() < 1.5, "mean output length {mean}");
-        assert!(a.iter().any(|p| p.max_new_tokens != 20), "drawn, not fixed");
+        assert!(
+            a.iter().any(|p| p.max_new_tokens != Some(20)),
+            "drawn, not fixed"
+        );
     }
 
     #[test]
@@ -349,14 +411,14 @@ mod tests {
         .expect("write");
         let w = workload(|c| {
             c.dataset = Some((path.clone(), DatasetFormat::Jsonl));
-            c.max_new_tokens = 9;
+            c.max_new_tokens = Some(9);
         });
         let r = w.build("r0", 3).expect("builds");
         let _ = std::fs::remove_file(&path);
         assert_eq!(r[0].prompt, Prompt::Text("a b".into()));
-        assert_eq!(r[0].max_new_tokens, 3);
+        assert_eq!(r[0].max_new_tokens, Some(3));
         assert_eq!(r[1].prompt, Prompt::Ids(vec![7, 8]));
-        assert_eq!(r[1].max_new_tokens, 9, "no max_new_tokens: the flag");
+        assert_eq!(r[1].max_new_tokens, Some(9), "no max_new_tokens: the flag");
         assert_eq!(r[2].prompt, Prompt::Text("a b".into()), "entries cycle");
     }
 

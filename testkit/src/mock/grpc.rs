@@ -16,8 +16,8 @@ use std::task::{Context, Poll};
 use ember_common::pb::generate_response::Event;
 use ember_common::pb::inference_server::{Inference, InferenceServer};
 use ember_common::pb::{
-    FinishReason, Finished, GenerateRequest, GenerateResponse, GetServerInfoRequest, ServerInfo,
-    Started, Token,
+    FinishReason, Finished, GenerateRequest, GenerateResponse, GetServerInfoRequest,
+    SchedulerKnobs, ServerInfo, Started, Token,
 };
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
@@ -33,6 +33,9 @@ use crate::mock::timeline::{drive, ns, Shared, Stamps, Step};
 /// Most concurrent streams one client connection may open: enough for
 /// `loadgen calibrate --streams 10000` on one connection.
 const MAX_STREAMS: u32 = 20_000;
+
+/// The `max_new_tokens_limit` the mock reports in `GetServerInfo`.
+pub const MOCK_MAX_NEW_TOKENS_LIMIT: u32 = 256;
 
 /// The service: answers `Generate` on the shared timeline.
 #[derive(Debug, Clone)]
@@ -164,6 +167,13 @@ impl Inference for Mock {
         Ok(Response::new(ServerInfo {
             model: "mock".into(),
             device: "test".into(),
+            // GPT-2's context and a limit like the server's default, so a
+            // client fitting its limit to them has something to read.
+            n_positions: 1024,
+            knobs: Some(SchedulerKnobs {
+                max_new_tokens_limit: MOCK_MAX_NEW_TOKENS_LIMIT,
+                ..Default::default()
+            }),
             ..Default::default()
         }))
     }

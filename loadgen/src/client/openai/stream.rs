@@ -196,6 +196,7 @@ mod tests {
             channel: 0,
             prompt_tokens: None,
             tokens_from: TokenSource::Chunks,
+            streamed: true,
         };
         RequestRecord::begin(begin, t0, t0)
     }

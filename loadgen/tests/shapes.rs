@@ -1,0 +1,174 @@
+//! Issue 33's request shapes against the mock server: non-streaming
+//! requests and requests without a limit on both backends, the prompt nonce,
+//! and the flags that cannot be combined. Every check is on what the mock
+//! fixes (token counts, its timeline) or on what loadgen wrote.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{loadgen, start, u, MockConfig};
+
+fn mock_cfg() -> MockConfig {
+    MockConfig {
+        ttft: Duration::from_millis(20),
+        itl: Duration::from_millis(2),
+        ..Default::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn non_streaming_requests_end_with_their_body() {
+    let mock = start(mock_cfg()).await;
+    for endpoint in ["completions", "chat"] {
+        let run = loadgen(&[
+            "--backend",
+            "openai",
+            "--base-url",
+            &mock.http_url,
+            "--endpoint",
+            endpoint,
+            "--stream",
+            "false",
+            "--num-requests",
+            "4",
+            "--max-new-tokens",
+            "6",
+        ])
+        .await;
+        assert_eq!(run.code(), Some(0), "{}", run.output());
+        assert!(
+            run.stdout.contains("Request shape:") && run.stdout.contains("non-streaming"),
+            "{}",
+            run.stdout
+        );
+        assert!(run.summary["request_shape"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("non-streaming")));
+        for r in &run.requests {
+            assert_eq!(r["streamed"], false, "{r}");
+            assert_eq!(u(r, "completion_tokens"), 6, "usage counts: {r}");
+            assert_eq!(r["token_recv_ns"].as_array().map(Vec::len), Some(0));
+            let (ttft, latency) = (u(r, "client_ttft_ns"), u(r, "latency_ns"));
+            assert_eq!(ttft, latency, "TTFT = the end of the body: {r}");
+            // The mock's timeline: 20 ms to the first token, 5 more at 2 ms.
+            assert!(latency >= 30_000_000, "{r}");
+            let tpot = u(r, "client_tpot_ns");
+            assert!(
+                (1_500_000..20_000_000).contains(&tpot),
+                "TPOT from the server's decode time: {r}"
+            );
+            assert!(r["overhead_ns"].is_i64(), "latency - server total: {r}");
+        }
+    }
+    mock.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_limit_the_server_decides_on_both_backends() {
+    let mock = start(MockConfig {
+        ttft: Duration::from_millis(5),
+        itl: Duration::from_micros(500),
+        ..Default::default()
+    })
+    .await;
+    // HTTP: no max_tokens in the body; the mock's OpenAI default is 16.
+    let run = loadgen(&[
+        "--backend",
+        "openai",
+        "--base-url",
+        &mock.http_url,
+        "--endpoint",
+        "chat",
+        "--max-new-tokens",
+        "none",
+        "--num-requests",
+        "2",
+    ])
+    .await;
+    assert_eq!(run.code(), Some(0), "{}", run.output());
+    assert!(run.stdout.contains("no max_tokens sent"), "{}", run.stdout);
+    assert!(run.requests.iter().all(|r| u(r, "completion_tokens") == 16));
+    // gRPC needs a limit: the server's (256 on the mock) fitted to its
+    // context (1024) after the prompt, read from GetServerInfo.
+    let run = loadgen(&[
+        "--target",
+        &mock.url,
+        "--max-new-tokens",
+        "none",
+        "--num-requests",
+        "2",
+    ])
+    .await;
+    assert_eq!(run.code(), Some(0), "{}", run.output());
+    assert!(
+        run.stdout
+            .contains("the server's limit (256) fitted to its context (1024)"),
+        "{}",
+        run.stdout
+    );
+    assert!(run
+        .requests
+        .iter()
+        .all(|r| u(r, "completion_tokens") == 256));
+    mock.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_nonce_is_fresh_per_invocation_unless_given() {
+    let mock = start(mock_cfg()).await;
+    let base = [
+        "--target",
+        &mock.url,
+        "--num-requests",
+        "1",
+        "--unique-prompts",
+    ];
+    let a = loadgen(&base).await;
+    let b = loadgen(&base).await;
+    let nonce = |r: &common::LoadgenRun| r.summary["nonce"].as_str().map(String::from);
+    assert!(nonce(&a).is_some_and(|n| n.len() == 6), "{}", a.output());
+    assert_ne!(nonce(&a), nonce(&b), "a new nonce per invocation");
+    let mut fixed = base.to_vec();
+    fixed.extend(["--nonce", "run7"]);
+    let c = loadgen(&fixed).await;
+    assert_eq!(nonce(&c).as_deref(), Some("run7"));
+    assert!(c.stdout.contains("Prompt nonce:") && c.stdout.contains("run7"));
+    mock.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shapes_that_cannot_be_sent_name_their_flag() {
+    let cases: [(&[&str], &str); 6] = [
+        (
+            &["--target", "127.0.0.1:1", "--stream", "false"],
+            "--stream",
+        ),
+        (
+            &["--target", "127.0.0.1:1", "--max-new-tokens", "0"],
+            "--max-new-tokens",
+        ),
+        (&["--target", "127.0.0.1:1", "--nonce", "a b"], "--nonce"),
+        (
+            &["--target", "127.0.0.1:1", "--num-prefixes", "3"],
+            "--num-prefixes",
+        ),
+        (
+            &["--target", "127.0.0.1:1", "--duration", "5s"],
+            "--duration",
+        ),
+        (
+            &["--target", "127.0.0.1:1", "--think-time-ms", "5"],
+            "--think-time-ms",
+        ),
+    ];
+    for (args, flag) in cases {
+        let run = loadgen(args).await;
+        assert_ne!(run.code(), Some(0), "{args:?}");
+        assert!(
+            run.stderr.contains(&format!("invalid {flag}")),
+            "{args:?}: {}",
+            run.stderr
+        );
+    }
+}
