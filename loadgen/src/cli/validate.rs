@@ -235,7 +235,7 @@ mod tests {
         let args = parse(&[]).expect("parses");
         let (c, _) = args.validate().expect("defaults validate");
         assert_eq!(c.arrivals.num_requests, 16);
-        assert_eq!(c.workload.max_new_tokens, 32);
+        assert_eq!(c.workload.max_new_tokens, Some(32));
         assert_eq!((c.warmup_runs, c.repeat_runs), (0, 1));
         assert_eq!(c.arrivals.submit_schedule, SubmitSchedule::Absolute);
         assert_eq!(c.arrivals.requested_rate_rps(), None);
