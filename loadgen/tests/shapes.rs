@@ -172,3 +172,83 @@ async fn shapes_that_cannot_be_sent_name_their_flag() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timed_run_ends_on_time_and_cuts_what_is_left() {
+    // A closed loop of 4 for 1.5 s against 100 ms requests: about 15 x 4
+    // requests, fired until 1.5 s. A short grace (300 ms) against 1 s
+    // requests (ITL 100 ms x 10) cuts those still running at the end.
+    let mock = start(MockConfig {
+        ttft: Duration::from_millis(40),
+        itl: Duration::from_millis(10),
+        ..Default::default()
+    })
+    .await;
+    let run = loadgen(&[
+        "--target",
+        &mock.url,
+        "--duration",
+        "1500ms",
+        "--max-concurrency",
+        "4",
+        "--max-new-tokens",
+        "7",
+    ])
+    .await;
+    assert_eq!(run.code(), Some(0), "{}", run.output());
+    let r0 = run.run0().expect("a run");
+    let n = u(r0, "requests");
+    assert!((30..=72).contains(&n), "about 15 x 4 requests: {n}");
+    assert_eq!(u(r0, "cut"), 0, "every request fits the 30 s grace");
+    let last_start = run
+        .requests
+        .iter()
+        .map(|r| u(r, "submit_start_ns"))
+        .max()
+        .expect("requests");
+    assert!(
+        last_start < 1_500_000_000 + 10_000_000,
+        "fired until the end only"
+    );
+    assert!(r0["throughput_in_duration_tps"]
+        .as_f64()
+        .is_some_and(|t| t > 0.0));
+    assert!(run.stdout.contains("Timed run:") && run.stdout.contains("for 1.5 s"));
+
+    let slow = start(MockConfig {
+        ttft: Duration::from_millis(20),
+        itl: Duration::from_millis(100),
+        ..Default::default()
+    })
+    .await;
+    let run = loadgen(&[
+        "--target",
+        &slow.url,
+        "--duration",
+        "500ms",
+        "--duration-grace",
+        "300ms",
+        "--submit-interval-ms",
+        "100",
+        "--max-new-tokens",
+        "10",
+    ])
+    .await;
+    assert_eq!(run.code(), Some(0), "cut is not failed: {}", run.output());
+    let r0 = run.run0().expect("a run");
+    assert_eq!(u(r0, "requests"), 5, "fired at 0, 100, ... 400 ms");
+    assert_eq!((u(r0, "cut"), u(r0, "failed"), u(r0, "ok")), (5, 0, 0));
+    assert!(run.requests.iter().all(|r| r["status"] == "CUT"));
+    let finish = run
+        .requests
+        .iter()
+        .map(|r| u(r, "finish_ns"))
+        .max()
+        .expect("records");
+    assert!(
+        finish < 1_500_000_000,
+        "cut at 800 ms, not at the 1 s end: {finish}"
+    );
+    mock.stop().await;
+    slow.stop().await;
+}

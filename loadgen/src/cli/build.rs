@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::cli::Args;
+use crate::cli::{Args, DEFAULT_NUM_REQUESTS};
 use crate::config::Backend;
 use crate::error::Error;
 use crate::modes::session::Outcome;
@@ -69,7 +69,13 @@ impl Args {
                 burstiness: self.burstiness,
                 trace_time_scale: self.trace_time_scale,
                 seed: self.seed,
-                num_requests: self.num_requests,
+                num_requests: match (self.num_requests, self.shape.duration) {
+                    (Some(n), _) => n,
+                    (None, Some(_)) => usize::MAX,
+                    (None, None) => DEFAULT_NUM_REQUESTS,
+                },
+                duration: self.shape.duration,
+                grace: self.shape.duration_grace,
             },
             max_concurrency: self.max_concurrency,
             warmup_runs: self.warmup_runs,

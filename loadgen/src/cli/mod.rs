@@ -30,6 +30,9 @@ use crate::cli::options::{DataArgs, SweepArgs, ViewArgs};
 use crate::cli::shape::{ObserveArgs, ShapeArgs, TokenLimit};
 use crate::config::{Arrival, SubmitSchedule};
 
+/// Requests per run when --num-requests is not given (and no --duration).
+pub const DEFAULT_NUM_REQUESTS: usize = 16;
+
 /// Default prompt: a plain English sentence (about 10 GPT-2 tokens).
 pub const DEFAULT_PROMPT: &str = "The quick brown fox jumps over the lazy dog, and then it";
 
@@ -56,14 +59,10 @@ pub struct Args {
     #[serde(flatten)]
     pub conn: ConnArgs,
 
-    /// Requests per run (warmup and measured runs alike).
-    #[arg(
-        long,
-        env = "LOADGEN_NUM_REQUESTS",
-        default_value_t = 16,
-        value_name = "N"
-    )]
-    pub num_requests: usize,
+    /// Requests per run (warmup and measured runs alike); default 16. With
+    /// --turns: sessions per run. With --duration: a cap (default none).
+    #[arg(long, env = "LOADGEN_NUM_REQUESTS", value_name = "N")]
+    pub num_requests: Option<usize>,
 
     /// Prompt text of every request.
     #[arg(long, env = "LOADGEN_PROMPT", default_value = DEFAULT_PROMPT, value_name = "TEXT")]

@@ -15,7 +15,7 @@ impl Args {
 
     /// Every check but the targets'.
     pub(crate) fn check_settings(&self) -> Result<(), Error> {
-        if self.num_requests == 0 {
+        if self.num_requests == Some(0) {
             return Err(Error::invalid("--num-requests", "must be >= 1 (got 0)"));
         }
         if self.repeat_runs == 0 {

@@ -13,6 +13,13 @@
 //! With a submit lag limit the loop stops firing once the submit lag p99 is
 //! beyond it (more than 1% of at least [`LAG_MIN_SAMPLES`] submissions late):
 //! the client, not the server, is then the bottleneck, and the run says so.
+//!
+//! A timed run (`--duration`) stops firing at t0 + duration: a request whose
+//! target (or concurrency permit) comes later is not sent. Requests in
+//! flight then run on, for at most the grace period: one still running at
+//! t0 + duration + grace is cancelled (its deadline is set to that instant
+//! when fired) and recorded with status `CUT`, which the statistics count
+//! apart from failures.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -27,8 +34,45 @@ use crate::client::pool::{ConnPeak, Pool};
 use crate::error::Error;
 use crate::measure::progress::Live;
 use crate::record::{RequestRecord, Slot};
+use crate::workload::feed::RequestFeed;
 use crate::workload::schedule::{fire_at, Plan};
 use crate::workload::PreparedRequest;
+
+/// The status of a request cut at the end of a timed run.
+pub const CUT: &str = "CUT";
+
+/// A run's requests: built before it (a counted run) or one at a time (a
+/// timed run).
+#[derive(Debug)]
+pub enum Requests {
+    /// Every request, in firing order.
+    Built(std::vec::IntoIter<PreparedRequest>),
+    /// Built as the run goes.
+    Fed(RequestFeed),
+}
+
+impl Requests {
+    /// Every request of a counted run.
+    pub fn built(requests: Vec<PreparedRequest>) -> Requests {
+        Requests::Built(requests.into_iter())
+    }
+
+    /// The next request, or why none can be built.
+    fn next_request(&mut self) -> Result<Option<PreparedRequest>, String> {
+        match self {
+            Requests::Built(it) => Ok(it.next()),
+            Requests::Fed(feed) => feed.next_request().map_err(|e| e.to_string()),
+        }
+    }
+
+    /// Requests left unsent (a counted run; a timed run has no such count).
+    fn left(&self) -> usize {
+        match self {
+            Requests::Built(it) => it.len(),
+            Requests::Fed(_) => 0,
+        }
+    }
+}
 
 /// t0 is this far after the firing loop starts, so request 0 is fired on the
 /// same precise path as every other request.
@@ -90,7 +134,11 @@ pub struct RunSpec {
     /// When each request fires.
     pub plan: Plan,
     /// The requests, in firing order.
-    pub requests: Vec<PreparedRequest>,
+    pub requests: Requests,
+    /// A timed run: fire until t0 + this.
+    pub until: Option<Duration>,
+    /// A timed run: cut requests still running at t0 + this.
+    pub cut_at: Option<Duration>,
     /// `--max-concurrency`.
     pub max_concurrency: Option<usize>,
     /// `--timeout` per request.
@@ -118,11 +166,13 @@ pub struct RunResult {
     pub stopped_early: Option<String>,
     /// Requests not fired because of that.
     pub unsent: usize,
+    /// A timed run's duration.
+    pub duration: Option<Duration>,
 }
 
 /// Runs one run to its end (every request finished or failed).
 pub async fn run_once(pool: Arc<Pool>, spec: RunSpec) -> Result<RunResult, Error> {
-    let (run, warmup) = (spec.run, spec.warmup);
+    let (run, warmup, duration) = (spec.run, spec.warmup, spec.until);
     pool.reset_peaks();
     let handle = Handle::current();
     let (tx, rx) = oneshot::channel();
@@ -158,6 +208,7 @@ pub async fn run_once(pool: Arc<Pool>, spec: RunSpec) -> Result<RunResult, Error
         conn_peaks: pool.peaks(),
         stopped_early: fired.stopped_early,
         unsent: fired.unsent,
+        duration,
     })
 }
 
@@ -176,27 +227,49 @@ struct Fired {
 async fn fire(handle: Handle, pool: Arc<Pool>, spec: RunSpec) -> Fired {
     let semaphore = spec.max_concurrency.map(|n| Arc::new(Semaphore::new(n)));
     let watch = spec.max_submit_lag.map(|l| Arc::new(LagWatch::new(l)));
-    let total = spec.requests.len();
+    let mut requests = spec.requests;
     let mut stopped_early = None;
     let t0 = Instant::now() + START_LEAD;
+    let until = spec.until.map(|d| t0 + d);
+    let cut_at = spec.cut_at.map(|d| t0 + d);
     let mut next_relative = t0;
-    let mut tasks = Vec::with_capacity(spec.requests.len());
-    for (index, prepared) in spec.requests.into_iter().enumerate() {
+    let mut tasks = Vec::new();
+    for index in 0.. {
         if let Some(reason) = watch.as_ref().and_then(|w| w.tripped()) {
             tracing::warn!(run = spec.run, fired = index, "{reason}");
             stopped_early = Some(reason);
             break;
         }
+        let prepared = match requests.next_request() {
+            Ok(Some(p)) => p,
+            Ok(None) => break,
+            Err(e) => {
+                stopped_early = Some(format!("stopped: request {index} could not be built: {e}"));
+                break;
+            }
+        };
         let intended = match &spec.plan {
-            Plan::Absolute(offsets) => t0 + offsets.get(index).copied().unwrap_or_default(),
+            Plan::Absolute(offsets) => match offsets.get(index) {
+                Some(o) => t0 + *o,
+                // A timed burst: every request at t0, as permits allow.
+                None if offsets.is_empty() => t0,
+                // A timed run's arrivals are over.
+                None => break,
+            },
             Plan::Relative { .. } => next_relative,
         };
+        if until.is_some_and(|u| intended >= u) {
+            break;
+        }
         fire_at(intended).await;
         // acquire_owned fails only on a closed semaphore; this one never closes.
         let permit = match &semaphore {
             Some(s) => s.clone().acquire_owned().await.ok(),
             None => None,
         };
+        if until.is_some_and(|u| Instant::now() >= u) {
+            break;
+        }
         let slot = Slot {
             run: spec.run,
             warmup: spec.warmup,
@@ -218,8 +291,12 @@ async fn fire(handle: Handle, pool: Arc<Pool>, spec: RunSpec) -> Fired {
             if let Some(w) = &watch {
                 w.observe(intended.elapsed());
             }
-            let record = execute(lease, prepared, slot, timeout, submitted_tx).await;
+            let (timeout, cut) = deadline(timeout, cut_at);
+            let mut record = execute(lease, prepared, slot, timeout, submitted_tx).await;
             drop(permit);
+            if cut && !record.ok && record.status == "DEADLINE_EXCEEDED" {
+                record.status = CUT.to_string();
+            }
             if let Some(l) = &live {
                 l.finished(&record);
             }
@@ -231,17 +308,36 @@ async fn fire(handle: Handle, pool: Arc<Pool>, spec: RunSpec) -> Fired {
             next_relative = submit_end + *interval;
         }
     }
-    let unsent = total - tasks.len();
     Fired {
         tasks,
         stopped_early,
-        unsent,
+        unsent: requests.left(),
+    }
+}
+
+/// A request's timeout from now, and whether it is the timed run's cut
+/// (earlier than `--timeout` would end it) rather than its own deadline.
+fn deadline(timeout: Duration, cut_at: Option<Instant>) -> (Duration, bool) {
+    let now = Instant::now();
+    match cut_at {
+        Some(c) if c < now + timeout => (c.saturating_duration_since(now), true),
+        _ => (timeout, false),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_cut_wins_only_when_it_comes_first() {
+        let t = Duration::from_secs(300);
+        assert_eq!(deadline(t, None), (t, false));
+        let far = Instant::now() + Duration::from_secs(3600);
+        assert_eq!(deadline(t, Some(far)), (t, false));
+        let (left, cut) = deadline(t, Some(Instant::now() + Duration::from_secs(2)));
+        assert!(cut && left <= Duration::from_secs(2));
+    }
 
     #[test]
     fn lag_watch_trips_on_the_p99() {

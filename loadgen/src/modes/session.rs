@@ -12,13 +12,16 @@ use crate::client::grpc::ServerLimits;
 use crate::client::pool::Pool;
 use crate::error::Error;
 use crate::measure::progress::Progress;
-use crate::measure::runner::{run_once, RunSpec};
+use crate::measure::runner::{run_once, Requests, RunSpec};
 use crate::measure::stats::{Measured, RunStats};
 use crate::modes::setup::BenchConfig;
 use crate::report::json::RequestsOut;
 use crate::report::model::Header;
 use crate::report::text;
-use crate::workload::schedule::{fixed_offsets, requests_per_run, Plan};
+use crate::workload::feed::RequestFeed;
+use crate::workload::schedule::{
+    fixed_offsets, offsets_until, requests_per_run, ArrivalConfig, Plan,
+};
 use crate::workload::Workload;
 
 /// What the benchmark found, for the binary's exit code.
@@ -38,7 +41,7 @@ pub struct Bench<'a> {
     /// The connections, opened once.
     pool: Arc<Pool>,
     /// Builds each run's requests.
-    workload: Workload,
+    workload: Arc<Workload>,
     /// What every report block says about the setup.
     pub header: Header,
     /// `--requests-out`, appended after each run.
@@ -73,6 +76,36 @@ pub struct RunOpts {
     pub max_submit_lag: Option<Duration>,
 }
 
+/// The arrival plan of a run of `n` requests (a timed run: the arrivals
+/// before its end, at most `n`).
+fn plan(
+    arrivals: &ArrivalConfig,
+    n: usize,
+    rate: Option<f64>,
+    entries: Option<&[crate::workload::dataset::Entry]>,
+) -> Result<Plan, Error> {
+    match arrivals.duration {
+        Some(d) => Ok(match Plan::new(arrivals, 0, rate, entries)? {
+            Plan::Absolute(_) => Plan::Absolute(offsets_until(arrivals, rate, d, n)),
+            relative => relative,
+        }),
+        None => Plan::new(arrivals, n, rate, entries),
+    }
+}
+
+/// The schedule in words; a timed run says for how long.
+fn describe(plan: &Plan, arrivals: &ArrivalConfig, rate: Option<f64>) -> String {
+    let what = plan.describe(arrivals, rate);
+    match arrivals.duration {
+        Some(d) => format!(
+            "{what}, for {:.1} s (then up to {:.1} s for requests in flight, the rest cut)",
+            d.as_secs_f64(),
+            arrivals.grace.as_secs_f64()
+        ),
+        None => what,
+    }
+}
+
 /// What each request asks for, in words (the report's `Request shape`).
 pub fn request_shape(args: &BenchConfig, limits: Option<ServerLimits>) -> String {
     let w = &args.workload;
@@ -101,11 +134,11 @@ impl<'a> Bench<'a> {
         requests_out: Option<RequestsOut>,
         series: Option<String>,
     ) -> Result<Bench<'a>, Error> {
-        let workload = Workload::new(&args.workload)?;
+        let workload = Arc::new(Workload::new(&args.workload)?);
         let arrivals = &args.arrivals;
         let requests_per_run = requests_per_run(arrivals, workload.entries());
         // A trace that cannot be replayed fails before anything connects.
-        let plan = Plan::new(
+        let plan = plan(
             arrivals,
             requests_per_run,
             arrivals.request_rate,
@@ -126,7 +159,7 @@ impl<'a> Bench<'a> {
             schedule: if args.sweep.active() {
                 format!("a sweep of {:?} arrivals", arrivals.arrival).to_lowercase()
             } else {
-                plan.describe(arrivals, arrivals.request_rate)
+                describe(&plan, arrivals, arrivals.request_rate)
             },
             absolute: matches!(plan, Plan::Absolute(_)),
             max_concurrency: args.max_concurrency,
@@ -162,7 +195,7 @@ impl<'a> Bench<'a> {
         let plan = if o.burst {
             Plan::Absolute(fixed_offsets(n, Duration::ZERO))
         } else {
-            Plan::new(
+            plan(
                 arrivals,
                 n,
                 o.rate.or(arrivals.request_rate),
@@ -173,15 +206,27 @@ impl<'a> Bench<'a> {
         header.schedule = if o.burst {
             "0 ms / absolute (burst)".to_string()
         } else {
-            plan.describe(arrivals, o.rate.or(arrivals.request_rate))
+            describe(&plan, arrivals, o.rate.or(arrivals.request_rate))
         };
         header.max_concurrency = o.max_concurrency;
-        let progress = Progress::start(args.progress, args.progress_interval, n, o.label.clone());
+        let timed = arrivals.duration;
+        let progress = Progress::start(
+            args.progress,
+            args.progress_interval,
+            (n, timed),
+            o.label.clone(),
+        );
+        let requests = match timed {
+            Some(_) => Requests::Fed(RequestFeed::new(self.workload.clone(), &o.label, n)),
+            None => Requests::built(self.workload.build(&o.label, n)?),
+        };
         let spec = RunSpec {
             run: o.run,
             warmup: o.warmup,
             plan,
-            requests: self.workload.build(&o.label, n)?,
+            requests,
+            until: timed,
+            cut_at: timed.map(|d| d + arrivals.grace),
             max_concurrency: o.max_concurrency,
             timeout: args.timeout,
             max_submit_lag: o.max_submit_lag,

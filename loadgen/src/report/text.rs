@@ -289,6 +289,16 @@ fn goodput(w: &mut impl Write, h: &Header, s: &RunStats) -> io::Result<()> {
             ),
         )?;
     }
+    if let (Some(d), Some(tps)) = (s.duration_s, s.throughput_in_duration_tps) {
+        line(
+            w,
+            "Timed run",
+            format!(
+                "{d:.1} s: {tps:.2} completion tokens/s received within it; {} request(s) cut after the grace (neither ok nor failed, not in the statistics)",
+                s.cut
+            ),
+        )?;
+    }
     if let Some(reason) = &s.stopped_early {
         line(
             w,

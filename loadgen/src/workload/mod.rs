@@ -11,9 +11,11 @@
 //! takes text only: token-id prompts are decoded with the GPT-2 tokenizer.
 //!
 //! Layout: [`dataset`] (files), [`lengths`] (length distributions),
-//! [`schedule`] (when each request fires).
+//! [`schedule`] (when each request fires), [`feed`] (requests built one at
+//! a time, for timed runs).
 
 pub mod dataset;
+pub mod feed;
 pub mod lengths;
 pub mod schedule;
 
@@ -191,16 +193,28 @@ impl Workload {
     /// `r<k>` for measured run k; it goes into request ids and, after the
     /// nonce, into unique prompts (`[nonce.r0.3] `).
     pub fn build(&self, label: &str, n: usize) -> Result<Vec<PreparedRequest>, Error> {
-        let label_hash = label.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
-        });
-        let mut rng = StdRng::seed_from_u64(self.seed ^ label_hash);
+        let mut rng = self.run_rng(label);
         (0..n)
-            .map(|index| self.one(label, index, &mut rng))
+            .map(|index| self.request(label, index, &mut rng))
             .collect()
     }
 
-    fn one(&self, label: &str, index: usize, rng: &mut StdRng) -> Result<PreparedRequest, Error> {
+    /// The draws of run `label` (seeded by `--seed` and the label).
+    pub fn run_rng(&self, label: &str) -> StdRng {
+        let label_hash = label.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+        });
+        StdRng::seed_from_u64(self.seed ^ label_hash)
+    }
+
+    /// Request `index` of run `label`, drawing from the run's `rng` (in
+    /// index order, as [`build`](Self::build) does).
+    pub fn request(
+        &self,
+        label: &str,
+        index: usize,
+        rng: &mut StdRng,
+    ) -> Result<PreparedRequest, Error> {
         let entry = self.entries.as_ref().map(|e| &e[index % e.len()]);
         let spec = match (entry, self.input_len) {
             (Some(e), _) => e.prompt.clone(),

@@ -41,8 +41,13 @@ pub struct ArrivalConfig {
     pub trace_time_scale: f64,
     /// `--seed`.
     pub seed: u64,
-    /// `--num-requests`.
+    /// `--num-requests` (a timed run without it: `usize::MAX`, no cap).
     pub num_requests: usize,
+    /// `--duration`: fire until this long after t0.
+    pub duration: Option<Duration>,
+    /// `--duration-grace`: requests in flight at the end may run this much
+    /// longer before they are cut.
+    pub grace: Duration,
 }
 
 impl ArrivalConfig {
@@ -125,6 +130,33 @@ impl Plan {
                 format!("{:.3} ms / relative", interval.as_secs_f64() * 1e3)
             }
         }
+    }
+}
+
+/// Offsets of `plan`'s kind of arrivals from t0 up to `until` (a timed
+/// run): as many as fall before it, at most `cap`. A burst's offsets (all 0)
+/// come back empty: the run fires on, as permits allow, until time is up.
+pub fn offsets_until(
+    args: &ArrivalConfig,
+    rate: Option<f64>,
+    until: Duration,
+    cap: usize,
+) -> Vec<Duration> {
+    let mut n = match rate.or(args.requested_rate_rps()) {
+        Some(r) => ((r * until.as_secs_f64() * 1.5) as usize).saturating_add(16),
+        None => return Vec::new(),
+    };
+    loop {
+        let n_now = n.min(cap);
+        let offsets = match Plan::new(args, n_now, rate, None) {
+            Ok(Plan::Absolute(o)) => o,
+            _ => return Vec::new(),
+        };
+        let last_inside = offsets.last().is_some_and(|o| *o < until);
+        if !last_inside || n_now == cap {
+            return offsets.into_iter().take_while(|o| *o < until).collect();
+        }
+        n = n.saturating_mul(2);
     }
 }
 
