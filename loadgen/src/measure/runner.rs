@@ -48,7 +48,7 @@ pub enum Requests {
     /// Every request, in firing order.
     Built(std::vec::IntoIter<PreparedRequest>),
     /// Built as the run goes.
-    Fed(RequestFeed),
+    Fed(Box<RequestFeed>),
 }
 
 impl Requests {

@@ -217,7 +217,11 @@ impl<'a> Bench<'a> {
             o.label.clone(),
         );
         let requests = match timed {
-            Some(_) => Requests::Fed(RequestFeed::new(self.workload.clone(), &o.label, n)),
+            Some(_) => Requests::Fed(Box::new(RequestFeed::new(
+                self.workload.clone(),
+                &o.label,
+                n,
+            ))),
             None => Requests::built(self.workload.build(&o.label, n)?),
         };
         let spec = RunSpec {
