@@ -119,6 +119,10 @@ pub struct RequestRecord {
     /// The server's timeline; null unless the request finished OK and the
     /// server reported one (gRPC always; HTTP with Ember's extension).
     pub server: Option<ServerRecord>,
+    /// The output text, kept only when the next turn of a session needs it
+    /// (never written out).
+    #[serde(skip)]
+    pub reply: Option<String>,
 }
 
 /// The server's account of one request: gRPC `Started`, `Token` and
@@ -180,6 +184,8 @@ pub struct Begin<'a> {
     pub tokens_from: TokenSource,
     /// Streamed (token by token) or one body at the end.
     pub streamed: bool,
+    /// Keep the output text (a session's next turn carries it).
+    pub keep_reply: bool,
 }
 
 impl RequestRecord {
@@ -216,6 +222,7 @@ impl RequestRecord {
             latency_from_intended_ns: 0,
             overhead_ns: None,
             server: None,
+            reply: b.keep_reply.then(String::new),
         }
     }
 
@@ -323,6 +330,7 @@ pub(crate) mod tests {
             prompt_tokens: Some(3),
             tokens_from: TokenSource::Server,
             streamed: true,
+            keep_reply: false,
         };
         let mut r = RequestRecord::begin(begin, t0, t0);
         r.submit_start_ns = 1_500;

@@ -252,3 +252,91 @@ async fn a_timed_run_ends_on_time_and_cuts_what_is_left() {
     mock.stop().await;
     slow.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_carry_their_history_and_stay_on_one_target() {
+    let a = start(mock_cfg()).await;
+    let b = start(mock_cfg()).await;
+    let run = loadgen(&[
+        "--backend",
+        "openai",
+        "--base-url",
+        &format!("{},{}", a.http_url, b.http_url),
+        "--balance",
+        "least",
+        "--endpoint",
+        "chat",
+        "--turns",
+        "3",
+        "--think-time-ms",
+        "20",
+        "--num-requests",
+        "4",
+        "--max-new-tokens",
+        "5",
+    ])
+    .await;
+    assert_eq!(run.code(), Some(0), "{}", run.output());
+    assert_eq!(run.requests.len(), 12, "4 sessions x 3 turns");
+    assert!(run.stdout.contains("sessions of 3 turns"), "{}", run.stdout);
+    for s in 0..4 {
+        let turns: Vec<_> = (0..3)
+            .map(|t| {
+                run.requests
+                    .iter()
+                    .find(|r| u(r, "index") == (s * 3 + t) as u64)
+                    .unwrap_or_else(|| panic!("session {s} turn {t}"))
+            })
+            .collect();
+        let target = &turns[0]["target"];
+        assert!(
+            turns.iter().all(|r| &r["target"] == target),
+            "pinned: {turns:?}"
+        );
+        // The mock counts whitespace words: each turn adds the reply (one
+        // word of 5 x) and a new message.
+        let prompts: Vec<u64> = turns.iter().map(|r| u(r, "prompt_tokens")).collect();
+        assert!(
+            prompts.windows(2).all(|w| w[1] > w[0] + 1),
+            "history grows: {prompts:?}"
+        );
+        let gap = u(turns[1], "submit_start_ns") - u(turns[0], "finish_ns");
+        assert!(gap >= 20_000_000, "think time before the next turn: {gap}");
+    }
+    a.stop().await;
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_prefixes_lead_every_prompt() {
+    let mock = start(mock_cfg()).await;
+    let run = loadgen(&[
+        "--target",
+        &mock.url,
+        "--shared-prefix-len",
+        "40",
+        "--num-prefixes",
+        "2",
+        "--num-requests",
+        "6",
+        "--max-new-tokens",
+        "2",
+    ])
+    .await;
+    assert_eq!(run.code(), Some(0), "{}", run.output());
+    assert!(
+        run.stdout.contains("shared prefixes: 2 x 40 tokens"),
+        "{}",
+        run.stdout
+    );
+    // Token ids are sent (the mock counts them): 40 + the unique suffix.
+    for r in &run.requests {
+        assert!(u(r, "prompt_tokens") > 45, "{r}");
+    }
+    assert!(
+        run.stdout.contains("from the prefix cache"),
+        "{}",
+        run.stdout
+    );
+    mock.stop().await;
+}

@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::cli::{Args, DEFAULT_NUM_REQUESTS};
 use crate::config::Backend;
 use crate::error::Error;
+use crate::measure::session::Sessions;
 use crate::modes::session::Outcome;
 use crate::modes::setup::{BenchConfig, Outputs, Servers};
 use crate::modes::spawn::SpawnConfig;
@@ -78,6 +79,10 @@ impl Args {
                 grace: self.shape.duration_grace,
             },
             max_concurrency: self.max_concurrency,
+            sessions: (self.shape.turns > 1).then(|| Sessions {
+                turns: self.shape.turns,
+                think: Duration::from_secs_f64(self.shape.think_time_ms / 1e3),
+            }),
             warmup_runs: self.warmup_runs,
             repeat_runs: self.repeat_runs,
             timeout: Duration::from_secs_f64(self.timeout),
@@ -107,11 +112,17 @@ impl Args {
                 .map(|path| (path, self.data.dataset_format)),
             input_len: self.data.input_len,
             output_len: self.data.output_len,
-            unique: self.unique_prompts,
+            // A shared prefix is followed by a unique suffix.
+            unique: self.unique_prompts || self.shape.shared_prefix_len.is_some(),
             pretok: self.pretok,
             text_only: self.conn.config().text_only(),
             max_new_tokens: self.max_new_tokens.0,
             stream: self.shape.stream,
+            shared_prefix: self
+                .shape
+                .shared_prefix_len
+                .map(|len| (len, self.shape.num_prefixes)),
+            turns: self.shape.turns,
             count_prompt_tokens: self.max_new_tokens.0.is_none()
                 && self.conn.backend == Backend::Ember,
             ignore_eos: self.no_stop_on_eos,

@@ -29,6 +29,7 @@ use crate::client::tls;
 use crate::config::ConnConfig;
 use crate::error::Error;
 use crate::record::{ns_since, Begin, RequestRecord, ServerRecord, Slot, TokenSource};
+use crate::workload::turns::flatten;
 use crate::workload::{PreparedRequest, Prompt};
 
 /// How long opening one connection may take.
@@ -167,6 +168,7 @@ impl GrpcConn {
             prompt_tokens: prepared.prompt_tokens,
             tokens_from: TokenSource::Server,
             streamed: true,
+            keep_reply: prepared.keep_reply,
         };
         let mut request = self.request(message(prepared, self.limits));
         request.set_timeout(timeout);
@@ -225,6 +227,7 @@ fn message(p: PreparedRequest, limits: ServerLimits) -> GenerateRequest {
     let (prompt, prompt_token_ids) = match p.prompt {
         Prompt::Text(t) => (t, Vec::new()),
         Prompt::Ids(ids) => (String::new(), ids),
+        Prompt::Turns(messages) => (flatten(&messages), Vec::new()),
     };
     GenerateRequest {
         request_id: p.request_id,
@@ -276,10 +279,16 @@ async fn read_stream(
             }
             Some(Event::Token(token)) => {
                 record.token_recv_ns.push(ns_since(t0, now));
+                if let Some(reply) = record.reply.as_mut() {
+                    reply.push_str(&token.text);
+                }
                 server.token_server_time_ns.push(token.server_time_ns);
             }
             Some(Event::Finished(finished)) => {
                 finished_at = Some(now);
+                if let Some(reply) = record.reply.as_mut() {
+                    reply.push_str(&finished.trailing_text);
+                }
                 record.prompt_tokens = Some(finished.prompt_tokens);
                 record.completion_tokens = finished.completion_tokens;
                 record.finish_reason = finish_reason_name(finished.finish_reason).map(String::from);
@@ -373,6 +382,7 @@ mod tests {
             prompt: Prompt::Ids(vec![1, 2]),
             max_new_tokens: Some(3),
             stream: true,
+            keep_reply: false,
             ignore_eos: true,
             sampling: Some(Sampling {
                 temperature: Some(0.5),

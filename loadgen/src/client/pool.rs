@@ -79,6 +79,8 @@ struct Target {
 pub struct Lease {
     /// The connection to send on.
     pub conn: Arc<Conn>,
+    /// Which target (in the order given) it is on.
+    pub target_index: usize,
     /// The target's count.
     target: Arc<AtomicUsize>,
 }
@@ -165,9 +167,23 @@ impl Pool {
     pub fn pick(&self, index: usize) -> Lease {
         let t = self.targets.len();
         let target = match self.balance {
-            Balance::Rr => &self.targets[index % t],
-            Balance::Least => least(&self.targets, index % t, |x| &x.in_flight),
+            Balance::Rr => index % t,
+            Balance::Least => {
+                let best = least(&self.targets, index % t, |x| &x.in_flight);
+                self.targets
+                    .iter()
+                    .position(|x| std::ptr::eq(x, best))
+                    .unwrap_or(index % t)
+            }
         };
+        self.pick_on(target, index)
+    }
+
+    /// The connection of request `index` on target `target` (a session's
+    /// later turns stay on its first turn's target).
+    pub fn pick_on(&self, target_index: usize, index: usize) -> Lease {
+        let t = self.targets.len();
+        let target = &self.targets[target_index % t];
         let c = target.conns.len();
         let conn = match self.balance {
             Balance::Rr => &target.conns[(index / t) % c],
@@ -178,6 +194,7 @@ impl Pool {
         conn.peak.fetch_max(now, Ordering::AcqRel);
         Lease {
             conn: conn.clone(),
+            target_index: target_index % t,
             target: target.in_flight.clone(),
         }
     }

@@ -33,6 +33,7 @@ use crate::client::call::execute;
 use crate::client::pool::{ConnPeak, Pool};
 use crate::error::Error;
 use crate::measure::progress::Live;
+use crate::measure::session::{SessionRun, SessionSpec};
 use crate::record::{RequestRecord, Slot};
 use crate::workload::feed::RequestFeed;
 use crate::workload::schedule::{fire_at, Plan};
@@ -139,6 +140,8 @@ pub struct RunSpec {
     pub until: Option<Duration>,
     /// A timed run: cut requests still running at t0 + this.
     pub cut_at: Option<Duration>,
+    /// `--turns`: each fired request opens a session.
+    pub sessions: Option<SessionSpec>,
     /// `--max-concurrency`.
     pub max_concurrency: Option<usize>,
     /// `--timeout` per request.
@@ -195,10 +198,10 @@ pub async fn run_once(pool: Arc<Pool>, spec: RunSpec) -> Result<RunResult, Error
 
     let mut records = Vec::with_capacity(fired.tasks.len());
     for task in fired.tasks {
-        let record = task
+        let done = task
             .await
             .map_err(|e| Error::Internal(format!("a request task failed: {e}")))?;
-        records.push(record);
+        records.extend(done);
     }
     Ok(RunResult {
         run,
@@ -214,8 +217,8 @@ pub async fn run_once(pool: Arc<Pool>, spec: RunSpec) -> Result<RunResult, Error
 
 /// What the firing loop started.
 struct Fired {
-    /// One task per fired request.
-    tasks: Vec<JoinHandle<RequestRecord>>,
+    /// One task per fired request (or session), with its records.
+    tasks: Vec<JoinHandle<Vec<RequestRecord>>>,
     /// Set when the lag watch stopped the loop.
     stopped_early: Option<String>,
     /// Requests not fired.
@@ -234,6 +237,14 @@ async fn fire(handle: Handle, pool: Arc<Pool>, spec: RunSpec) -> Fired {
     let cut_at = spec.cut_at.map(|d| t0 + d);
     let mut next_relative = t0;
     let mut tasks = Vec::new();
+    let sessions = spec.sessions.map(|s| {
+        Arc::new(SessionRun {
+            spec: s,
+            pool: pool.clone(),
+            until,
+            live: spec.live.clone(),
+        })
+    });
     for index in 0.. {
         if let Some(reason) = watch.as_ref().and_then(|w| w.tripped()) {
             tracing::warn!(run = spec.run, fired = index, "{reason}");
@@ -286,21 +297,29 @@ async fn fire(handle: Handle, pool: Arc<Pool>, spec: RunSpec) -> Fired {
             Plan::Absolute(_) => (None, None),
         };
         let timeout = spec.timeout;
-        let (watch, live) = (watch.clone(), spec.live.clone());
+        let (watch, live, sessions) = (watch.clone(), spec.live.clone(), sessions.clone());
         tasks.push(handle.spawn(async move {
             if let Some(w) = &watch {
                 w.observe(intended.elapsed());
             }
-            let (timeout, cut) = deadline(timeout, cut_at);
-            let mut record = execute(lease, prepared, slot, timeout, submitted_tx).await;
+            let records = match sessions {
+                Some(s) => {
+                    let mut submitted = submitted_tx;
+                    let send = |lease, prepared, slot| {
+                        send_one(lease, prepared, slot, (timeout, cut_at), submitted.take())
+                    };
+                    s.run(lease, prepared, slot, send).await
+                }
+                None => {
+                    let r = send_one(lease, prepared, slot, (timeout, cut_at), submitted_tx).await;
+                    if let Some(l) = &live {
+                        l.finished(&r);
+                    }
+                    vec![r]
+                }
+            };
             drop(permit);
-            if cut && !record.ok && record.status == "DEADLINE_EXCEEDED" {
-                record.status = CUT.to_string();
-            }
-            if let Some(l) = &live {
-                l.finished(&record);
-            }
-            record
+            records
         }));
         if let (Plan::Relative { interval }, Some(rx)) = (&spec.plan, submitted_rx) {
             // The sender is dropped without sending only if the task died.
@@ -313,6 +332,23 @@ async fn fire(handle: Handle, pool: Arc<Pool>, spec: RunSpec) -> Fired {
         stopped_early,
         unsent: requests.left(),
     }
+}
+
+/// Sends one request with its deadline (`--timeout`, or the timed run's
+/// cut when that comes first); a request ended by the cut is `CUT`.
+async fn send_one(
+    lease: crate::client::pool::Lease,
+    prepared: PreparedRequest,
+    slot: Slot,
+    (timeout, cut_at): (Duration, Option<Instant>),
+    submitted: Option<oneshot::Sender<Instant>>,
+) -> RequestRecord {
+    let (timeout, cut) = deadline(timeout, cut_at);
+    let mut record = execute(lease, prepared, slot, timeout, submitted).await;
+    if cut && !record.ok && record.status == "DEADLINE_EXCEEDED" {
+        record.status = CUT.to_string();
+    }
+    record
 }
 
 /// A request's timeout from now, and whether it is the timed run's cut

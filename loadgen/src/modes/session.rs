@@ -13,6 +13,7 @@ use crate::client::pool::Pool;
 use crate::error::Error;
 use crate::measure::progress::Progress;
 use crate::measure::runner::{run_once, Requests, RunSpec};
+use crate::measure::session::SessionSpec;
 use crate::measure::stats::{Measured, RunStats};
 use crate::modes::setup::BenchConfig;
 use crate::report::json::RequestsOut;
@@ -114,6 +115,18 @@ pub fn request_shape(args: &BenchConfig, limits: Option<ServerLimits>) -> String
     } else {
         "non-streaming (one body: TTFT = latency; TPOT from the server's timing)".to_string()
     }];
+    if let Some((len, k)) = w.shared_prefix {
+        parts.push(format!(
+            "shared prefixes: {k} x {len} tokens, then a unique suffix"
+        ));
+    }
+    if let Some(s) = args.sessions {
+        parts.push(format!(
+            "sessions of {} turns (each with the whole history), {:.0} ms think time, pinned to a target",
+            s.turns,
+            s.think.as_secs_f64() * 1e3
+        ));
+    }
     parts.push(match (w.max_new_tokens, limits) {
         (Some(n), _) => format!("max_new_tokens {n}"),
         (None, Some(l)) => format!(
@@ -213,7 +226,10 @@ impl<'a> Bench<'a> {
         let progress = Progress::start(
             args.progress,
             args.progress_interval,
-            (n, timed),
+            (
+                n.saturating_mul(args.sessions.map_or(1, |s| s.turns)),
+                timed,
+            ),
             o.label.clone(),
         );
         let requests = match timed {
@@ -231,6 +247,11 @@ impl<'a> Bench<'a> {
             requests,
             until: timed,
             cut_at: timed.map(|d| d + arrivals.grace),
+            sessions: args.sessions.map(|sessions| SessionSpec {
+                sessions,
+                workload: self.workload.clone(),
+                label: o.label.clone(),
+            }),
             max_concurrency: o.max_concurrency,
             timeout: args.timeout,
             max_submit_lag: o.max_submit_lag,

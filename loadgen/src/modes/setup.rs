@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::config::{ConnConfig, ProgressMode};
+use crate::measure::session::Sessions;
 use crate::measure::slo::Slo;
 use crate::measure::sweep::SweepConfig;
 use crate::modes::spawn::SpawnConfig;
@@ -34,8 +35,10 @@ pub struct BenchConfig {
     pub workload: WorkloadConfig,
     /// When they fire.
     pub arrivals: ArrivalConfig,
-    /// `--max-concurrency`.
+    /// `--max-concurrency` (with sessions: sessions at once).
     pub max_concurrency: Option<usize>,
+    /// `--turns` above 1: each fired request opens a session.
+    pub sessions: Option<Sessions>,
     /// `--warmup-runs`.
     pub warmup_runs: usize,
     /// `--repeat-runs`.

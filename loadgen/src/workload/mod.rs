@@ -12,12 +12,19 @@
 //!
 //! Layout: [`dataset`] (files), [`lengths`] (length distributions),
 //! [`schedule`] (when each request fires), [`feed`] (requests built one at
-//! a time, for timed runs).
+//! a time, for timed runs), [`turns`] (multi-turn sessions' history).
+//!
+//! Shared prefixes (`--shared-prefix-len L --num-prefixes K`): K prefixes of
+//! L random token ids, drawn from the seed and the nonce (the same for every
+//! run of an invocation, new for the next invocation); request i is prefix
+//! i % K, then its own prompt, made unique by the nonce marker (as token
+//! ids; the chat endpoint gets the decoded text).
 
 pub mod dataset;
 pub mod feed;
 pub mod lengths;
 pub mod schedule;
+pub mod turns;
 
 use ember_common::tokenizer::Gpt2Tokenizer;
 use rand::{rngs::StdRng, Rng, SeedableRng};
@@ -40,6 +47,9 @@ pub enum Prompt {
     /// Token ids (gRPC `prompt_token_ids`, OpenAI completions' `prompt`
     /// array).
     Ids(Vec<u32>),
+    /// A session's history (`--turns`): chat's `messages`, else their
+    /// flattened text.
+    Turns(Vec<turns::Message>),
 }
 
 /// Sampling settings; `None` fields are the server's defaults.
@@ -67,6 +77,8 @@ pub struct PreparedRequest {
     pub max_new_tokens: Option<u32>,
     /// Ask for a streamed response (`--stream`); false: one body at the end.
     pub stream: bool,
+    /// Keep the output text (a session's next turn carries it).
+    pub keep_reply: bool,
     /// Generate exactly `max_new_tokens` (`--no-stop-on-eos`).
     pub ignore_eos: bool,
     /// `None`: no sampling flag was given (greedy).
@@ -96,6 +108,10 @@ pub struct WorkloadConfig {
     pub max_new_tokens: Option<u32>,
     /// `--stream`.
     pub stream: bool,
+    /// `--shared-prefix-len` and `--num-prefixes`.
+    pub shared_prefix: Option<(u32, usize)>,
+    /// `--turns`: each prompt is a session's first message (text).
+    pub turns: usize,
     /// Count text prompts' tokens client-side (with the GPT-2 tokenizer),
     /// for a backend that must fit the limit to the context itself.
     pub count_prompt_tokens: bool,
@@ -137,6 +153,10 @@ pub struct Workload {
     stream: bool,
     /// Count text prompts' tokens client-side.
     count_prompt_tokens: bool,
+    /// The shared prefixes (`--shared-prefix-len`), token ids.
+    prefixes: Option<Vec<Vec<u32>>>,
+    /// `--turns` above 1: prompts are a session's first message.
+    sessions: bool,
     /// The unique prompts' nonce.
     nonce: String,
     /// `--no-stop-on-eos`.
@@ -157,8 +177,13 @@ impl Workload {
             Some((path, format)) => Some(dataset::load(path, *format)?),
             None => None,
         };
-        let ids_possible = entries.is_some() || cfg.input_len.is_some();
-        let tokenizer = if cfg.pretok || (cfg.text_only && ids_possible) || cfg.count_prompt_tokens
+        let ids_possible =
+            entries.is_some() || cfg.input_len.is_some() || cfg.shared_prefix.is_some();
+        let sessions = cfg.turns > 1;
+        let tokenizer = if cfg.pretok
+            || ((cfg.text_only || sessions) && ids_possible)
+            || cfg.count_prompt_tokens
+            || cfg.shared_prefix.is_some()
         {
             Some(Gpt2Tokenizer::embedded()?)
         } else {
@@ -176,6 +201,10 @@ impl Workload {
             max_new_tokens: cfg.max_new_tokens,
             stream: cfg.stream,
             count_prompt_tokens: cfg.count_prompt_tokens,
+            prefixes: cfg
+                .shared_prefix
+                .map(|(len, k)| draw_prefixes(len, k, cfg.seed, &cfg.nonce)),
+            sessions,
             nonce: cfg.nonce.clone(),
             ignore_eos: cfg.ignore_eos,
             sampling: cfg.sampling,
@@ -230,7 +259,10 @@ impl Workload {
         let prompt_tokens = match (&prompt, &self.tokenizer) {
             (Prompt::Ids(ids), _) => count(ids.len()),
             (Prompt::Text(t), Some(tok)) if self.count_prompt_tokens => count(tok.encode(t)?.len()),
-            (Prompt::Text(_), _) => None,
+            (Prompt::Turns(m), Some(tok)) if self.count_prompt_tokens => {
+                count(tok.encode(&turns::flatten(m))?.len())
+            }
+            (Prompt::Text(_) | Prompt::Turns(_), _) => None,
         };
         let sampling = self.sampling.map(|s| Sampling {
             seed: Some(self.seed.wrapping_add(index as u64)),
@@ -241,14 +273,16 @@ impl Workload {
             prompt,
             max_new_tokens,
             stream: self.stream,
+            keep_reply: self.sessions,
             ignore_eos: self.ignore_eos,
             sampling,
             prompt_tokens,
         })
     }
 
-    /// The prompt of one request: text (made unique, tokenized with
-    /// `--pretok`) or ids (decoded for the chat endpoint).
+    /// The prompt of one request: its own part (text made unique, or ids),
+    /// after its shared prefix if any, in the form the door takes (ids for
+    /// `--pretok`, text for the chat endpoint, a session's first message).
     fn prompt(
         &self,
         spec: PromptSpec,
@@ -256,199 +290,65 @@ impl Workload {
         index: usize,
         rng: &mut StdRng,
     ) -> Result<Prompt, Error> {
-        let ids = match spec {
+        let marker = self
+            .unique
+            .then(|| format!("[{}.{label}.{index}] ", self.nonce));
+        let own = match spec {
             PromptSpec::Text(base) => {
-                let text = if self.unique {
-                    format!("[{}.{label}.{index}] {base}", self.nonce)
-                } else {
-                    base
-                };
-                return match (&self.tokenizer, self.pretok) {
-                    (Some(tok), true) => Ok(Prompt::Ids(tok.encode(&text)?)),
-                    _ => Ok(Prompt::Text(text)),
-                };
+                Prompt::Text(format!("{}{base}", marker.clone().unwrap_or_default()))
             }
-            PromptSpec::Ids(ids) => ids,
-            PromptSpec::Length(n) => (0..n).map(|_| rng.random_range(0..EOS_ID)).collect(),
+            PromptSpec::Ids(ids) => Prompt::Ids(ids),
+            PromptSpec::Length(n) => {
+                Prompt::Ids((0..n).map(|_| rng.random_range(0..EOS_ID)).collect())
+            }
         };
-        match (&self.tokenizer, self.text_only) {
-            (Some(tok), true) => Ok(Prompt::Text(tok.decode(&ids))),
-            _ => Ok(Prompt::Ids(ids)),
+        let prefix = self.prefixes.as_ref().map(|p| &p[index % p.len()]);
+        let prompt = match (own, prefix, &self.tokenizer) {
+            (own, Some(prefix), Some(tok)) => {
+                let mut ids = prefix.clone();
+                match own {
+                    Prompt::Text(t) => ids.extend(tok.encode(&t)?),
+                    Prompt::Ids(own) => {
+                        if let Some(m) = &marker {
+                            ids.extend(tok.encode(m)?);
+                        }
+                        ids.extend(own);
+                    }
+                    Prompt::Turns(_) => {}
+                }
+                self.form_of_ids(ids)
+            }
+            (Prompt::Text(t), _, Some(tok)) if self.pretok => Prompt::Ids(tok.encode(&t)?),
+            (Prompt::Ids(ids), _, _) => self.form_of_ids(ids),
+            (own, _, _) => own,
+        };
+        Ok(match prompt {
+            Prompt::Text(t) if self.sessions => Prompt::Turns(vec![turns::Message::user(t)]),
+            other => other,
+        })
+    }
+
+    /// Token ids as the door takes them: decoded to text for the chat
+    /// endpoint and for sessions, else as they are.
+    fn form_of_ids(&self, ids: Vec<u32>) -> Prompt {
+        match &self.tokenizer {
+            Some(tok) if self.text_only || self.sessions => Prompt::Text(tok.decode(&ids)),
+            _ => Prompt::Ids(ids),
         }
     }
+}
+
+/// `count` prefixes of `len` token ids below end-of-text, drawn from the
+/// seed and the nonce: the same for every run of one invocation.
+fn draw_prefixes(len: u32, count: usize, seed: u64, nonce: &str) -> Vec<Vec<u32>> {
+    let nonce_hash = nonce.bytes().fold(0x8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    });
+    let mut rng = StdRng::seed_from_u64(seed ^ nonce_hash ^ 0x5052_4546);
+    (0..count)
+        .map(|_| (0..len).map(|_| rng.random_range(0..EOS_ID)).collect())
+        .collect()
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The defaults of the flags, changed by `edit`.
-    fn config(edit: impl FnOnce(&mut WorkloadConfig)) -> WorkloadConfig {
-        let mut c = WorkloadConfig {
-            base_prompt: "The quick brown fox".into(),
-            dataset: None,
-            input_len: None,
-            output_len: None,
-            unique: false,
-            pretok: false,
-            text_only: false,
-            max_new_tokens: Some(32),
-            stream: true,
-            count_prompt_tokens: false,
-            ignore_eos: false,
-            sampling: None,
-            seed: 0,
-            nonce: "n1".into(),
-        };
-        edit(&mut c);
-        c
-    }
-
-    fn ids(p: &PreparedRequest) -> Vec<u32> {
-        match &p.prompt {
-            Prompt::Ids(ids) => ids.clone(),
-            Prompt::Text(t) => panic!("expected ids, got text {t:?}"),
-        }
-    }
-
-    fn workload(edit: impl FnOnce(&mut WorkloadConfig)) -> Workload {
-        Workload::new(&config(edit)).expect("builds")
-    }
-
-    #[test]
-    fn text_prompts_repeat_and_unique() {
-        let w = workload(|c| {
-            c.base_prompt = "hi hi hi".into();
-            c.unique = true;
-        });
-        let reqs = w.build("r0", 2).expect("builds");
-        assert_eq!(reqs[0].prompt, Prompt::Text("[n1.r0.0] hi hi hi".into()));
-        assert_eq!(reqs[1].prompt, Prompt::Text("[n1.r0.1] hi hi hi".into()));
-        assert_ne!(reqs[0].request_id, reqs[1].request_id);
-        assert!(reqs[0].sampling.is_none(), "greedy sends no sampling");
-        assert_eq!(reqs[0].max_new_tokens, Some(32));
-        assert!(!reqs[0].ignore_eos);
-        let other = workload(|c| {
-            c.base_prompt = "hi hi hi".into();
-            c.unique = true;
-            c.nonce = "n2".into();
-        });
-        assert_ne!(
-            other.build("r0", 1).expect("builds")[0].prompt,
-            reqs[0].prompt,
-            "another invocation's nonce: other prompts"
-        );
-    }
-
-    #[test]
-    fn no_limit_and_client_side_counts() {
-        let w = workload(|c| {
-            c.base_prompt = "Hello world".into();
-            c.max_new_tokens = None;
-            c.stream = false;
-            c.count_prompt_tokens = true;
-        });
-        let r = &w.build("r0", 1).expect("builds")[0];
-        assert_eq!(r.max_new_tokens, None, "no limit sent");
-        assert!(!r.stream);
-        assert_eq!(r.prompt, Prompt::Text("Hello world".into()), "still text");
-        assert_eq!(r.prompt_tokens, Some(2), "counted with the GPT-2 tokenizer");
-    }
-
-    #[test]
-    fn pretok_sends_ids_and_sampling_seeds_differ() {
-        let w = workload(|c| {
-            c.pretok = true;
-            c.base_prompt = "Hello world".into();
-            c.sampling = Some(Sampling {
-                temperature: Some(0.8),
-                ..Sampling::default()
-            });
-            c.seed = 10;
-            c.ignore_eos = true;
-        });
-        let reqs = w.build("w0", 2).expect("builds");
-        // GPT-2: "Hello" = 15496, " world" = 995.
-        assert_eq!(reqs[0].prompt, Prompt::Ids(vec![15496, 995]));
-        assert_eq!(reqs[0].prompt_tokens, Some(2));
-        assert!(reqs[0].ignore_eos);
-        let seeds: Vec<_> = reqs
-            .iter()
-            .map(|r| r.sampling.and_then(|s| s.seed))
-            .collect();
-        assert_eq!(seeds, vec![Some(10), Some(11)]);
-    }
-
-    #[test]
-    fn synthetic_lengths_are_drawn_and_seeded() {
-        let w = workload(|c| {
-            c.input_len = Some(LenDist::Uniform { lo: 5, hi: 9 });
-            c.output_len = Some(LenDist::Normal {
-                mean: 20.0,
-                stdev: 3.0,
-            });
-            c.seed = 4;
-        });
-        let a = w.build("r0", 200).expect("builds");
-        let b = w.build("r0", 200).expect("builds");
-        let all_ids = |r: &[PreparedRequest]| r.iter().map(ids).collect::<Vec<_>>();
-        assert_eq!(all_ids(&a), all_ids(&b), "same seed and run: same prompts");
-        assert_ne!(
-            all_ids(&a),
-            all_ids(&w.build("r1", 200).expect("builds")),
-            "other run: other prompts"
-        );
-        assert!(a.iter().all(|p| (5..=9).contains(&ids(p).len())));
-        assert!(a.iter().all(|p| ids(p).iter().all(|&t| t < EOS_ID)));
-        assert!(a
-            .iter()
-            .all(|p| p.prompt_tokens == Some(ids(p).len() as u32)));
-        let mean = a
-            .iter()
-            .map(|p| f64::from(p.max_new_tokens.unwrap_or(0)))
-            .sum::<f64>()
-            / 200.0;
-        assert!((mean - 20.0).abs() < 1.5, "mean output length {mean}");
-        assert!(
-            a.iter().any(|p| p.max_new_tokens != Some(20)),
-            "drawn, not fixed"
-        );
-    }
-
-    #[test]
-    fn dataset_entries_cycle_and_set_lengths() {
-        let path = std::env::temp_dir().join(format!("lg-wl-{}.jsonl", std::process::id()));
-        std::fs::write(
-            &path,
-            "{\"prompt\":\"a b\",\"max_new_tokens\":3}\n{\"prompt_token_ids\":[7,8]}\n",
-        )
-        .expect("write");
-        let w = workload(|c| {
-            c.dataset = Some((path.clone(), DatasetFormat::Jsonl));
-            c.max_new_tokens = Some(9);
-        });
-        let r = w.build("r0", 3).expect("builds");
-        let _ = std::fs::remove_file(&path);
-        assert_eq!(r[0].prompt, Prompt::Text("a b".into()));
-        assert_eq!(r[0].max_new_tokens, Some(3));
-        assert_eq!(r[1].prompt, Prompt::Ids(vec![7, 8]));
-        assert_eq!(r[1].max_new_tokens, Some(9), "no max_new_tokens: the flag");
-        assert_eq!(r[2].prompt, Prompt::Text("a b".into()), "entries cycle");
-    }
-
-    #[test]
-    fn chat_decodes_token_id_prompts_to_text() {
-        let w = workload(|c| {
-            c.text_only = true;
-            c.input_len = Some(LenDist::Fixed { n: 4 });
-        });
-        let r = w.build("r0", 2).expect("builds");
-        for p in &r {
-            match &p.prompt {
-                Prompt::Text(t) => assert!(!t.is_empty(), "decoded text"),
-                Prompt::Ids(_) => panic!("chat sends text"),
-            }
-            assert_eq!(p.prompt_tokens, None, "the server counts decoded text");
-        }
-    }
-}
+mod tests;

@@ -174,6 +174,7 @@ impl HttpConn {
             prompt_tokens: prepared.prompt_tokens,
             tokens_from: TokenSource::Chunks,
             streamed: prepared.stream,
+            keep_reply: prepared.keep_reply,
         };
         let body = wire::body(&prepared, self.endpoint, &self.model);
         let accept = if prepared.stream {
@@ -262,7 +263,12 @@ impl HttpConn {
         };
         self.conns.release(used);
         match whole::read(&bytes, &mut record) {
-            Ok((server, _text)) => record.succeed(at, server),
+            Ok((server, text)) => {
+                if let Some(reply) = record.reply.as_mut() {
+                    *reply = text;
+                }
+                record.succeed(at, server)
+            }
             Err(m) => record.fail("BAD_RESPONSE".into(), m, at),
         }
     }

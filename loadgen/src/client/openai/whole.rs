@@ -98,6 +98,7 @@ mod tests {
             prompt_tokens: None,
             tokens_from: TokenSource::Chunks,
             streamed: false,
+            keep_reply: false,
         };
         RequestRecord::begin(begin, t0, t0)
     }

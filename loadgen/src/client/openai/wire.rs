@@ -18,6 +18,7 @@ use serde_json::{json, Value};
 
 use crate::config::Endpoint;
 use crate::record::ServerRecord;
+use crate::workload::turns::flatten;
 use crate::workload::{PreparedRequest, Prompt};
 
 /// The JSON body of one request.
@@ -35,6 +36,14 @@ pub fn body(p: &PreparedRequest, endpoint: Endpoint, model: &str) -> Vec<u8> {
         (Endpoint::Chat, Prompt::Text(t)) => {
             v["messages"] = json!([{"role": "user", "content": t}]);
         }
+        (Endpoint::Chat, Prompt::Turns(messages)) => {
+            let list: Vec<Value> = messages
+                .iter()
+                .map(|m| json!({"role": m.role.name(), "content": m.content}))
+                .collect();
+            v["messages"] = Value::Array(list);
+        }
+        (Endpoint::Completions, Prompt::Turns(messages)) => v["prompt"] = json!(flatten(messages)),
         // The workload decodes ids for chat; should one slip by, send them
         // as text rather than nothing.
         (Endpoint::Chat, Prompt::Ids(ids)) => {
@@ -241,6 +250,7 @@ mod tests {
             prompt,
             max_new_tokens: Some(8),
             stream: true,
+            keep_reply: false,
             ignore_eos: false,
             sampling: None,
             prompt_tokens: None,
