@@ -296,31 +296,13 @@ async fn fire(handle: Handle, pool: Arc<Pool>, spec: RunSpec) -> Fired {
             }
             Plan::Absolute(_) => (None, None),
         };
-        let timeout = spec.timeout;
-        let (watch, live, sessions) = (watch.clone(), spec.live.clone(), sessions.clone());
-        tasks.push(handle.spawn(async move {
-            if let Some(w) = &watch {
-                w.observe(intended.elapsed());
-            }
-            let records = match sessions {
-                Some(s) => {
-                    let mut submitted = submitted_tx;
-                    let send = |lease, prepared, slot| {
-                        send_one(lease, prepared, slot, (timeout, cut_at), submitted.take())
-                    };
-                    s.run(lease, prepared, slot, send).await
-                }
-                None => {
-                    let r = send_one(lease, prepared, slot, (timeout, cut_at), submitted_tx).await;
-                    if let Some(l) = &live {
-                        l.finished(&r);
-                    }
-                    vec![r]
-                }
-            };
-            drop(permit);
-            records
-        }));
+        let ctx = TaskCtx {
+            watch: watch.clone(),
+            live: spec.live.clone(),
+            sessions: sessions.clone(),
+            limits: (spec.timeout, cut_at),
+        };
+        tasks.push(handle.spawn(ctx.run(lease, prepared, slot, submitted_tx, permit)));
         if let (Plan::Relative { interval }, Some(rx)) = (&spec.plan, submitted_rx) {
             // The sender is dropped without sending only if the task died.
             let submit_end = rx.await.unwrap_or_else(|_| Instant::now());
@@ -331,6 +313,54 @@ async fn fire(handle: Handle, pool: Arc<Pool>, spec: RunSpec) -> Fired {
         tasks,
         stopped_early,
         unsent: requests.left(),
+    }
+}
+
+/// What each request task shares with the firing loop.
+struct TaskCtx {
+    /// The submit lag limit's counters.
+    watch: Option<Arc<LagWatch>>,
+    /// The live view's counters.
+    live: Option<Arc<Live>>,
+    /// `--turns`: the request opens a session.
+    sessions: Option<Arc<SessionRun>>,
+    /// `--timeout` and the timed run's cut.
+    limits: (Duration, Option<Instant>),
+}
+
+impl TaskCtx {
+    /// The request (or session) fired at `slot`, to its end; the permit is
+    /// held until then.
+    async fn run(
+        self,
+        lease: crate::client::pool::Lease,
+        prepared: PreparedRequest,
+        slot: Slot,
+        submitted: Option<oneshot::Sender<Instant>>,
+        permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    ) -> Vec<RequestRecord> {
+        if let Some(w) = &self.watch {
+            w.observe(slot.intended.elapsed());
+        }
+        let limits = self.limits;
+        let records = match &self.sessions {
+            Some(s) => {
+                let mut submitted = submitted;
+                let send = |lease, prepared, slot| {
+                    send_one(lease, prepared, slot, limits, submitted.take())
+                };
+                s.run(lease, prepared, slot, send).await
+            }
+            None => {
+                let r = send_one(lease, prepared, slot, limits, submitted).await;
+                if let Some(l) = &self.live {
+                    l.finished(&r);
+                }
+                vec![r]
+            }
+        };
+        drop(permit);
+        records
     }
 }
 
