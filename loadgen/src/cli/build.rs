@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::cli::{Args, DEFAULT_NUM_REQUESTS};
 use crate::config::Backend;
 use crate::error::Error;
+use crate::measure::scrape::ScrapeConfig;
 use crate::measure::session::Sessions;
 use crate::modes::session::Outcome;
 use crate::modes::setup::{BenchConfig, Outputs, Servers};
@@ -88,6 +89,11 @@ impl Args {
             timeout: Duration::from_secs_f64(self.timeout),
             sweep: self.sweep.config(),
             slo: self.view.slo,
+            scrape: ScrapeConfig {
+                url: self.observe.scrape_metrics.clone(),
+                gpu: self.observe.gpu_telemetry,
+                interval: Duration::from_secs_f64(self.observe.scrape_interval_ms / 1e3),
+            },
             progress: self.view.progress,
             progress_interval: Duration::from_secs_f64(self.view.progress_interval_s),
             outputs: self.outputs(),

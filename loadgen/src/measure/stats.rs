@@ -14,6 +14,7 @@ use crate::client::pool::ConnPeak;
 use crate::measure::dist::{DistSummary, Spread};
 use crate::measure::metrics::{Accumulators, Metrics};
 use crate::measure::runner::{RunResult, CUT};
+use crate::measure::scrape::ServerSeries;
 use crate::measure::slo::{Goodput, Slo};
 use crate::measure::targets::TargetStats;
 use crate::record::{RequestRecord, TokenSource};
@@ -100,6 +101,10 @@ pub struct RunStats {
     pub unsent: usize,
     /// The distributions.
     pub metrics: Metrics,
+    /// `--scrape-metrics` / `--gpu-telemetry`: the server's and the GPUs'
+    /// time series through the run (absent without either flag).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_metrics: Option<ServerSeries>,
 }
 
 /// One finished run: its statistics and its requests (what the reports
@@ -239,6 +244,7 @@ impl RunStats {
             stopped_early: result.stopped_early.clone(),
             unsent: result.unsent,
             metrics: m.summaries(),
+            server_metrics: None,
             errors: t.errors,
             finish_reasons: t.finish_reasons,
             token_counts: t.token_counts,

@@ -13,6 +13,7 @@ use crate::client::pool::Pool;
 use crate::error::Error;
 use crate::measure::progress::Progress;
 use crate::measure::runner::{run_once, Requests, RunSpec};
+use crate::measure::scrape::Sampler;
 use crate::measure::session::SessionSpec;
 use crate::measure::stats::{Measured, RunStats};
 use crate::modes::setup::BenchConfig;
@@ -258,7 +259,12 @@ impl<'a> Bench<'a> {
             live: Some(progress.live.clone()),
         };
         tracing::info!(run = %o.label, requests = n, "run starting");
+        let sampler = Sampler::start(&args.scrape);
         let result = run_once(self.pool.clone(), spec).await;
+        let series = match sampler {
+            Some(s) => Some(s.finish().await),
+            None => None,
+        };
         progress.finish().await;
         let mut result = result?;
         if let Some(name) = &self.series {
@@ -274,7 +280,8 @@ impl<'a> Bench<'a> {
         } else {
             o.rate.or_else(|| arrivals.requested_rate_rps())
         };
-        let stats = RunStats::from_run(&result, requested, args.slo.as_ref());
+        let mut stats = RunStats::from_run(&result, requested, args.slo.as_ref());
+        stats.server_metrics = series;
         self.outcome.requests += stats.requests;
         self.outcome.failed += stats.failed;
         let mut stdout = std::io::stdout().lock();

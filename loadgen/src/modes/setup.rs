@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::config::{ConnConfig, ProgressMode};
+use crate::measure::scrape::ScrapeConfig;
 use crate::measure::session::Sessions;
 use crate::measure::slo::Slo;
 use crate::measure::sweep::SweepConfig;
@@ -49,6 +50,8 @@ pub struct BenchConfig {
     pub sweep: SweepConfig,
     /// `--slo`.
     pub slo: Option<Slo>,
+    /// `--scrape-metrics`, `--gpu-telemetry`.
+    pub scrape: ScrapeConfig,
     /// `--progress`.
     pub progress: ProgressMode,
     /// `--progress-interval-s`.

@@ -213,6 +213,27 @@ fn against_rate(
     y_desc: &str,
     series: &[(String, Vec<(f64, f64)>)],
 ) -> Result<String, ChartError> {
+    lines(name, title, ("requested rate (req/s)", y_desc), series)
+}
+
+/// A line chart of several named series against time (s since the run
+/// started): the server's metrics and the GPUs.
+pub fn over_time(
+    name: &'static str,
+    title: &str,
+    y_desc: &str,
+    series: &[(String, Vec<(f64, f64)>)],
+) -> Result<String, ChartError> {
+    lines(name, title, ("s since the run started", y_desc), series)
+}
+
+/// A line chart of named series, with points.
+fn lines(
+    name: &'static str,
+    title: &str,
+    (x_desc, y_desc): (&str, &str),
+    series: &[(String, Vec<(f64, f64)>)],
+) -> Result<String, ChartError> {
     let e = err(name);
     let pts = series.iter().flat_map(|(_, p)| p.iter());
     let xmax = pts.clone().map(|p| p.0).fold(1e-3, f64::max) * 1.05;
@@ -230,7 +251,7 @@ fn against_rate(
             .map_err(|x| e(x.to_string()))?;
         chart
             .configure_mesh()
-            .x_desc("requested rate (req/s)")
+            .x_desc(x_desc)
             .y_desc(y_desc)
             .draw()
             .map_err(|x| e(x.to_string()))?;

@@ -112,7 +112,42 @@ pub fn run(w: &mut impl Write, h: &Header, s: &RunStats, of: usize) -> io::Resul
     )?;
     goodput(w, h, s)?;
     connections_and_server(w, h, s)?;
+    server_view(w, s)?;
     writeln!(w)
+}
+
+/// `--scrape-metrics` and `--gpu-telemetry`: what the server's metrics and
+/// the GPUs showed through the run.
+fn server_view(w: &mut impl Write, s: &RunStats) -> io::Result<()> {
+    let Some(m) = &s.server_metrics else {
+        return Ok(());
+    };
+    let v = |x: Option<f64>, f: &dyn Fn(f64) -> String| x.map_or("n/a".to_string(), f);
+    if let Some(url) = &m.url {
+        line(
+            w,
+            "Server metrics",
+            format!(
+                "running max {}, waiting max {}, KV cache usage max {}, preemptions {}, prefix cache hit rate {} ({} samples from {url}, {} failed)",
+                v(m.max_running, &|x| format!("{x:.0}")),
+                v(m.max_waiting, &|x| format!("{x:.0}")),
+                v(m.max_kv_cache_usage, &|x| format!("{:.1}%", x * 100.0)),
+                v(m.preemptions, &|x| format!("{x:.0}")),
+                v(m.prefix_cache_hit_rate, &|x| format!("{:.1}%", x * 100.0)),
+                m.samples.len(),
+                m.failed_scrapes
+            ),
+        )?;
+    }
+    match (&m.gpu_note, m.gpu_util_mean_pct) {
+        (Some(note), _) => line(w, "GPU telemetry", note),
+        (None, Some(u)) => line(
+            w,
+            "GPU telemetry",
+            format!("utilization mean {u:.1}% over {} samples", m.samples.len()),
+        ),
+        (None, None) => Ok(()),
+    }
 }
 
 /// The lines of a run block after goodput: connections (and per-target

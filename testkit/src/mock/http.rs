@@ -1,6 +1,7 @@
 //! The mock's HTTP door: the OpenAI-compatible API as Ember serves it
 //! (`POST /v1/completions`, `POST /v1/chat/completions`, `GET /v1/models`,
-//! `GET /health`, `GET /version`), HTTP/1.1 and HTTP/2 (h2c, or ALPN with
+//! `GET /health`, `GET /version`, and `GET /metrics`: the mock's running and
+//! waiting requests under vLLM's Prometheus names), HTTP/1.1 and HTTP/2 (h2c, or ALPN with
 //! TLS) on one listener, served by hyper.
 //!
 //! A streamed request follows the shared [`timeline`](super::timeline): each
@@ -149,6 +150,14 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
             None,
         ),
         (&Method::GET, "/version") => full(StatusCode::OK, &json!({"version": "mock"})),
+        (&Method::GET, "/metrics") => {
+            let mut r = Response::new(Full::new(Bytes::from(shared.metrics())).boxed());
+            r.headers_mut().insert(
+                CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; version=0.0.4"),
+            );
+            r
+        }
         (&Method::GET, "/v1/models") if !authorized(&shared, &req) => unauthorized(),
         (&Method::GET, "/v1/models") => full(
             StatusCode::OK,

@@ -32,6 +32,26 @@ pub(crate) struct Shared {
     pub slots: Option<Arc<Semaphore>>,
     /// Whether health says SERVING (gRPC health and HTTP `/health` alike).
     pub serving: AtomicBool,
+    /// Requests generating now (`vllm:num_requests_running` on `/metrics`).
+    pub running: AtomicUsize,
+    /// Requests waiting for a slot (`vllm:num_requests_waiting`).
+    pub waiting: AtomicUsize,
+}
+
+/// Counts a request in one state for as long as it lives.
+struct InState<'a>(&'a AtomicUsize);
+
+impl<'a> InState<'a> {
+    fn enter(count: &'a AtomicUsize) -> InState<'a> {
+        count.fetch_add(1, Ordering::AcqRel);
+        InState(count)
+    }
+}
+
+impl Drop for InState<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl Shared {
@@ -42,7 +62,29 @@ impl Shared {
             cfg,
             received: Arc::new(AtomicUsize::new(0)),
             serving: AtomicBool::new(false),
+            running: AtomicUsize::new(0),
+            waiting: AtomicUsize::new(0),
         }
+    }
+
+    /// The mock's state in Prometheus' text format, with vLLM's names (as
+    /// Ember exports them): running, waiting, a KV usage of running / slots,
+    /// no preemptions.
+    pub fn metrics(&self) -> String {
+        let running = self.running.load(Ordering::Acquire);
+        let waiting = self.waiting.load(Ordering::Acquire);
+        let capacity = self.cfg.slots.unwrap_or(1000).max(1);
+        let kv = (running as f64 / capacity as f64).min(1.0);
+        format!(
+            "# TYPE vllm:num_requests_running gauge\n\
+             vllm:num_requests_running{{model_name=\"mock\"}} {running}\n\
+             # TYPE vllm:num_requests_waiting gauge\n\
+             vllm:num_requests_waiting{{model_name=\"mock\"}} {waiting}\n\
+             # TYPE vllm:kv_cache_usage_perc gauge\n\
+             vllm:kv_cache_usage_perc{{model_name=\"mock\"}} {kv}\n\
+             # TYPE vllm:num_preemptions_total counter\n\
+             vllm:num_preemptions_total{{model_name=\"mock\"}} 0\n"
+        )
     }
 
     /// Counts a request in; its 1-based arrival number.
@@ -135,10 +177,13 @@ pub(crate) async fn drive(
     tx: mpsc::Sender<Step>,
 ) {
     // Held until the last token is sent; the semaphore never closes.
+    let waiting = InState::enter(&shared.waiting);
     let _slot = match &shared.slots {
         Some(s) => s.clone().acquire_owned().await.ok(),
         None => None,
     };
+    drop(waiting);
+    let _running = InState::enter(&shared.running);
     let admitted = received.elapsed();
     if tx.send(Step::Admitted(admitted)).await.is_err() {
         return;
