@@ -94,6 +94,14 @@ pub struct CalibrateArgs {
     /// Write the calibration result as JSON to this file.
     #[arg(long, env = "LOADGEN_CAL_JSON", value_name = "PATH")]
     pub json: Option<std::path::PathBuf>,
+
+    /// More loadgen flags for the calibration run, after `--`: the request
+    /// shapes and workload kinds, e.g. `-- --stream false` (with --backend
+    /// openai), `-- --turns 3 --endpoint chat`, `-- --duration 10s
+    /// --max-concurrency 1000`, `-- --shared-prefix-len 64`. The TTFT error
+    /// of a non-streaming request is its latency - the mock's total.
+    #[arg(last = true, value_name = "LOADGEN_FLAGS")]
+    pub loadgen_flags: Vec<String>,
 }
 
 impl CalibrateArgs {
@@ -194,6 +202,7 @@ impl CalibrateArgs {
         push("--submit-interval-ms", self.interval_ms.to_string());
         push("--channels", self.channels.to_string());
         push("--progress", "off".into());
+        argv.extend(self.loadgen_flags.iter().cloned());
         Args::try_parse_from(argv)
             .map_err(|e| Error::invalid("calibrate", e.to_string()))?
             .bench_config()
