@@ -159,7 +159,10 @@ fn run_chats_dry_run_prints_curl_and_loadgen() {
     for row in &rows {
         assert_eq!(row[1], "8", "every chat answered: {result}");
         assert!(
-            row[4].replace(',', "").parse::<f64>().is_ok_and(|t| t > 0.0),
+            row[4]
+                .replace(',', "")
+                .parse::<f64>()
+                .is_ok_and(|t| t > 0.0),
             "{result}"
         );
     }
@@ -199,9 +202,15 @@ fn run_aiperf_compare_dry_run_prints_loadgens_rows() {
                 "{cell:?}:\n{table}"
             );
         }
-        assert!(row[6].ends_with("(8 req)"), "the server logged every request:\n{table}");
+        assert!(
+            row[6].ends_with("(8 req)"),
+            "the server logged every request:\n{table}"
+        );
     }
-    assert!(rows[0][7].contains(" / "), "c1 has a re-issue delay:\n{table}");
+    assert!(
+        rows[0][7].contains(" / "),
+        "c1 has a re-issue delay:\n{table}"
+    );
     assert!(rows[1][7].contains("open loop"), "{table}");
     cleanup_scratch(&out);
 }
