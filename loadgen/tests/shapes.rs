@@ -310,6 +310,7 @@ async fn sessions_carry_their_history_and_stay_on_one_target() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shared_prefixes_lead_every_prompt() {
     let mock = start(mock_cfg()).await;
+    let metrics = format!("{}/metrics", mock.http_url);
     let run = loadgen(&[
         "--target",
         &mock.url,
@@ -321,6 +322,10 @@ async fn shared_prefixes_lead_every_prompt() {
         "6",
         "--max-new-tokens",
         "2",
+        "--max-concurrency",
+        "1",
+        "--scrape-metrics",
+        &metrics,
     ])
     .await;
     assert_eq!(run.code(), Some(0), "{}", run.output());

@@ -28,6 +28,7 @@ use tonic::transport::{Identity, ServerTlsConfig};
 use tonic::{Request, Response, Status};
 use tonic_health::pb::health_server::{Health, HealthServer};
 
+use crate::mock::prefix::words;
 use crate::mock::timeline::{drive, ns, Shared, Stamps, Step};
 
 /// Most concurrent streams one client connection may open: enough for
@@ -144,7 +145,13 @@ impl Inference for Mock {
             // (A zero sleep would still wait for the next 1 ms timer tick.)
             tokio::time::sleep(self.shared.cfg.submit_delay).await;
         }
-        let stamps = Stamps::new(received, (tokenized, received.elapsed()));
+        let mut stamps = Stamps::new(received, (tokenized, received.elapsed()));
+        let tokens: Vec<u64> = if req.prompt_token_ids.is_empty() {
+            words(&req.prompt).collect()
+        } else {
+            req.prompt_token_ids.iter().map(|&t| u64::from(t)).collect()
+        };
+        stamps.cached = self.shared.prefix.lookup(&tokens);
         let (tx, rx) = mpsc::channel(64);
         let (tokens, fails) = self.shared.tokens_for(req.max_new_tokens);
         let shared = self.shared.clone();

@@ -19,6 +19,7 @@ use tokio::sync::{mpsc, Semaphore};
 use tokio::time::Instant;
 
 use crate::mock::config::MockConfig;
+use crate::mock::prefix::PrefixCache;
 
 /// State shared by both doors of one mock server.
 #[derive(Debug)]
@@ -36,6 +37,8 @@ pub(crate) struct Shared {
     pub running: AtomicUsize,
     /// Requests waiting for a slot (`vllm:num_requests_waiting`).
     pub waiting: AtomicUsize,
+    /// The prompts seen, in blocks.
+    pub prefix: PrefixCache,
 }
 
 /// Counts a request in one state for as long as it lives.
@@ -64,6 +67,7 @@ impl Shared {
             serving: AtomicBool::new(false),
             running: AtomicUsize::new(0),
             waiting: AtomicUsize::new(0),
+            prefix: PrefixCache::default(),
         }
     }
 
@@ -83,7 +87,13 @@ impl Shared {
              # TYPE vllm:kv_cache_usage_perc gauge\n\
              vllm:kv_cache_usage_perc{{model_name=\"mock\"}} {kv}\n\
              # TYPE vllm:num_preemptions_total counter\n\
-             vllm:num_preemptions_total{{model_name=\"mock\"}} 0\n"
+             vllm:num_preemptions_total{{model_name=\"mock\"}} 0\n\
+             # TYPE vllm:prefix_cache_queries_total counter\n\
+             vllm:prefix_cache_queries_total{{model_name=\"mock\"}} {queries}\n\
+             # TYPE vllm:prefix_cache_hits_total counter\n\
+             vllm:prefix_cache_hits_total{{model_name=\"mock\"}} {hits}\n",
+            queries = self.prefix.queries.load(Ordering::Relaxed),
+            hits = self.prefix.hits.load(Ordering::Relaxed),
         )
     }
 
@@ -127,6 +137,8 @@ pub(crate) struct Marks {
     pub last: Duration,
     /// The final message was built.
     pub finished: Duration,
+    /// Leading prompt tokens found in the prefix cache.
+    pub cached: u32,
 }
 
 impl Marks {
@@ -147,7 +159,7 @@ impl Marks {
             admitted_at_ns: ns(self.admitted),
             first_token_at_ns: ns(self.first),
             finished_at_ns: ns(self.finished),
-            cached_prompt_tokens: 0,
+            cached_prompt_tokens: self.cached,
             prefill_chunks: 1,
         }
     }
@@ -226,6 +238,8 @@ pub(crate) struct Stamps {
     pub first: Option<Duration>,
     /// The last token's stamp.
     pub last: Duration,
+    /// Leading prompt tokens found in the prefix cache.
+    pub cached: u32,
 }
 
 impl Stamps {
@@ -237,6 +251,7 @@ impl Stamps {
             admitted: handler.1,
             first: None,
             last: Duration::ZERO,
+            cached: 0,
         }
     }
 
@@ -257,6 +272,7 @@ impl Stamps {
             first: self.first.unwrap_or_default(),
             last: self.last,
             finished: self.received.elapsed(),
+            cached: self.cached,
         }
     }
 }
@@ -275,6 +291,7 @@ mod tests {
             first: ms(20),
             last: ms(50),
             finished: ms(51),
+            cached: 16,
         };
         let t = m.timing(4);
         assert_eq!(
