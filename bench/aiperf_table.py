@@ -80,8 +80,8 @@ def main():
     runs, n, rate, conc, isl, osl = sys.argv[1:7]
     print(f"## loadgen vs AIPerf on one pinned server (tiny preset, CPU)\n")
     print(f"{n} requests per run, {isl} prompt tokens, {osl} new tokens (ignore_eos, temperature 0, "
-          f"streaming /v1/completions); loads: c1 = concurrency 1, rate = constant {rate} req/s "
-          f"(open loop), conc = closed loop of {conc}.\n")
+          f"streaming /v1/completions, the same prompts for both tools, no prefix cache); loads: "
+          f"c1 = concurrency 1, rate = constant {rate} req/s (open loop), conc = closed loop of {conc}.\n")
     print("| load | tool | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | output tok/s | server TTFT p50 ms (its log) | re-issue delay p50 / max ms (server log) |")
     print("|---|---|---:|---:|---:|---:|---:|---:|")
     for line in open(runs):

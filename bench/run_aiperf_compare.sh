@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # loadgen and AIPerf, alternately, against ONE ember-server (issue 33): the
 # server pinned to its own core(s) with taskset, both clients to the others,
-# the tiny preset on the CPU. Three loads, each run by loadgen, then by
-# AIPerf, with the same shape (synthetic prompts of ISL tokens, OSL tokens
-# out, ignore_eos, temperature 0, streaming /v1/completions):
+# the tiny preset on the CPU, `--no-prefix-cache` (both tools send the same
+# prompts). Three loads, each run by AIPerf, then by loadgen with AIPerf's
+# very prompts (its inputs.json as loadgen's --dataset; without AIPerf,
+# synthetic --input-len ones), the same shape (ISL tokens in, OSL tokens out,
+# ignore_eos, temperature 0, streaming /v1/completions):
 #   c1    concurrency 1 (a closed loop of one);
 #   rate  an open-loop constant RATE req/s (loadgen --submit-interval-ms
 #         1000/RATE; AIPerf --request-rate RATE --arrival-pattern constant);
@@ -56,7 +58,7 @@ die() { say "FAILED: $*"; exit 1; }
 PIN_S=() PIN_C=()
 if command -v taskset >/dev/null; then PIN_S=(taskset -c "$SERVER_CPUS") PIN_C=(taskset -c "$CLIENT_CPUS"); fi
 "${PIN_S[@]}" "$BIN_DIR/ember-server" --listen 127.0.0.1:0 --http-listen 127.0.0.1:0 --preset tiny \
-    --device cpu --log-format json --max-batch-size 8 >"$OUT/server.out" 2>"$OUT/server.log" &
+    --device cpu --log-format json --max-batch-size 8 --no-prefix-cache >"$OUT/server.out" 2>"$OUT/server.log" &
 SPID=$!
 trap 'kill $SPID 2>/dev/null; wait $SPID 2>/dev/null' EXIT
 for _ in $(seq 600); do
@@ -89,14 +91,24 @@ for scenario in c1 rate conc; do
               ap_load=(--request-rate "$RATE" --arrival-pattern constant) c=0 ;;
         conc) lg_load=(--max-concurrency "$CONC") ap_load=(--concurrency "$CONC") c=$CONC ;;
     esac
-    for tool in loadgen aiperf; do
+    for tool in aiperf loadgen; do
         [[ $tool == aiperf && $HAVE_AIPERF == 0 ]] && continue
         before=$(wc -l <"$OUT/server.log")
         dir=$OUT/$scenario-$tool
         mkdir -p "$dir"
         if [[ $tool == loadgen ]]; then
+            prompts=(--input-len "$ISL")
+            inputs=$OUT/$scenario-aiperf/inputs.json
+            if [[ -f $inputs ]]; then
+                python3 -c 'import json, sys
+for s in json.load(open(sys.argv[1]))["data"]:
+    for p in s["payloads"]:
+        print(json.dumps({"prompt": p["prompt"], "max_new_tokens": p.get("max_tokens")}))' \
+                    "$inputs" >"$dir/prompts.jsonl" || die "cannot read $inputs"
+                prompts=(--dataset "$dir/prompts.jsonl")
+            fi
             "${PIN_C[@]}" "$BIN_DIR/loadgen" --backend openai --base-url "$BASE" --endpoint completions \
-                --input-len "$ISL" --max-new-tokens "$OSL" --no-stop-on-eos --num-requests "$N" \
+                "${prompts[@]}" --max-new-tokens "$OSL" --no-stop-on-eos --num-requests "$N" \
                 "${lg_load[@]}" --progress off --json "$dir/loadgen.json" >"$dir/log" 2>&1 ||
                 die "loadgen $scenario failed (see $dir/log)"
         else

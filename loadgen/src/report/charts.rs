@@ -123,9 +123,25 @@ pub struct Phases {
 /// client's TTFT before that is client + network overhead (both directions).
 pub fn phases(r: &RequestRecord) -> Option<Phases> {
     let s = r.server.as_ref()?;
-    let first = r.first_token_ns? as f64 / 1e6;
     let ms = |ns: u64| ns as f64 / 1e6;
     let submit = ms(r.submit_start_ns);
+    if !r.streamed {
+        // One body at the end: the server's whole time is laid back from
+        // it, and its first token falls inside (the client saw none apart).
+        let finish = ms(r.finish_ns);
+        let received = (finish - ms(s.total_ns)).max(submit);
+        let first = (received + ms(s.server_ttft_ns)).min(finish);
+        let admitted = (first - ms(s.prefill_to_first_token_ns)).max(received);
+        return Some(Phases {
+            intended: ms(r.intended_start_ns),
+            submit,
+            received,
+            admitted,
+            first_token: first,
+            finish,
+        });
+    }
+    let first = r.first_token_ns? as f64 / 1e6;
     let received = (first - ms(s.server_ttft_ns)).max(submit);
     let admitted = (first - ms(s.prefill_to_first_token_ns)).max(received);
     Some(Phases {
@@ -406,6 +422,15 @@ mod tests {
         assert_eq!(p.admitted, 8.0, "first token - prefill");
         assert_eq!(p.submit, 0.0015);
         assert!(p.intended <= p.submit && p.submit <= p.received && p.received <= p.admitted);
+        let mut whole = r.clone();
+        whole.streamed = false;
+        if let Some(s) = whole.server.as_mut() {
+            s.total_ns = 30_000_000;
+        }
+        let p = phases(&whole).expect("phases");
+        assert_eq!(p.finish, 0.05);
+        assert_eq!(p.received, 0.0015, "finish - total, not before the submit");
+        assert_eq!((p.first_token, p.admitted), (0.05, 0.0015), "clamped inside the request");
         r.server = None;
         assert!(phases(&r).is_none());
     }
