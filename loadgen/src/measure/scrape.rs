@@ -197,13 +197,17 @@ pub struct Sampler {
 }
 
 impl Sampler {
-    /// Starts sampling now, if anything is to be sampled.
-    pub fn start(cfg: &ScrapeConfig) -> Option<Sampler> {
+    /// Starts sampling, if anything is to be sampled, and returns once the
+    /// first sample is taken (so it comes before the run's first request).
+    pub async fn start(cfg: &ScrapeConfig) -> Option<Sampler> {
         if cfg.url.is_none() && !cfg.gpu {
             return None;
         }
         let (tx, rx) = oneshot::channel();
-        let join = tokio::spawn(sample_loop(cfg.clone(), rx));
+        let (first_tx, first_rx) = oneshot::channel();
+        let join = tokio::spawn(sample_loop(cfg.clone(), rx, first_tx));
+        // The loop's own scrape timeouts bound this wait.
+        let _ = first_rx.await;
         Some(Sampler {
             stop: Some(tx),
             join,
@@ -220,7 +224,12 @@ impl Sampler {
 }
 
 /// Scrapes every interval until stopped (and once more then).
-async fn sample_loop(cfg: ScrapeConfig, mut stop: oneshot::Receiver<()>) -> ServerSeries {
+async fn sample_loop(
+    cfg: ScrapeConfig,
+    mut stop: oneshot::Receiver<()>,
+    first: oneshot::Sender<()>,
+) -> ServerSeries {
+    let mut first = Some(first);
     let start = Instant::now();
     let gpus = if cfg.gpu {
         tokio::task::spawn_blocking(Gpus::open)
@@ -263,6 +272,9 @@ async fn sample_loop(cfg: ScrapeConfig, mut stop: oneshot::Receiver<()>) -> Serv
                 .unwrap_or_default();
         }
         samples.push(sample);
+        if let Some(tx) = first.take() {
+            let _ = tx.send(());
+        }
         if last {
             break;
         }

@@ -259,7 +259,7 @@ impl<'a> Bench<'a> {
             live: Some(progress.live.clone()),
         };
         tracing::info!(run = %o.label, requests = n, "run starting");
-        let sampler = Sampler::start(&args.scrape);
+        let sampler = Sampler::start(&args.scrape).await;
         let result = run_once(self.pool.clone(), spec).await;
         let series = match sampler {
             Some(s) => Some(s.finish().await),

@@ -430,7 +430,11 @@ mod tests {
         let p = phases(&whole).expect("phases");
         assert_eq!(p.finish, 0.05);
         assert_eq!(p.received, 0.0015, "finish - total, not before the submit");
-        assert_eq!((p.first_token, p.admitted), (0.05, 0.0015), "clamped inside the request");
+        assert_eq!(
+            (p.first_token, p.admitted),
+            (0.05, 0.0015),
+            "clamped inside the request"
+        );
         r.server = None;
         assert!(phases(&r).is_none());
     }
