@@ -14,11 +14,13 @@
 #   2. for each workload N x M (a burst of N requests, M new tokens each,
 #      `--no-stop-on-eos`, unique prompts, one warmup run), runs loadgen
 #      against the first server alone, then against all of them with
-#      `--balance least`;
+#      `--balance least` (strong scaling: the same N over G servers), then
+#      N x G requests against all of them (weak scaling: N per server);
 #   3. writes $OUT/table.md (also printed): GPU model and count, per workload
-#      completion tok/s, client TTFT p50/p99 and the scaling factor (all / one),
-#      and per target (from loadgen's `per_target` JSON) requests, tok/s and
-#      their shares.
+#      completion tok/s, client TTFT p50/p99 and the strong scaling factor
+#      (all / one), the weak scaling table (N x G on G servers / N on one:
+#      G x for perfect scaling), and per target (from loadgen's `per_target`
+#      JSON) requests, tok/s and their shares.
 # Servers are always stopped on exit (SIGTERM, then SIGKILL after 15 s). The
 # exit status is non-zero if a server does not become SERVING, a loadgen run
 # fails (any failed request included), or the table cannot be made.
@@ -296,16 +298,18 @@ for wl in ${WORKLOADS//,/ }; do
     [[ $wl =~ ^([0-9]+)x([0-9]+)$ ]] || die "WORKLOADS: '$wl' is not NxM (e.g. 128x256)"
     n=${BASH_REMATCH[1]}
     m=${BASH_REMATCH[2]}
-    for mode in one all; do
+    for mode in one all weak; do
+        requests=$n
         if [[ $mode == one ]]; then
             targets=http://${ADDRS[0]}
             balance=()
         else
             targets=$ALL_TARGETS
             balance=(--balance least)
+            [[ $mode == weak ]] && requests=$((n * ${#ADDRS[@]}))
         fi
         json=$OUT/loadgen-$wl-$mode.json
-        lg=(--target "$targets" "${balance[@]}" --num-requests "$n" --max-new-tokens "$m"
+        lg=(--target "$targets" "${balance[@]}" --num-requests "$requests" --max-new-tokens "$m"
             --submit-interval-ms 0 --no-stop-on-eos --unique-prompts --prompt Hello
             --warmup-runs "$WARMUP_RUNS" --repeat-runs "$REPEAT_RUNS" --progress off
             --json "$json" "${LOADGEN_EXTRA[@]}")
@@ -348,7 +352,7 @@ def med(values):
 def num(v, digits=0):
     return "n/a" if v is None else f"{v:,.{digits}f}"
 
-rows, per_target = [], []
+rows, per_target, weak = [], [], []
 for line in open(runs_tsv):
     workload, mode, path = line.rstrip("\n").split("\t")
     doc = json.load(open(path))
@@ -364,6 +368,9 @@ for line in open(runs_tsv):
         "p99": med(r["metrics"]["ttft_ms"]["p99"] for r in measured),
         "targets": len(doc["targets"]),
     }
+    if mode == "weak":
+        weak.append((workload, fig))
+        continue
     rows.append((workload, mode, fig))
     if mode == "all":
         names = [t["target"] for t in measured[0]["per_target"]]
@@ -398,6 +405,19 @@ for workload, mode, f in rows:
     scale_s = "n/a" if scale is None else f"{scale:.2f}x"
     out.append(f"| {workload.replace('x', ' x ')} | {label} | {num(f['tps'])} | "
                f"{num(f['p50'], 1)} | {num(f['p99'], 1)} | {scale_s} |")
+out.append("")
+out.append("Weak scaling: N requests per server, N x G against all G servers (`--balance least`) "
+           "vs N against the first server alone; perfect scaling is G x:")
+out.append("")
+out.append("| per server (N x M) | servers | requests | tok/s (one: N) | tok/s (all: N x G) | TTFT p99 ms (all) | weak scaling (all / one) |")
+out.append("|---|---:|---:|---:|---:|---:|---:|")
+for workload, f in weak:
+    base = one.get(workload)
+    scale = f["tps"] / base if base and f["tps"] is not None else None
+    n, m = workload.split("x")
+    g = f["targets"]
+    out.append(f"| {n} per server x {m} | {g} | {int(n) * g} | {num(base)} | {num(f['tps'])} | "
+               f"{num(f['p99'], 1)} | {'n/a' if scale is None else f'{scale:.2f}x'} |")
 out.append("")
 out.append("Per target (all servers, `--balance least`; share = of the run's requests / completion tok/s):")
 out.append("")

@@ -9,11 +9,15 @@
 //! network + client overhead = client TTFT - server TTFT, and client
 //! inter-token gaps next to the server's `server_time_ns` gaps.
 //!
-//! Layout, by what each part does. Files import only downward in this list
-//! (`tests/layout.rs` checks that no file imports one that imports it back,
+//! Layout, by what each part does, top to bottom. A file imports only files
+//! of its own part or of parts below it in this list (`tests/layout.rs`
+//! checks the order, and that no file imports one that imports it back,
 //! directly or around a circle):
+//! - [`cli`]: the flags, their validation, and the settings they become;
+//!   the only part that knows a flag.
 //! - [`modes`]: what an invocation does: the plain benchmark and its sweeps,
-//!   `compare`, `calibrate`, `mock`, `--spawn-server`; a benchmark session.
+//!   `compare`, `calibrate`, `mock`, `--spawn-server`; a benchmark session
+//!   and its settings (`modes::setup`).
 //! - [`report`]: the text report, `--json` / `--requests-out`, the HTML
 //!   report and its charts.
 //! - [`measure`]: one run's firing loop and live view, statistics,
@@ -22,15 +26,15 @@
 //!   [`client::openai`]), the connection pool and `--balance`, TLS.
 //! - [`workload`]: the requests (prompts, datasets, lengths) and when they
 //!   fire.
-//! - [`cli`]: the flags and their validation.
-//! - [`record`], [`error`]: the per-request record and the error type, which
-//!   every layer shares.
+//! - [`config`], [`record`], [`error`]: the settings several parts share,
+//!   the per-request record and the error type, which every part uses.
 //!
 //! Test support (the mock server, child processes, health polling, the
 //! loadgen runner for tests) is the `ember-testkit` crate.
 
 pub mod cli;
 pub mod client;
+pub mod config;
 pub mod error;
 pub mod measure;
 pub mod modes;
@@ -40,5 +44,4 @@ pub mod workload;
 
 pub use cli::Args;
 pub use error::Error;
-pub use modes::run::run;
 pub use modes::session::Outcome;

@@ -8,7 +8,10 @@ use std::io::IsTerminal;
 
 use anyhow::bail;
 use clap::Parser;
-use ember_loadgen::modes::{calibrate, compare, limits, mock};
+use ember_loadgen::cli::calibrate::CalibrateArgs;
+use ember_loadgen::cli::compare::CompareArgs;
+use ember_loadgen::cli::mock::MockArgs;
+use ember_loadgen::modes::limits;
 use ember_loadgen::Outcome;
 use tracing_subscriber::EnvFilter;
 
@@ -41,22 +44,22 @@ async fn main() -> anyhow::Result<()> {
 
     let (outcome, allow_errors) = match mode.as_deref() {
         Some("calibrate") => {
-            calibrate::run(calibrate::CalibrateArgs::parse_from(argv)).await?;
+            CalibrateArgs::parse_from(argv).run().await?;
             return Ok(());
         }
         Some("mock") => {
-            mock::serve(mock::MockArgs::parse_from(argv)).await?;
+            MockArgs::parse_from(argv).serve().await?;
             return Ok(());
         }
         Some(_) => {
-            let args = compare::CompareArgs::parse_from(argv);
+            let args = CompareArgs::parse_from(argv);
             let allow = args.base.allow_errors;
-            (compare::run(args).await?, allow)
+            (args.run().await?, allow)
         }
         None => {
             let args = ember_loadgen::Args::parse_from(argv);
             let allow = args.allow_errors;
-            (ember_loadgen::run(args).await?, allow)
+            (args.run().await?, allow)
         }
     };
     exit_code(outcome, allow_errors)

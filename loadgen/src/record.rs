@@ -81,6 +81,10 @@ pub struct RequestRecord {
     pub completion_tokens: u32,
     /// Where `completion_tokens` came from.
     pub tokens_from: TokenSource,
+    /// The response came as a stream (token by token); false for a
+    /// non-streaming request (`--stream false`): one body at the end, so
+    /// TTFT is the whole latency and the token arrivals are empty.
+    pub streamed: bool,
     /// Upper case: "LENGTH", "EOS", "STOP", "CANCELLED" (gRPC); "LENGTH",
     /// "STOP", "ABORT" (HTTP `finish_reason`); null if none came.
     pub finish_reason: Option<String>,
@@ -99,19 +103,26 @@ pub struct RequestRecord {
     pub token_recv_ns: Vec<u64>,
     /// submit start - intended start.
     pub submit_lag_ns: u64,
-    /// first token - submit start.
+    /// first token - submit start (non-streaming: the whole body's).
     pub client_ttft_ns: Option<u64>,
     /// (last token - first token) / (completion tokens - 1); null under 2.
+    /// Non-streaming: the server's decode time / (completion tokens - 1),
+    /// when it sent its timeline (the client sees no tokens apart).
     pub client_tpot_ns: Option<u64>,
     /// finish - submit start.
     pub latency_ns: u64,
     /// finish - intended start (coordinated-omission aware).
     pub latency_from_intended_ns: u64,
-    /// Network + client overhead: client TTFT - server TTFT (two durations).
+    /// Network + client overhead: client TTFT - server TTFT (two durations);
+    /// non-streaming: client latency - server total.
     pub overhead_ns: Option<i64>,
     /// The server's timeline; null unless the request finished OK and the
     /// server reported one (gRPC always; HTTP with Ember's extension).
     pub server: Option<ServerRecord>,
+    /// The output text, kept only when the next turn of a session needs it
+    /// (never written out).
+    #[serde(skip)]
+    pub reply: Option<String>,
 }
 
 /// The server's account of one request: gRPC `Started`, `Token` and
@@ -171,6 +182,10 @@ pub struct Begin<'a> {
     pub prompt_tokens: Option<u32>,
     /// How the backend counts tokens when the server does not say.
     pub tokens_from: TokenSource,
+    /// Streamed (token by token) or one body at the end.
+    pub streamed: bool,
+    /// Keep the output text (a session's next turn carries it).
+    pub keep_reply: bool,
 }
 
 impl RequestRecord {
@@ -192,6 +207,7 @@ impl RequestRecord {
             prompt_tokens: b.prompt_tokens,
             completion_tokens: 0,
             tokens_from: b.tokens_from,
+            streamed: b.streamed,
             finish_reason: None,
             intended_start_ns: ns_since(t0, b.slot.intended),
             submit_start_ns: ns_since(t0, submit_start),
@@ -206,6 +222,7 @@ impl RequestRecord {
             latency_from_intended_ns: 0,
             overhead_ns: None,
             server: None,
+            reply: b.keep_reply.then(String::new),
         }
     }
 
@@ -247,6 +264,12 @@ impl RequestRecord {
     /// tokens into one chunk still gets its per-token time.
     pub fn derive(&mut self) {
         self.submit_lag_ns = self.submit_start_ns.saturating_sub(self.intended_start_ns);
+        self.latency_ns = self.finish_ns.saturating_sub(self.submit_start_ns);
+        self.latency_from_intended_ns = self.finish_ns.saturating_sub(self.intended_start_ns);
+        if !self.streamed {
+            self.derive_whole();
+            return;
+        }
         self.first_token_ns = self.token_recv_ns.first().copied();
         self.client_ttft_ns = self
             .first_token_ns
@@ -259,12 +282,30 @@ impl RequestRecord {
             (Some(_), Some(_)) if self.token_recv_ns.len() >= 2 => Some(0),
             _ => None,
         };
-        self.latency_ns = self.finish_ns.saturating_sub(self.submit_start_ns);
-        self.latency_from_intended_ns = self.finish_ns.saturating_sub(self.intended_start_ns);
         self.overhead_ns = match (self.client_ttft_ns, &self.server) {
             (Some(client), Some(server)) => Some(client as i64 - server.server_ttft_ns as i64),
             _ => None,
         };
+    }
+
+    /// A non-streaming request: every token arrives with the body, so the
+    /// first token is the end; TPOT is the server's, the overhead compares
+    /// the whole latency with the server's total.
+    fn derive_whole(&mut self) {
+        let tokens = u64::from(self.completion_tokens);
+        self.first_token_ns = (self.ok && tokens > 0).then_some(self.finish_ns);
+        self.client_ttft_ns = self
+            .first_token_ns
+            .map(|f| f.saturating_sub(self.submit_start_ns));
+        self.client_tpot_ns = self
+            .server
+            .as_ref()
+            .filter(|_| tokens >= 2)
+            .map(|s| s.decode_ns / (tokens - 1));
+        self.overhead_ns = self
+            .server
+            .as_ref()
+            .map(|s| self.latency_ns as i64 - s.total_ns as i64);
     }
 }
 
@@ -288,6 +329,8 @@ pub(crate) mod tests {
             channel: 0,
             prompt_tokens: Some(3),
             tokens_from: TokenSource::Server,
+            streamed: true,
+            keep_reply: false,
         };
         let mut r = RequestRecord::begin(begin, t0, t0);
         r.submit_start_ns = 1_500;
@@ -322,6 +365,31 @@ pub(crate) mod tests {
         r.completion_tokens = 4;
         r.derive();
         assert_eq!(r.client_tpot_ns, Some(10_000));
+    }
+
+    #[test]
+    fn a_whole_body_is_its_own_first_token() {
+        let mut r = record(Vec::new(), None);
+        r.streamed = false;
+        r.completion_tokens = 5;
+        r.server = Some(ServerRecord {
+            decode_ns: 8_000,
+            total_ns: 40_000,
+            ..Default::default()
+        });
+        r.derive();
+        assert_eq!(r.first_token_ns, Some(50_000));
+        assert_eq!(r.client_ttft_ns, Some(r.latency_ns));
+        assert_eq!(r.client_tpot_ns, Some(2_000), "server decode / (n - 1)");
+        assert_eq!(
+            r.overhead_ns,
+            Some(48_500 - 40_000),
+            "latency - server total"
+        );
+        assert_eq!(r.itl_ns().count(), 0);
+        r.server = None;
+        r.derive();
+        assert_eq!((r.client_tpot_ns, r.overhead_ns), (None, None));
     }
 
     #[test]

@@ -121,3 +121,96 @@ fn run_gpu_dry_run_writes_the_end_to_end_row() {
     );
     cleanup_scratch(&out);
 }
+
+/// Runs `bash bench/<script> --dry-run` with the built binaries; its log.
+fn dry_run(script: &str, out: &Path, env: &[(&str, &str)]) -> String {
+    let server = bins::server();
+    let bin_dir = server.parent().expect("binary has a directory");
+    assert!(bins::loadgen().is_file(), "loadgen is built");
+    let mut cmd = Command::new("bash");
+    cmd.arg(repo_root().join("bench").join(script))
+        .arg("--dry-run")
+        .env("EMBER_BIN_DIR", bin_dir)
+        .env("OUT", out);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let run = cmd.output().expect("run bash");
+    let log = String::from_utf8_lossy(&run.stdout).into_owned();
+    assert!(
+        run.status.success(),
+        "{script} --dry-run failed ({}):\n{log}\n{}",
+        run.status,
+        String::from_utf8_lossy(&run.stderr)
+    );
+    log
+}
+
+/// `bench/run_chats.sh --dry-run`: 8 non-streaming chats without a limit
+/// against the tiny preset, as 8 curl processes and as one loadgen command;
+/// both rows answered in full, with their throughput and the ratio.
+#[test]
+fn run_chats_dry_run_prints_curl_and_loadgen() {
+    let out = scratch_dir("run-chats-dry");
+    let log = dry_run("run_chats.sh", &out, &[]);
+    let result = std::fs::read_to_string(out.join("result.md")).expect("result.md written");
+    let rows = table_rows(&result);
+    assert_eq!(rows.len(), 2, "{result}");
+    for row in &rows {
+        assert_eq!(row[1], "8", "every chat answered: {result}");
+        assert!(
+            row[4]
+                .replace(',', "")
+                .parse::<f64>()
+                .is_ok_and(|t| t > 0.0),
+            "{result}"
+        );
+    }
+    assert!(result.contains("loadgen / curl:"), "{result}");
+    assert!(log.contains(&result), "the script prints the result");
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("loadgen.json")).expect("json"))
+            .expect("loadgen's JSON");
+    assert!(doc["request_shape"]
+        .as_str()
+        .is_some_and(|s| s.contains("non-streaming") && s.contains("no max_tokens")));
+    assert!(doc["runs"][0]["server_metrics"]["samples"].is_array());
+    assert!(out.join("report/index.html").is_file());
+    cleanup_scratch(&out);
+}
+
+/// `bench/run_aiperf_compare.sh --dry-run` without AIPerf (CI has no
+/// PyPI): the pinned server, loadgen's three loads and the table, with the
+/// server's own TTFT and the closed loops' re-issue delay from its log.
+#[test]
+fn run_aiperf_compare_dry_run_prints_loadgens_rows() {
+    let out = scratch_dir("run-aiperf-dry");
+    let log = dry_run(
+        "run_aiperf_compare.sh",
+        &out,
+        &[("AIPERF", "/nonexistent/aiperf")],
+    );
+    assert!(log.contains("no AIPerf"), "{log}");
+    let table = std::fs::read_to_string(out.join("table.md")).expect("table.md written");
+    let rows = table_rows(&table);
+    assert_eq!(rows.len(), 3, "c1, rate, conc by loadgen:\n{table}");
+    for row in &rows {
+        assert_eq!(row[1], "loadgen", "{table}");
+        for cell in &row[2..6] {
+            assert!(
+                cell.replace(',', "").parse::<f64>().is_ok(),
+                "{cell:?}:\n{table}"
+            );
+        }
+        assert!(
+            row[6].ends_with("(8 req)"),
+            "the server logged every request:\n{table}"
+        );
+    }
+    assert!(
+        rows[0][7].contains(" / "),
+        "c1 has a re-issue delay:\n{table}"
+    );
+    assert!(rows[1][7].contains("open loop"), "{table}");
+    cleanup_scratch(&out);
+}

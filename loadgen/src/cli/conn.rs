@@ -1,6 +1,7 @@
 //! The connection flags: which server(s), through which door, how requests
 //! spread over them. One group, so `loadgen compare` can give each series its
-//! own values of exactly these flags (see `modes::compare`).
+//! own values of exactly these flags (see `cli::compare`). Validated, they
+//! become a `config::ConnConfig` and the list of target URLs.
 //!
 //! - `--backend ember` (default): Ember's gRPC API at `--target host:port`;
 //! - `--backend openai`: any OpenAI-compatible server at `--base-url URL`,
@@ -13,58 +14,11 @@
 
 use std::path::PathBuf;
 
-use clap::{Args as ClapArgs, ValueEnum};
+use clap::Args as ClapArgs;
 use serde::{Serialize, Serializer};
 
+use crate::config::{Backend, Balance, ConnConfig, Endpoint, HttpVersion};
 use crate::error::Error;
-
-/// Which API the servers speak.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Backend {
-    /// Ember's gRPC API (`ember.v1.Inference/Generate`), with the server's
-    /// per-request timeline.
-    Ember,
-    /// The OpenAI-compatible HTTP API (SSE streaming); Ember's extension
-    /// fields are read when the server sends them.
-    Openai,
-}
-
-/// The OpenAI endpoint.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Endpoint {
-    /// `POST /v1/completions` (`prompt`: text or token ids).
-    Completions,
-    /// `POST /v1/chat/completions` (one user message).
-    Chat,
-}
-
-/// How requests are spread over several targets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Balance {
-    /// Request i goes to target i % T.
-    Rr,
-    /// Each request goes to the target with the fewest requests in flight
-    /// (ties: round-robin).
-    Least,
-}
-
-/// The HTTP version of the OpenAI backend.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
-pub enum HttpVersion {
-    /// HTTP/1.1: one stream per connection; the pool opens as many
-    /// keep-alive connections as there are streams in flight.
-    #[value(name = "1")]
-    #[serde(rename = "1")]
-    Http1,
-    /// HTTP/2 (h2c on http://, ALPN on https://): `--channels` connections
-    /// per target, streams multiplexed over them.
-    #[value(name = "2")]
-    #[serde(rename = "2")]
-    Http2,
-}
 
 /// Where the requests go and how.
 #[derive(Debug, Clone, ClapArgs, Serialize)]
@@ -171,21 +125,17 @@ impl ConnArgs {
         raw.iter().map(|t| normalize_target(t)).collect()
     }
 
-    /// The transport in words, for the report's `Backend:` line.
-    pub fn describe(&self) -> String {
-        match self.backend {
-            Backend::Ember => "ember (gRPC, HTTP/2)".to_string(),
-            Backend::Openai => format!(
-                "openai {} ({})",
-                match self.endpoint {
-                    Endpoint::Completions => "/v1/completions",
-                    Endpoint::Chat => "/v1/chat/completions",
-                },
-                match self.http {
-                    HttpVersion::Http1 => "HTTP/1.1",
-                    HttpVersion::Http2 => "HTTP/2",
-                }
-            ),
+    /// The settings the layers below read (the targets apart).
+    pub fn config(&self) -> ConnConfig {
+        ConnConfig {
+            backend: self.backend,
+            endpoint: self.endpoint,
+            model: self.model.clone(),
+            api_key: self.api_key.clone(),
+            tls_ca: self.tls_ca.clone(),
+            http: self.http,
+            channels: self.channels,
+            balance: self.balance,
         }
     }
 
@@ -228,7 +178,9 @@ impl ConnArgs {
         self.validate_options()
     }
 
-    fn validate_options(&self) -> Result<(), Error> {
+    /// The checks that do not need a target list (calibrate's mock is the
+    /// target).
+    pub fn validate_options(&self) -> Result<(), Error> {
         if self.channels == 0 {
             return Err(Error::invalid("--channels", "must be >= 1 (got 0)"));
         }

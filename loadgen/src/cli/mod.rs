@@ -1,55 +1,40 @@
-//! Command-line flags (clap derive) and their validation.
+//! Command-line flags (clap derive), their validation, and the settings
+//! they become: the top layer, the only one that knows a flag.
 //!
 //! Every flag has `--long` and a `LOADGEN_*` environment variable; the doc
 //! comments are the `--help` text. [`Args`] holds the workload and run flags
 //! and flattens the groups: [`conn::ConnArgs`] (which servers, which API),
-//! and [`options`]' data, sweep and view groups. [`Args::validate`] (in
-//! `validate.rs`) rejects values the benchmark cannot run with, naming the
-//! flag, before anything connects.
+//! and [`options`]' data, sweep and view groups. [`Args::validate`] rejects
+//! values the benchmark cannot run with, naming the flag, before anything
+//! connects (`validate.rs`), then builds the settings the modes run with
+//! (`build.rs`). The other commands have their own flags: [`compare`],
+//! [`calibrate`], [`mock`].
 
+mod build;
+pub mod calibrate;
+mod check_shape;
+pub mod compare;
 pub mod conn;
+pub mod mock;
 pub mod options;
+pub mod shape;
 mod validate;
 
 use std::path::PathBuf;
 
-use clap::{Parser, ValueEnum};
+use clap::Parser;
 use serde::Serialize;
 
-use conn::ConnArgs;
-use options::{DataArgs, SweepArgs, ViewArgs};
+use crate::cli::conn::ConnArgs;
+use crate::cli::options::{DataArgs, SweepArgs, ViewArgs};
+use crate::cli::shape::{ObserveArgs, ShapeArgs, TokenLimit};
+use crate::config::{Arrival, SubmitSchedule};
+
+/// Requests per run when --num-requests is not given (and no --duration).
+pub const DEFAULT_NUM_REQUESTS: usize = 16;
 
 /// Default prompt: a plain English sentence (about 10 GPT-2 tokens).
 pub const DEFAULT_PROMPT: &str = "The quick brown fox jumps over the lazy dog, and then it";
-
-/// When request i is submitted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum SubmitSchedule {
-    /// Request i fires at t0 + offset(i), however slow earlier submissions are
-    /// (open loop; latency from the intended start is coordinated-omission aware).
-    Absolute,
-    /// Wait until submission i returned the response stream, then sleep the
-    /// interval, then submit i+1 (closed loop on the submit call).
-    Relative,
-}
-
-/// How the offsets between requests are drawn.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Arrival {
-    /// Every gap is --submit-interval-ms (0 = burst).
-    Fixed,
-    /// Exponential gaps with mean 1/--request-rate, seeded by --seed
-    /// (absolute schedule).
-    Poisson,
-    /// Gamma gaps with mean 1/--request-rate and shape --burstiness (vLLM's
-    /// semantics: 1 = Poisson, < 1 burstier, > 1 steadier), seeded.
-    Gamma,
-    /// Replay the `timestamp` (ms) of each --dataset entry, scaled by
-    /// --trace-time-scale.
-    Trace,
-}
 
 /// Ember's load generator: streams generation requests at one or more servers
 /// (Ember's gRPC API, or any OpenAI-compatible HTTP server with --backend
@@ -74,14 +59,10 @@ pub struct Args {
     #[serde(flatten)]
     pub conn: ConnArgs,
 
-    /// Requests per run (warmup and measured runs alike).
-    #[arg(
-        long,
-        env = "LOADGEN_NUM_REQUESTS",
-        default_value_t = 16,
-        value_name = "N"
-    )]
-    pub num_requests: usize,
+    /// Requests per run (warmup and measured runs alike); default 16. With
+    /// --turns: sessions per run. With --duration: a cap (default none).
+    #[arg(long, env = "LOADGEN_NUM_REQUESTS", value_name = "N")]
+    pub num_requests: Option<usize>,
 
     /// Prompt text of every request.
     #[arg(long, env = "LOADGEN_PROMPT", default_value = DEFAULT_PROMPT, value_name = "TEXT")]
@@ -102,14 +83,17 @@ pub struct Args {
     #[arg(long, env = "LOADGEN_UNIQUE_PROMPTS")]
     pub unique_prompts: bool,
 
-    /// Tokens to generate per request (max_new_tokens).
+    /// Tokens to generate per request (max_new_tokens), or `none`: no limit
+    /// sent, the server decides (OpenAI completions: 16, chat: up to the
+    /// context; gRPC, which needs one: the server's --max-new-tokens-limit
+    /// fitted to the context, read from GetServerInfo).
     #[arg(
         long,
         env = "LOADGEN_MAX_NEW_TOKENS",
-        default_value_t = 32,
-        value_name = "N"
+        default_value = "32",
+        value_name = "N|none"
     )]
-    pub max_new_tokens: u32,
+    pub max_new_tokens: TokenLimit,
 
     /// Generate exactly --max-new-tokens tokens, ignoring the end-of-text token
     /// (default: stop at EOS).
@@ -296,28 +280,18 @@ pub struct Args {
     #[serde(flatten)]
     pub view: ViewArgs,
 
+    /// Request shape, workload kind and run length flags.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub shape: ShapeArgs,
+
+    /// Server metrics and GPU telemetry flags.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub observe: ObserveArgs,
+
     /// Arguments for the spawned ember-server (after `--`); loadgen adds
     /// `--listen 127.0.0.1:0`.
     #[arg(last = true, value_name = "SERVER_ARGS")]
     pub server_args: Vec<String>,
-}
-
-impl Args {
-    /// The per-request deadline.
-    pub fn request_timeout(&self) -> std::time::Duration {
-        std::time::Duration::from_secs_f64(self.timeout)
-    }
-
-    /// The requested arrival rate in requests/s, where one is defined: Poisson's
-    /// R, or 1000 / interval for a fixed absolute schedule. `None` for a burst
-    /// and for the relative schedule (its rate depends on the submit time).
-    pub fn requested_rate_rps(&self) -> Option<f64> {
-        match (self.arrival, self.submit_schedule) {
-            (Arrival::Poisson | Arrival::Gamma, _) => self.request_rate,
-            (Arrival::Fixed, SubmitSchedule::Absolute) if self.submit_interval_ms > 0.0 => {
-                Some(1000.0 / self.submit_interval_ms)
-            }
-            _ => None,
-        }
-    }
 }

@@ -4,11 +4,13 @@
 
 use std::path::PathBuf;
 
-use clap::{Args as ClapArgs, ValueEnum};
+use clap::Args as ClapArgs;
 use serde::Serialize;
 
+use crate::config::{ProgressMode, SweepMode};
 use crate::error::Error;
 use crate::measure::slo::Slo;
+use crate::measure::sweep::SweepConfig;
 use crate::workload::dataset::DatasetFormat;
 use crate::workload::lengths::LenDist;
 
@@ -49,15 +51,6 @@ impl DataArgs {
         }
         Ok(())
     }
-}
-
-/// `--sweep`'s mode.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum SweepMode {
-    /// A concurrency-1 baseline, a saturation run, then --sweep-steps rates
-    /// evenly between their throughputs.
-    Auto,
 }
 
 /// Runs at several request rates, one report row each.
@@ -114,13 +107,22 @@ pub struct SweepArgs {
     pub max_submit_lag_ms: Option<f64>,
 }
 
-/// Submit lag limit of sweep runs when --max-submit-lag-ms is not given.
-pub const SWEEP_DEFAULT_MAX_LAG_MS: f64 = 50.0;
-
 impl SweepArgs {
     /// Whether a sweep was asked for.
     pub fn active(&self) -> bool {
         self.sweep.is_some() || !self.sweep_rates.is_empty()
+    }
+
+    /// The settings the sweep driver reads.
+    pub fn config(&self) -> SweepConfig {
+        SweepConfig {
+            mode: self.sweep,
+            rates: self.sweep_rates.clone(),
+            steps: self.sweep_steps,
+            search_steps: self.sweep_search_steps,
+            slo_min_share: self.slo_min_share,
+            max_submit_lag_ms: self.max_submit_lag_ms,
+        }
     }
 
     /// Validates the sweep flags on their own.
@@ -160,20 +162,6 @@ impl SweepArgs {
         }
         Ok(())
     }
-}
-
-/// `--progress`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ProgressMode {
-    /// A bar when stderr is a terminal, else a periodic line.
-    Auto,
-    /// Always the bar.
-    Bar,
-    /// Always the periodic line.
-    Line,
-    /// Nothing.
-    Off,
 }
 
 /// What people look at: goodput, the live view, the HTML report.

@@ -1,21 +1,31 @@
-//! [`Args::validate`]: every value and combination of flags is checked
-//! before anything connects; the error names the flag to fix.
+//! The checks behind [`Args::validate`]: every value and combination of
+//! flags is checked before anything connects; the error names the flag to
+//! fix. (`cli::build` then turns the flags into settings.)
 
-use crate::cli::conn::{Backend, Endpoint};
-use crate::cli::{Args, Arrival, SubmitSchedule};
+use crate::cli::Args;
+use crate::config::{Arrival, Backend, Endpoint, SubmitSchedule};
 use crate::error::Error;
 
 impl Args {
-    /// Checks every value before anything connects. The error names the flag.
-    pub fn validate(&self) -> Result<(), Error> {
-        if self.num_requests == 0 {
+    /// Every check. The error names the flag.
+    pub(crate) fn check(&self) -> Result<(), Error> {
+        self.validate_targets()?;
+        self.check_settings()
+    }
+
+    /// Every check but the targets'.
+    pub(crate) fn check_settings(&self) -> Result<(), Error> {
+        if self.num_requests == Some(0) {
             return Err(Error::invalid("--num-requests", "must be >= 1 (got 0)"));
         }
         if self.repeat_runs == 0 {
             return Err(Error::invalid("--repeat-runs", "must be >= 1 (got 0)"));
         }
-        if self.max_new_tokens == 0 {
-            return Err(Error::invalid("--max-new-tokens", "must be >= 1 (got 0)"));
+        if self.max_new_tokens.0 == Some(0) {
+            return Err(Error::invalid(
+                "--max-new-tokens",
+                "must be >= 1 (got 0; `none` sends no limit)",
+            ));
         }
         if self.prompt_repeats == 0 {
             return Err(Error::invalid("--prompt-repeats", "must be >= 1 (got 0)"));
@@ -55,7 +65,7 @@ impl Args {
         self.data.validate()?;
         self.view.validate()?;
         self.validate_sampling()?;
-        self.validate_targets()?;
+        self.validate_shape()?;
         self.validate_prompts()
     }
 
@@ -214,7 +224,7 @@ mod tests {
     }
 
     fn flag_of(extra: &[&str]) -> &'static str {
-        match parse(extra).map(|a| a.validate()) {
+        match parse(extra).map(|a| a.validate().map(|_| ())) {
             Ok(Err(Error::InvalidArgument { flag, .. })) => flag,
             other => panic!("{extra:?}: expected a validation error, got {other:?}"),
         }
@@ -223,12 +233,12 @@ mod tests {
     #[test]
     fn defaults_are_valid() {
         let args = parse(&[]).expect("parses");
-        args.validate().expect("defaults validate");
-        assert_eq!(args.num_requests, 16);
-        assert_eq!(args.max_new_tokens, 32);
-        assert_eq!((args.warmup_runs, args.repeat_runs), (0, 1));
-        assert_eq!(args.submit_schedule, SubmitSchedule::Absolute);
-        assert_eq!(args.requested_rate_rps(), None);
+        let (c, _) = args.validate().expect("defaults validate");
+        assert_eq!(c.arrivals.num_requests, 16);
+        assert_eq!(c.workload.max_new_tokens, Some(32));
+        assert_eq!((c.warmup_runs, c.repeat_runs), (0, 1));
+        assert_eq!(c.arrivals.submit_schedule, SubmitSchedule::Absolute);
+        assert_eq!(c.arrivals.requested_rate_rps(), None);
     }
 
     #[test]
@@ -372,19 +382,24 @@ mod tests {
 
     #[test]
     fn poisson_and_fixed_rates() {
-        let args = parse(&["--arrival", "poisson", "--request-rate", "7.5"]).expect("parses");
-        args.validate().expect("valid");
-        assert_eq!(args.requested_rate_rps(), Some(7.5));
-        let args = parse(&["--submit-interval-ms", "250"]).expect("parses");
-        assert_eq!(args.requested_rate_rps(), Some(4.0));
-        let args = parse(&[
-            "--submit-interval-ms",
-            "250",
-            "--submit-schedule",
-            "relative",
-        ])
-        .expect("parses");
-        assert_eq!(args.requested_rate_rps(), None);
+        let rate = |extra: &[&str]| {
+            let (c, _) = parse(extra).expect("parses").validate().expect("valid");
+            c.arrivals.requested_rate_rps()
+        };
+        assert_eq!(
+            rate(&["--arrival", "poisson", "--request-rate", "7.5"]),
+            Some(7.5)
+        );
+        assert_eq!(rate(&["--submit-interval-ms", "250"]), Some(4.0));
+        assert_eq!(
+            rate(&[
+                "--submit-interval-ms",
+                "250",
+                "--submit-schedule",
+                "relative",
+            ]),
+            None
+        );
     }
 
     #[test]
@@ -401,7 +416,7 @@ mod tests {
         let openai = |extra: &[&str]| {
             let mut argv = vec!["loadgen", "--backend", "openai", "--base-url", "http://h:1"];
             argv.extend_from_slice(extra);
-            match Args::try_parse_from(argv).map(|a| a.validate()) {
+            match Args::try_parse_from(argv).map(|a| a.validate().map(|_| ())) {
                 Ok(Err(Error::InvalidArgument { flag, .. })) => flag,
                 other => panic!("{extra:?}: expected a validation error, got {other:?}"),
             }

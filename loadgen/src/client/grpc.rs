@@ -25,16 +25,39 @@ use tonic::metadata::MetadataValue;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status, Streaming};
 
-use crate::cli::conn::ConnArgs;
 use crate::client::tls;
+use crate::config::ConnConfig;
 use crate::error::Error;
 use crate::record::{ns_since, Begin, RequestRecord, ServerRecord, Slot, TokenSource};
+use crate::workload::turns::flatten;
 use crate::workload::{PreparedRequest, Prompt};
 
 /// How long opening one connection may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// HTTP/2 connection window: thousands of streams share one connection.
 const CONNECTION_WINDOW: u32 = 16 << 20;
+
+/// The server's bounds on a request's length (`GetServerInfo`), for
+/// `--max-new-tokens none`: gRPC has no "unset", so loadgen asks for the
+/// server's limit, fitted to what the context leaves after the prompt (what
+/// Ember's chat endpoint does for a request without a limit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerLimits {
+    /// `knobs.max_new_tokens_limit` (0: not reported).
+    pub max_new_tokens: u32,
+    /// `n_positions`: the model's context (0: not reported).
+    pub context: u32,
+}
+
+impl ServerLimits {
+    /// The limit to send for a prompt of `prompt_tokens` (when known).
+    pub fn fit(&self, prompt_tokens: Option<u32>) -> u32 {
+        match prompt_tokens {
+            Some(p) if self.context > 0 => self.max_new_tokens.min(self.context.saturating_sub(p)),
+            _ => self.max_new_tokens,
+        }
+    }
+}
 
 /// One HTTP/2 connection to an Ember server.
 #[derive(Debug, Clone)]
@@ -43,12 +66,14 @@ pub struct GrpcConn {
     client: InferenceClient<Channel>,
     /// `authorization: Bearer KEY`, if `--api-key`.
     auth: Option<MetadataValue<tonic::metadata::Ascii>>,
+    /// The server's bounds, read at connect (`--max-new-tokens none`).
+    limits: ServerLimits,
 }
 
 impl GrpcConn {
     /// Opens one connection to `target` now (so connection setup is not in
     /// the first requests' latency and a wrong address fails fast).
-    pub async fn connect(target: &str, conn: &ConnArgs) -> Result<GrpcConn, Error> {
+    pub async fn connect(target: &str, conn: &ConnConfig) -> Result<GrpcConn, Error> {
         let bad = |reason: String| Error::BadTarget {
             flag: "--target",
             target: target.to_string(),
@@ -78,10 +103,31 @@ impl GrpcConn {
             ),
             None => None,
         };
-        Ok(GrpcConn {
+        let mut me = GrpcConn {
             client: InferenceClient::new(channel),
             auth,
-        })
+            limits: ServerLimits {
+                max_new_tokens: 0,
+                context: 0,
+            },
+        };
+        if let Ok(info) = me.info().await {
+            me.limits = ServerLimits {
+                max_new_tokens: info.knobs.map_or(0, |k| k.max_new_tokens_limit),
+                context: info.n_positions,
+            };
+        }
+        Ok(me)
+    }
+
+    async fn info(&self) -> Result<ember_common::pb::ServerInfo, String> {
+        let reply = self
+            .client
+            .clone()
+            .get_server_info(self.request(GetServerInfoRequest {}))
+            .await
+            .map_err(|s| format!("GetServerInfo: {:?}: {}", s.code(), s.message()))?;
+        Ok(reply.into_inner())
     }
 
     fn request<T>(&self, message: T) -> tonic::Request<T> {
@@ -94,14 +140,13 @@ impl GrpcConn {
 
     /// `GetServerInfo`: the model and device, or why not.
     pub async fn describe(&self) -> Result<(String, String), String> {
-        let reply = self
-            .client
-            .clone()
-            .get_server_info(self.request(GetServerInfoRequest {}))
-            .await
-            .map_err(|s| format!("GetServerInfo: {:?}: {}", s.code(), s.message()))?;
-        let info = reply.into_inner();
+        let info = self.info().await?;
         Ok((info.model, info.device))
+    }
+
+    /// The server's bounds read at connect.
+    pub fn limits(&self) -> ServerLimits {
+        self.limits
     }
 
     /// Runs one request to its end. `submitted` receives the instant the call
@@ -122,8 +167,10 @@ impl GrpcConn {
             channel,
             prompt_tokens: prepared.prompt_tokens,
             tokens_from: TokenSource::Server,
+            streamed: true,
+            keep_reply: prepared.keep_reply,
         };
-        let mut request = self.request(message(prepared));
+        let mut request = self.request(message(prepared, self.limits));
         request.set_timeout(timeout);
         let mut client = self.client.clone();
         let submit_start = Instant::now();
@@ -171,17 +218,22 @@ pub fn chain(e: &dyn std::error::Error) -> String {
     out
 }
 
-/// The `GenerateRequest` of a prepared request.
-fn message(p: PreparedRequest) -> GenerateRequest {
+/// The `GenerateRequest` of a prepared request; without a limit, the
+/// server's, fitted to the context.
+fn message(p: PreparedRequest, limits: ServerLimits) -> GenerateRequest {
+    let max_new_tokens = p
+        .max_new_tokens
+        .unwrap_or_else(|| limits.fit(p.prompt_tokens));
     let (prompt, prompt_token_ids) = match p.prompt {
         Prompt::Text(t) => (t, Vec::new()),
         Prompt::Ids(ids) => (String::new(), ids),
+        Prompt::Turns(messages) => (flatten(&messages), Vec::new()),
     };
     GenerateRequest {
         request_id: p.request_id,
         prompt,
         prompt_token_ids,
-        max_new_tokens: p.max_new_tokens,
+        max_new_tokens,
         ignore_eos: p.ignore_eos,
         sampling: p.sampling.map(|s| SamplingParams {
             temperature: s.temperature,
@@ -227,10 +279,16 @@ async fn read_stream(
             }
             Some(Event::Token(token)) => {
                 record.token_recv_ns.push(ns_since(t0, now));
+                if let Some(reply) = record.reply.as_mut() {
+                    reply.push_str(&token.text);
+                }
                 server.token_server_time_ns.push(token.server_time_ns);
             }
             Some(Event::Finished(finished)) => {
                 finished_at = Some(now);
+                if let Some(reply) = record.reply.as_mut() {
+                    reply.push_str(&finished.trailing_text);
+                }
                 record.prompt_tokens = Some(finished.prompt_tokens);
                 record.completion_tokens = finished.completion_tokens;
                 record.finish_reason = finish_reason_name(finished.finish_reason).map(String::from);
@@ -322,7 +380,9 @@ mod tests {
         let p = PreparedRequest {
             request_id: "r".into(),
             prompt: Prompt::Ids(vec![1, 2]),
-            max_new_tokens: 3,
+            max_new_tokens: Some(3),
+            stream: true,
+            keep_reply: false,
             ignore_eos: true,
             sampling: Some(Sampling {
                 temperature: Some(0.5),
@@ -332,9 +392,29 @@ mod tests {
             }),
             prompt_tokens: Some(2),
         };
-        let m = message(p);
+        let limits = ServerLimits {
+            max_new_tokens: 256,
+            context: 1024,
+        };
+        let m = message(p.clone(), limits);
         assert_eq!((m.prompt.as_str(), m.prompt_token_ids), ("", vec![1, 2]));
         assert_eq!((m.max_new_tokens, m.ignore_eos), (3, true));
         assert_eq!(m.sampling.and_then(|s| s.seed), Some(9));
+        let none = PreparedRequest {
+            max_new_tokens: None,
+            prompt_tokens: Some(900),
+            ..p
+        };
+        assert_eq!(message(none.clone(), limits).max_new_tokens, 124, "fitted");
+        let short = PreparedRequest {
+            prompt_tokens: Some(5),
+            ..none.clone()
+        };
+        assert_eq!(message(short, limits).max_new_tokens, 256, "the limit");
+        let unknown = PreparedRequest {
+            prompt_tokens: None,
+            ..none
+        };
+        assert_eq!(message(unknown, limits).max_new_tokens, 256);
     }
 }

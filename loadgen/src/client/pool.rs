@@ -19,9 +19,9 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::cli::conn::{Backend, Balance, ConnArgs, HttpVersion};
-use crate::client::grpc::GrpcConn;
+use crate::client::grpc::{GrpcConn, ServerLimits};
 use crate::client::openai::HttpConn;
+use crate::config::{Backend, Balance, ConnConfig};
 use crate::error::Error;
 
 /// One connection's client.
@@ -79,6 +79,8 @@ struct Target {
 pub struct Lease {
     /// The connection to send on.
     pub conn: Arc<Conn>,
+    /// Which target (in the order given) it is on.
+    pub target_index: usize,
     /// The target's count.
     target: Arc<AtomicUsize>,
 }
@@ -117,8 +119,8 @@ pub struct Pool {
 impl Pool {
     /// Opens the connections to each target now, so connection setup is not
     /// inside the first requests' latency and a wrong address fails fast.
-    pub async fn connect(urls: &[String], conn: &ConnArgs) -> Result<Pool, Error> {
-        let http1 = conn.backend == Backend::Openai && conn.http == HttpVersion::Http1;
+    pub async fn connect(urls: &[String], conn: &ConnConfig) -> Result<Pool, Error> {
+        let http1 = conn.is_http1();
         let channels = if http1 { 1 } else { conn.channels };
         let mut targets = Vec::with_capacity(urls.len());
         for url in urls {
@@ -165,9 +167,23 @@ impl Pool {
     pub fn pick(&self, index: usize) -> Lease {
         let t = self.targets.len();
         let target = match self.balance {
-            Balance::Rr => &self.targets[index % t],
-            Balance::Least => least(&self.targets, index % t, |x| &x.in_flight),
+            Balance::Rr => index % t,
+            Balance::Least => {
+                let best = least(&self.targets, index % t, |x| &x.in_flight);
+                self.targets
+                    .iter()
+                    .position(|x| std::ptr::eq(x, best))
+                    .unwrap_or(index % t)
+            }
         };
+        self.pick_on(target, index)
+    }
+
+    /// The connection of request `index` on target `target` (a session's
+    /// later turns stay on its first turn's target).
+    pub fn pick_on(&self, target_index: usize, index: usize) -> Lease {
+        let t = self.targets.len();
+        let target = &self.targets[target_index % t];
         let c = target.conns.len();
         let conn = match self.balance {
             Balance::Rr => &target.conns[(index / t) % c],
@@ -178,8 +194,18 @@ impl Pool {
         conn.peak.fetch_max(now, Ordering::AcqRel);
         Lease {
             conn: conn.clone(),
+            target_index: target_index % t,
             target: target.in_flight.clone(),
         }
+    }
+
+    /// The first gRPC target's bounds (`--max-new-tokens none`); `None` for
+    /// the OpenAI backend.
+    pub fn server_limits(&self) -> Option<ServerLimits> {
+        self.conns().find_map(|c| match &c.transport {
+            Transport::Grpc(g) => Some(g.limits()),
+            Transport::Http(_) => None,
+        })
     }
 
     /// Every connection, target-major.

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use crate::cli::options::ProgressMode;
+use crate::config::ProgressMode;
 use crate::record::RequestRecord;
 
 /// How often the bar is redrawn.
@@ -21,8 +21,10 @@ const BAR_WIDTH: usize = 24;
 /// Counters the request tasks update as they finish.
 #[derive(Debug)]
 pub struct Live {
-    /// Requests in the run.
+    /// Requests in the run (a timed run: its cap).
     total: usize,
+    /// A timed run's duration (the bar then shows time, not requests).
+    duration: Option<Duration>,
     /// Requests finished (OK or not).
     done: AtomicUsize,
     /// Requests that failed.
@@ -38,6 +40,8 @@ pub struct Live {
 pub struct Snapshot {
     /// Requests in the run.
     pub total: usize,
+    /// A timed run's duration.
+    pub duration: Option<Duration>,
     /// Finished.
     pub done: usize,
     /// Failed.
@@ -49,10 +53,12 @@ pub struct Snapshot {
 }
 
 impl Live {
-    /// Counters for a run of `total` requests starting now.
-    pub fn new(total: usize) -> Live {
+    /// Counters for a run of `total` requests (or of `duration`) starting
+    /// now.
+    pub fn new(total: usize, duration: Option<Duration>) -> Live {
         Live {
             total,
+            duration,
             done: AtomicUsize::new(0),
             failed: AtomicUsize::new(0),
             tokens: AtomicU64::new(0),
@@ -74,6 +80,7 @@ impl Live {
     pub fn snapshot(&self) -> Snapshot {
         Snapshot {
             total: self.total,
+            duration: self.duration,
             done: self.done.load(Ordering::Relaxed),
             failed: self.failed.load(Ordering::Relaxed),
             tokens: self.tokens.load(Ordering::Relaxed),
@@ -92,8 +99,12 @@ impl Snapshot {
         }
     }
 
-    /// Remaining time at the rate so far; `None` before the first finish.
+    /// Remaining time at the rate so far (a timed run: until its end);
+    /// `None` before the first finish.
     pub fn eta(&self) -> Option<Duration> {
+        if let Some(d) = self.duration {
+            return Some(d.saturating_sub(self.elapsed));
+        }
         (self.done > 0).then(|| {
             let left = self.total.saturating_sub(self.done) as f64;
             Duration::from_secs_f64(self.elapsed.as_secs_f64() * left / self.done as f64)
@@ -104,6 +115,16 @@ impl Snapshot {
         let eta = self
             .eta()
             .map_or("?".to_string(), |d| format!("{:.1} s", d.as_secs_f64()));
+        if let Some(d) = self.duration {
+            return format!(
+                "{} done, {} failed | {:.1} tok/s | {:.1} of {:.1} s",
+                self.done,
+                self.failed,
+                self.tokens_per_s(),
+                self.elapsed.as_secs_f64(),
+                d.as_secs_f64()
+            );
+        }
         format!(
             "{}/{} done, {} failed | {:.1} tok/s | {:.1} s elapsed | ETA {eta}",
             self.done,
@@ -116,10 +137,15 @@ impl Snapshot {
 
     /// The bar line (no newline), e.g. `r0 [#####-----] 5/10 done, ...`.
     pub fn bar(&self, label: &str) -> String {
-        let filled = (self.done * BAR_WIDTH)
-            .checked_div(self.total)
-            .unwrap_or(BAR_WIDTH)
-            .min(BAR_WIDTH);
+        let filled = match self.duration {
+            Some(d) => {
+                (self.elapsed.as_secs_f64() / d.as_secs_f64().max(1e-9) * BAR_WIDTH as f64) as usize
+            }
+            None => (self.done * BAR_WIDTH)
+                .checked_div(self.total)
+                .unwrap_or(BAR_WIDTH),
+        }
+        .min(BAR_WIDTH);
         format!(
             "{label} [{}{}] {}",
             "#".repeat(filled),
@@ -147,8 +173,13 @@ pub struct Progress {
 
 impl Progress {
     /// Starts the view of a run of `total` requests named `label`.
-    pub fn start(mode: ProgressMode, interval: Duration, total: usize, label: String) -> Progress {
-        let live = Arc::new(Live::new(total));
+    pub fn start(
+        mode: ProgressMode,
+        interval: Duration,
+        (total, duration): (usize, Option<Duration>),
+        label: String,
+    ) -> Progress {
+        let live = Arc::new(Live::new(total, duration));
         let bar = match mode {
             ProgressMode::Off => None,
             ProgressMode::Bar => Some(true),
@@ -217,6 +248,7 @@ mod tests {
     fn snap(done: usize, failed: usize) -> Snapshot {
         Snapshot {
             total: 10,
+            duration: None,
             done,
             failed,
             tokens: 500,
@@ -242,11 +274,24 @@ mod tests {
         assert_eq!(snap(0, 0).eta(), None);
         assert!(snap(0, 0).line("r1").contains("ETA ?"));
         assert!(snap(10, 0).bar("x").contains(&"#".repeat(BAR_WIDTH)));
+        let timed = Snapshot {
+            duration: Some(Duration::from_secs(20)),
+            ..snap(3, 0)
+        };
+        assert_eq!(timed.eta(), Some(Duration::from_secs(15)));
+        assert!(
+            timed
+                .bar("r0")
+                .contains("[######------------------] 3 done")
+                && timed.bar("r0").contains("5.0 of 20.0 s"),
+            "{}",
+            timed.bar("r0")
+        );
     }
 
     #[test]
     fn live_counts_finished_requests() {
-        let live = Live::new(3);
+        let live = Live::new(3, None);
         let mut r = crate::record::tests::record(vec![1, 2, 3], Some(1));
         live.finished(&r);
         r.ok = false;

@@ -13,6 +13,13 @@
 //! With a submit lag limit the loop stops firing once the submit lag p99 is
 //! beyond it (more than 1% of at least [`LAG_MIN_SAMPLES`] submissions late):
 //! the client, not the server, is then the bottleneck, and the run says so.
+//!
+//! A timed run (`--duration`) stops firing at t0 + duration: a request whose
+//! target (or concurrency permit) comes later is not sent. Requests in
+//! flight then run on, for at most the grace period: one still running at
+//! t0 + duration + grace is cancelled (its deadline is set to that instant
+//! when fired) and recorded with status `CUT`, which the statistics count
+//! apart from failures.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -26,9 +33,47 @@ use crate::client::call::execute;
 use crate::client::pool::{ConnPeak, Pool};
 use crate::error::Error;
 use crate::measure::progress::Live;
+use crate::measure::session::{SessionRun, SessionSpec};
 use crate::record::{RequestRecord, Slot};
+use crate::workload::feed::RequestFeed;
 use crate::workload::schedule::{fire_at, Plan};
 use crate::workload::PreparedRequest;
+
+/// The status of a request cut at the end of a timed run.
+pub const CUT: &str = "CUT";
+
+/// A run's requests: built before it (a counted run) or one at a time (a
+/// timed run).
+#[derive(Debug)]
+pub enum Requests {
+    /// Every request, in firing order.
+    Built(std::vec::IntoIter<PreparedRequest>),
+    /// Built as the run goes.
+    Fed(Box<RequestFeed>),
+}
+
+impl Requests {
+    /// Every request of a counted run.
+    pub fn built(requests: Vec<PreparedRequest>) -> Requests {
+        Requests::Built(requests.into_iter())
+    }
+
+    /// The next request, or why none can be built.
+    fn next_request(&mut self) -> Result<Option<PreparedRequest>, String> {
+        match self {
+            Requests::Built(it) => Ok(it.next()),
+            Requests::Fed(feed) => feed.next_request().map_err(|e| e.to_string()),
+        }
+    }
+
+    /// Requests left unsent (a counted run; a timed run has no such count).
+    fn left(&self) -> usize {
+        match self {
+            Requests::Built(it) => it.len(),
+            Requests::Fed(_) => 0,
+        }
+    }
+}
 
 /// t0 is this far after the firing loop starts, so request 0 is fired on the
 /// same precise path as every other request.
@@ -90,7 +135,13 @@ pub struct RunSpec {
     /// When each request fires.
     pub plan: Plan,
     /// The requests, in firing order.
-    pub requests: Vec<PreparedRequest>,
+    pub requests: Requests,
+    /// A timed run: fire until t0 + this.
+    pub until: Option<Duration>,
+    /// A timed run: cut requests still running at t0 + this.
+    pub cut_at: Option<Duration>,
+    /// `--turns`: each fired request opens a session.
+    pub sessions: Option<SessionSpec>,
     /// `--max-concurrency`.
     pub max_concurrency: Option<usize>,
     /// `--timeout` per request.
@@ -118,11 +169,13 @@ pub struct RunResult {
     pub stopped_early: Option<String>,
     /// Requests not fired because of that.
     pub unsent: usize,
+    /// A timed run's duration.
+    pub duration: Option<Duration>,
 }
 
 /// Runs one run to its end (every request finished or failed).
 pub async fn run_once(pool: Arc<Pool>, spec: RunSpec) -> Result<RunResult, Error> {
-    let (run, warmup) = (spec.run, spec.warmup);
+    let (run, warmup, duration) = (spec.run, spec.warmup, spec.until);
     pool.reset_peaks();
     let handle = Handle::current();
     let (tx, rx) = oneshot::channel();
@@ -145,10 +198,10 @@ pub async fn run_once(pool: Arc<Pool>, spec: RunSpec) -> Result<RunResult, Error
 
     let mut records = Vec::with_capacity(fired.tasks.len());
     for task in fired.tasks {
-        let record = task
+        let done = task
             .await
             .map_err(|e| Error::Internal(format!("a request task failed: {e}")))?;
-        records.push(record);
+        records.extend(done);
     }
     Ok(RunResult {
         run,
@@ -158,13 +211,14 @@ pub async fn run_once(pool: Arc<Pool>, spec: RunSpec) -> Result<RunResult, Error
         conn_peaks: pool.peaks(),
         stopped_early: fired.stopped_early,
         unsent: fired.unsent,
+        duration,
     })
 }
 
 /// What the firing loop started.
 struct Fired {
-    /// One task per fired request.
-    tasks: Vec<JoinHandle<RequestRecord>>,
+    /// One task per fired request (or session), with its records.
+    tasks: Vec<JoinHandle<Vec<RequestRecord>>>,
     /// Set when the lag watch stopped the loop.
     stopped_early: Option<String>,
     /// Requests not fired.
@@ -176,27 +230,57 @@ struct Fired {
 async fn fire(handle: Handle, pool: Arc<Pool>, spec: RunSpec) -> Fired {
     let semaphore = spec.max_concurrency.map(|n| Arc::new(Semaphore::new(n)));
     let watch = spec.max_submit_lag.map(|l| Arc::new(LagWatch::new(l)));
-    let total = spec.requests.len();
+    let mut requests = spec.requests;
     let mut stopped_early = None;
     let t0 = Instant::now() + START_LEAD;
+    let until = spec.until.map(|d| t0 + d);
+    let cut_at = spec.cut_at.map(|d| t0 + d);
     let mut next_relative = t0;
-    let mut tasks = Vec::with_capacity(spec.requests.len());
-    for (index, prepared) in spec.requests.into_iter().enumerate() {
+    let mut tasks = Vec::new();
+    let sessions = spec.sessions.map(|s| {
+        Arc::new(SessionRun {
+            spec: s,
+            pool: pool.clone(),
+            until,
+            live: spec.live.clone(),
+        })
+    });
+    for index in 0.. {
         if let Some(reason) = watch.as_ref().and_then(|w| w.tripped()) {
             tracing::warn!(run = spec.run, fired = index, "{reason}");
             stopped_early = Some(reason);
             break;
         }
+        let prepared = match requests.next_request() {
+            Ok(Some(p)) => p,
+            Ok(None) => break,
+            Err(e) => {
+                stopped_early = Some(format!("stopped: request {index} could not be built: {e}"));
+                break;
+            }
+        };
         let intended = match &spec.plan {
-            Plan::Absolute(offsets) => t0 + offsets.get(index).copied().unwrap_or_default(),
+            Plan::Absolute(offsets) => match offsets.get(index) {
+                Some(o) => t0 + *o,
+                // A timed burst: every request at t0, as permits allow.
+                None if offsets.is_empty() => t0,
+                // A timed run's arrivals are over.
+                None => break,
+            },
             Plan::Relative { .. } => next_relative,
         };
+        if until.is_some_and(|u| intended >= u) {
+            break;
+        }
         fire_at(intended).await;
         // acquire_owned fails only on a closed semaphore; this one never closes.
         let permit = match &semaphore {
             Some(s) => s.clone().acquire_owned().await.ok(),
             None => None,
         };
+        if until.is_some_and(|u| Instant::now() >= u) {
+            break;
+        }
         let slot = Slot {
             run: spec.run,
             warmup: spec.warmup,
@@ -212,36 +296,114 @@ async fn fire(handle: Handle, pool: Arc<Pool>, spec: RunSpec) -> Fired {
             }
             Plan::Absolute(_) => (None, None),
         };
-        let timeout = spec.timeout;
-        let (watch, live) = (watch.clone(), spec.live.clone());
-        tasks.push(handle.spawn(async move {
-            if let Some(w) = &watch {
-                w.observe(intended.elapsed());
-            }
-            let record = execute(lease, prepared, slot, timeout, submitted_tx).await;
-            drop(permit);
-            if let Some(l) = &live {
-                l.finished(&record);
-            }
-            record
-        }));
+        let ctx = TaskCtx {
+            watch: watch.clone(),
+            live: spec.live.clone(),
+            sessions: sessions.clone(),
+            limits: (spec.timeout, cut_at),
+        };
+        tasks.push(handle.spawn(ctx.run(lease, prepared, slot, submitted_tx, permit)));
         if let (Plan::Relative { interval }, Some(rx)) = (&spec.plan, submitted_rx) {
             // The sender is dropped without sending only if the task died.
             let submit_end = rx.await.unwrap_or_else(|_| Instant::now());
             next_relative = submit_end + *interval;
         }
     }
-    let unsent = total - tasks.len();
     Fired {
         tasks,
         stopped_early,
-        unsent,
+        unsent: requests.left(),
+    }
+}
+
+/// What each request task shares with the firing loop.
+struct TaskCtx {
+    /// The submit lag limit's counters.
+    watch: Option<Arc<LagWatch>>,
+    /// The live view's counters.
+    live: Option<Arc<Live>>,
+    /// `--turns`: the request opens a session.
+    sessions: Option<Arc<SessionRun>>,
+    /// `--timeout` and the timed run's cut.
+    limits: (Duration, Option<Instant>),
+}
+
+impl TaskCtx {
+    /// The request (or session) fired at `slot`, to its end; the permit is
+    /// held until then.
+    async fn run(
+        self,
+        lease: crate::client::pool::Lease,
+        prepared: PreparedRequest,
+        slot: Slot,
+        submitted: Option<oneshot::Sender<Instant>>,
+        permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    ) -> Vec<RequestRecord> {
+        if let Some(w) = &self.watch {
+            w.observe(slot.intended.elapsed());
+        }
+        let limits = self.limits;
+        let records = match &self.sessions {
+            Some(s) => {
+                let mut submitted = submitted;
+                let send = |lease, prepared, slot| {
+                    send_one(lease, prepared, slot, limits, submitted.take())
+                };
+                s.run(lease, prepared, slot, send).await
+            }
+            None => {
+                let r = send_one(lease, prepared, slot, limits, submitted).await;
+                if let Some(l) = &self.live {
+                    l.finished(&r);
+                }
+                vec![r]
+            }
+        };
+        drop(permit);
+        records
+    }
+}
+
+/// Sends one request with its deadline (`--timeout`, or the timed run's
+/// cut when that comes first); a request ended by the cut is `CUT`.
+async fn send_one(
+    lease: crate::client::pool::Lease,
+    prepared: PreparedRequest,
+    slot: Slot,
+    (timeout, cut_at): (Duration, Option<Instant>),
+    submitted: Option<oneshot::Sender<Instant>>,
+) -> RequestRecord {
+    let (timeout, cut) = deadline(timeout, cut_at);
+    let mut record = execute(lease, prepared, slot, timeout, submitted).await;
+    if cut && !record.ok && record.status == "DEADLINE_EXCEEDED" {
+        record.status = CUT.to_string();
+    }
+    record
+}
+
+/// A request's timeout from now, and whether it is the timed run's cut
+/// (earlier than `--timeout` would end it) rather than its own deadline.
+fn deadline(timeout: Duration, cut_at: Option<Instant>) -> (Duration, bool) {
+    let now = Instant::now();
+    match cut_at {
+        Some(c) if c < now + timeout => (c.saturating_duration_since(now), true),
+        _ => (timeout, false),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_cut_wins_only_when_it_comes_first() {
+        let t = Duration::from_secs(300);
+        assert_eq!(deadline(t, None), (t, false));
+        let far = Instant::now() + Duration::from_secs(3600);
+        assert_eq!(deadline(t, Some(far)), (t, false));
+        let (left, cut) = deadline(t, Some(Instant::now() + Duration::from_secs(2)));
+        assert!(cut && left <= Duration::from_secs(2));
+    }
 
     #[test]
     fn lag_watch_trips_on_the_p99() {

@@ -13,7 +13,8 @@ use serde::Serialize;
 use crate::client::pool::ConnPeak;
 use crate::measure::dist::{DistSummary, Spread};
 use crate::measure::metrics::{Accumulators, Metrics};
-use crate::measure::runner::RunResult;
+use crate::measure::runner::{RunResult, CUT};
+use crate::measure::scrape::ServerSeries;
 use crate::measure::slo::{Goodput, Slo};
 use crate::measure::targets::TargetStats;
 use crate::record::{RequestRecord, TokenSource};
@@ -40,8 +41,16 @@ pub struct RunStats {
     pub requests: usize,
     /// Requests that finished OK (the latency statistics cover these).
     pub ok: usize,
-    /// Requests that failed.
+    /// Requests that failed (cut requests not included).
     pub failed: usize,
+    /// A timed run: requests still running after the grace period, cut
+    /// (neither OK nor failed; not in the statistics).
+    pub cut: usize,
+    /// A timed run's duration, seconds.
+    pub duration_s: Option<f64>,
+    /// A timed run: completion tokens received within the duration / the
+    /// duration (the steady state, without the drain at the end).
+    pub throughput_in_duration_tps: Option<f64>,
     /// Failures by status name.
     pub errors: BTreeMap<String, usize>,
     /// OK requests by finish reason.
@@ -92,6 +101,10 @@ pub struct RunStats {
     pub unsent: usize,
     /// The distributions.
     pub metrics: Metrics,
+    /// `--scrape-metrics` / `--gpu-telemetry`: the server's and the GPUs'
+    /// time series through the run (absent without either flag).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_metrics: Option<ServerSeries>,
 }
 
 /// One finished run: its statistics and its requests (what the reports
@@ -109,6 +122,7 @@ pub struct Measured {
 /// What the OK requests' counts and server timelines add up to.
 #[derive(Debug, Default)]
 struct Totals {
+    cut: usize,
     errors: BTreeMap<String, usize>,
     finish_reasons: BTreeMap<String, usize>,
     prompt_tokens: u64,
@@ -123,6 +137,10 @@ struct Totals {
 
 impl Totals {
     fn add(&mut self, r: &RequestRecord) {
+        if r.status == CUT {
+            self.cut += 1;
+            return;
+        }
         if !r.ok {
             *self.errors.entry(r.status.clone()).or_insert(0) += 1;
             return;
@@ -159,6 +177,26 @@ fn timing(records: &[RequestRecord]) -> (f64, f64, Option<f64>) {
     (wall_s, submit_wall_s, achieved)
 }
 
+/// Completion tokens received within the first `d` of the run, per second
+/// of it: each streamed token by its arrival, a non-streamed request's
+/// tokens by its end.
+fn in_duration_tps(records: &[RequestRecord], d: std::time::Duration) -> f64 {
+    let end = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+    let tokens: u64 = records
+        .iter()
+        .map(|r| {
+            if r.streamed {
+                r.token_recv_ns.iter().filter(|&&t| t <= end).count() as u64
+            } else if r.ok && r.finish_ns <= end {
+                u64::from(r.completion_tokens)
+            } else {
+                0
+            }
+        })
+        .sum();
+    tokens as f64 / d.as_secs_f64().max(1e-9)
+}
+
 impl RunStats {
     /// Computes a run's statistics. `requested_rate_rps` comes from the flags
     /// (or the sweep), `slo` from --slo.
@@ -182,7 +220,10 @@ impl RunStats {
             warmup: result.warmup,
             requests: records.len(),
             ok,
-            failed: records.len() - ok,
+            failed: records.len() - ok - t.cut,
+            cut: t.cut,
+            duration_s: result.duration.map(|d| d.as_secs_f64()),
+            throughput_in_duration_tps: result.duration.map(|d| in_duration_tps(records, d)),
             prompt_tokens: t.prompt_tokens,
             completion_tokens: t.completion_tokens,
             wall_s,
@@ -203,6 +244,7 @@ impl RunStats {
             stopped_early: result.stopped_early.clone(),
             unsent: result.unsent,
             metrics: m.summaries(),
+            server_metrics: None,
             errors: t.errors,
             finish_reasons: t.finish_reasons,
             token_counts: t.token_counts,
@@ -270,6 +312,7 @@ pub(crate) mod tests {
             conn_peaks: Vec::new(),
             stopped_early: None,
             unsent: 0,
+            duration: None,
         };
         RunStats::from_run(&result, None, None)
     }
@@ -277,6 +320,34 @@ pub(crate) mod tests {
     /// The statistics of a run with no requests.
     pub(crate) fn empty_stats() -> RunStats {
         stats_of(Vec::new())
+    }
+
+    #[test]
+    fn cut_requests_are_neither_ok_nor_failed() {
+        let mut cut = record(vec![10_000], None).fail(CUT.into(), "cut".into(), 90_000);
+        cut.status = CUT.into();
+        let a = record(vec![10_000, 20_000, 60_000], None);
+        let mut whole = record(Vec::new(), None);
+        whole.streamed = false;
+        whole.completion_tokens = 7;
+        whole.finish_ns = 30_000;
+        let result = RunResult {
+            run: 0,
+            warmup: false,
+            records: vec![a, cut, whole],
+            targets: vec!["t".into()],
+            conn_peaks: Vec::new(),
+            stopped_early: None,
+            unsent: 0,
+            duration: Some(std::time::Duration::from_nanos(40_000)),
+        };
+        let s = RunStats::from_run(&result, None, None);
+        assert_eq!((s.ok, s.failed, s.cut), (2, 0, 1));
+        assert!(s.errors.is_empty());
+        // Within 40 us: 2 streamed tokens of `a`, 1 of the cut one, 7 of
+        // the whole body that ended at 30 us.
+        let tps = s.throughput_in_duration_tps.expect("timed");
+        assert!((tps - 10.0 / 40e-6).abs() < 1e-3, "{tps}");
     }
 
     #[test]

@@ -6,8 +6,36 @@
 
 use serde::Serialize;
 
+use crate::config::SweepMode;
 use crate::measure::slo::Slo;
 use crate::measure::stats::RunStats;
+
+/// Submit lag limit of sweep runs when --max-submit-lag-ms is not given.
+pub const SWEEP_DEFAULT_MAX_LAG_MS: f64 = 50.0;
+
+/// What the sweep flags ask for (built by `cli`).
+#[derive(Debug, Clone, Default)]
+pub struct SweepConfig {
+    /// `--sweep auto`.
+    pub mode: Option<SweepMode>,
+    /// `--sweep-rates`.
+    pub rates: Vec<f64>,
+    /// `--sweep-steps`.
+    pub steps: usize,
+    /// `--sweep-search-steps`.
+    pub search_steps: usize,
+    /// `--slo-min-share`.
+    pub slo_min_share: f64,
+    /// `--max-submit-lag-ms`.
+    pub max_submit_lag_ms: Option<f64>,
+}
+
+impl SweepConfig {
+    /// Whether a sweep was asked for.
+    pub fn active(&self) -> bool {
+        self.mode.is_some() || !self.rates.is_empty()
+    }
+}
 
 /// One run of the sweep.
 #[derive(Debug, Clone, Serialize)]

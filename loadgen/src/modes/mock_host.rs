@@ -10,7 +10,7 @@ use std::time::Duration;
 use ember_testkit::child::{Announced, ChildSpec, StderrTo};
 use ember_testkit::mock::{self, MockConfig, MockServer};
 
-use crate::cli::conn::Backend;
+use crate::config::Backend;
 use crate::error::Error;
 
 /// Where the mock runs.

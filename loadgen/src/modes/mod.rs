@@ -3,7 +3,8 @@
 //! (`loadgen compare`: several targets in turn, one report), [`calibrate`]
 //! (`loadgen calibrate`, with the mock placed by [`mock_host`]) and [`mock`]
 //! (`loadgen mock`). [`session`] is one benchmark session (connections,
-//! workload, one run at a time) that every benchmarking mode drives;
+//! workload, one run at a time) that every benchmarking mode drives, with
+//! the settings of [`setup`];
 //! [`spawn`] is `--spawn-server`; [`limits`] raises the open-file limit.
 
 pub mod calibrate;
@@ -13,5 +14,6 @@ pub mod mock;
 pub mod mock_host;
 pub mod run;
 pub mod session;
+pub mod setup;
 pub mod spawn;
 pub mod sweep;

@@ -7,54 +7,58 @@
 use std::io::Write;
 use std::time::Duration;
 
-use crate::cli::Args;
 use crate::error::Error;
 use crate::measure::stats::{Measured, RunStats, Summary};
 use crate::modes::session::{Bench, Outcome, RunOpts};
+use crate::modes::setup::{BenchConfig, Outputs, Servers};
 use crate::modes::{spawn, sweep};
 use crate::report::json::{self, JsonReport, RequestsOut, SeriesJson};
 use crate::report::model::Series;
 use crate::report::{html, tables};
 
-/// Runs the whole benchmark the flags describe. Failed requests are
-/// reported, not returned as errors.
-pub async fn run(args: Args) -> Result<Outcome, Error> {
-    args.validate()?;
+/// Runs the whole benchmark `config` describes against `servers`. Failed
+/// requests are reported, not returned as errors.
+pub async fn run(config: BenchConfig, servers: Servers) -> Result<Outcome, Error> {
     // Fail on a bad output path before starting anything.
-    let requests_out = args
+    let requests_out = config
+        .outputs
         .requests_out
         .as_deref()
         .map(RequestsOut::create)
         .transpose()?;
-    let server = if args.spawn_server {
-        Some(spawn::start(&args).await?)
-    } else {
-        None
+    let (server, urls) = match servers {
+        Servers::Spawn(spawn_config) => {
+            let s = spawn::start(&spawn_config).await?;
+            let urls = vec![s.target.clone()];
+            (Some(s), urls)
+        }
+        Servers::Given(urls) => (None, urls),
     };
-    let urls = match &server {
-        Some(s) => vec![s.target.clone()],
-        None => args.conn.urls(),
-    };
-    let result = benchmark(&args, &urls, requests_out, None).await;
+    let result = benchmark(&config, &urls, requests_out, None).await;
     if let Some(server) = server {
         if let Err(e) = server.shutdown().await {
             tracing::warn!(error = %e, "stopping the spawned server failed");
         }
     }
     let (series, outcome, _) = result?;
-    outputs(&args, std::slice::from_ref(&series), &args, false)?;
+    outputs(
+        &config.outputs,
+        std::slice::from_ref(&series),
+        &config.flags,
+        false,
+    )?;
     Ok(outcome)
 }
 
 /// Writes `--json` (a plain benchmark's one series flattened, or compare's
 /// list of series) and `--report`; `config` is every flag, as written out.
 pub fn outputs(
-    args: &Args,
+    to: &Outputs,
     series: &[Series],
-    config: &impl serde::Serialize,
+    config: &serde_json::Value,
     compare: bool,
 ) -> Result<(), Error> {
-    if let Some(path) = &args.json {
+    if let Some(path) = &to.json {
         match series {
             [one] if !compare => json::write_json(
                 path,
@@ -72,7 +76,7 @@ pub fn outputs(
             )?,
         }
     }
-    if let Some(dir) = &args.view.report {
+    if let Some(dir) = &to.report {
         let page = html::Page {
             series,
             config_json: serde_json::to_string_pretty(config)?,
@@ -88,7 +92,7 @@ pub fn outputs(
 /// each run's block printed, then the summary (or the sweep's table). Gives
 /// the `--requests-out` file back for the next series.
 pub async fn benchmark(
-    args: &Args,
+    args: &BenchConfig,
     urls: &[String],
     requests_out: Option<RequestsOut>,
     name: Option<String>,

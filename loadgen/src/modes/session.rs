@@ -8,16 +8,22 @@ use std::io::Write;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::cli::Args;
+use crate::client::grpc::ServerLimits;
 use crate::client::pool::Pool;
 use crate::error::Error;
 use crate::measure::progress::Progress;
-use crate::measure::runner::{run_once, RunSpec};
+use crate::measure::runner::{run_once, Requests, RunSpec};
+use crate::measure::scrape::Sampler;
+use crate::measure::session::SessionSpec;
 use crate::measure::stats::{Measured, RunStats};
+use crate::modes::setup::BenchConfig;
 use crate::report::json::RequestsOut;
 use crate::report::model::Header;
 use crate::report::text;
-use crate::workload::schedule::{fixed_offsets, requests_per_run, Plan};
+use crate::workload::feed::RequestFeed;
+use crate::workload::schedule::{
+    fixed_offsets, offsets_until, requests_per_run, ArrivalConfig, Plan,
+};
 use crate::workload::Workload;
 
 /// What the benchmark found, for the binary's exit code.
@@ -32,12 +38,12 @@ pub struct Outcome {
 /// The state shared by every run of a session.
 #[derive(Debug)]
 pub struct Bench<'a> {
-    /// The flags.
-    pub args: &'a Args,
+    /// The settings.
+    pub args: &'a BenchConfig,
     /// The connections, opened once.
     pool: Arc<Pool>,
     /// Builds each run's requests.
-    workload: Workload,
+    workload: Arc<Workload>,
     /// What every report block says about the setup.
     pub header: Header,
     /// `--requests-out`, appended after each run.
@@ -72,22 +78,84 @@ pub struct RunOpts {
     pub max_submit_lag: Option<Duration>,
 }
 
+/// The arrival plan of a run of `n` requests (a timed run: the arrivals
+/// before its end, at most `n`).
+fn plan(
+    arrivals: &ArrivalConfig,
+    n: usize,
+    rate: Option<f64>,
+    entries: Option<&[crate::workload::dataset::Entry]>,
+) -> Result<Plan, Error> {
+    match arrivals.duration {
+        Some(d) => Ok(match Plan::new(arrivals, 0, rate, entries)? {
+            Plan::Absolute(_) => Plan::Absolute(offsets_until(arrivals, rate, d, n)),
+            relative => relative,
+        }),
+        None => Plan::new(arrivals, n, rate, entries),
+    }
+}
+
+/// The schedule in words; a timed run says for how long.
+fn describe(plan: &Plan, arrivals: &ArrivalConfig, rate: Option<f64>) -> String {
+    let what = plan.describe(arrivals, rate);
+    match arrivals.duration {
+        Some(d) => format!(
+            "{what}, for {:.1} s (then up to {:.1} s for requests in flight, the rest cut)",
+            d.as_secs_f64(),
+            arrivals.grace.as_secs_f64()
+        ),
+        None => what,
+    }
+}
+
+/// What each request asks for, in words (the report's `Request shape`).
+pub fn request_shape(args: &BenchConfig, limits: Option<ServerLimits>) -> String {
+    let w = &args.workload;
+    let mut parts = vec![if w.stream {
+        "streaming".to_string()
+    } else {
+        "non-streaming (one body: TTFT = latency; TPOT from the server's timing)".to_string()
+    }];
+    if let Some((len, k)) = w.shared_prefix {
+        parts.push(format!(
+            "shared prefixes: {k} x {len} tokens, then a unique suffix"
+        ));
+    }
+    if let Some(s) = args.sessions {
+        parts.push(format!(
+            "sessions of {} turns (each with the whole history), {:.0} ms think time, pinned to a target",
+            s.turns,
+            s.think.as_secs_f64() * 1e3
+        ));
+    }
+    parts.push(match (w.max_new_tokens, limits) {
+        (Some(n), _) => format!("max_new_tokens {n}"),
+        (None, Some(l)) => format!(
+            "max_new_tokens none: the server's limit ({}) fitted to its context ({}) after the prompt",
+            l.max_new_tokens, l.context
+        ),
+        (None, None) => "no max_tokens sent (the server decides)".to_string(),
+    });
+    parts.join(", ")
+}
+
 impl<'a> Bench<'a> {
     /// Loads the workload (a bad dataset fails here) and opens the
     /// connections to `targets`; `series` names the series (compare).
     pub async fn connect(
-        args: &'a Args,
+        args: &'a BenchConfig,
         targets: &[String],
         requests_out: Option<RequestsOut>,
         series: Option<String>,
     ) -> Result<Bench<'a>, Error> {
-        let workload = Workload::from_args(args)?;
-        let requests_per_run = requests_per_run(args, workload.entries());
+        let workload = Arc::new(Workload::new(&args.workload)?);
+        let arrivals = &args.arrivals;
+        let requests_per_run = requests_per_run(arrivals, workload.entries());
         // A trace that cannot be replayed fails before anything connects.
-        let plan = Plan::new(
-            args,
+        let plan = plan(
+            arrivals,
             requests_per_run,
-            args.request_rate,
+            arrivals.request_rate,
             workload.entries(),
         )?;
         let pool = Arc::new(Pool::connect(targets, &args.conn).await?);
@@ -96,18 +164,20 @@ impl<'a> Bench<'a> {
             model,
             device,
             backend: args.conn.describe(),
+            request_shape: request_shape(args, pool.server_limits()),
+            nonce: args.workload.nonce.clone(),
             targets: targets.len(),
             channels: args.conn.channels,
             http1: pool.is_http1(),
             balance: format!("{:?}", args.conn.balance).to_lowercase(),
             schedule: if args.sweep.active() {
-                format!("a sweep of {:?} arrivals", args.arrival).to_lowercase()
+                format!("a sweep of {:?} arrivals", arrivals.arrival).to_lowercase()
             } else {
-                plan.describe(args, args.request_rate)
+                describe(&plan, arrivals, arrivals.request_rate)
             },
             absolute: matches!(plan, Plan::Absolute(_)),
             max_concurrency: args.max_concurrency,
-            slo: args.view.slo,
+            slo: args.slo,
         };
         Ok(Bench {
             args,
@@ -135,13 +205,14 @@ impl<'a> Bench<'a> {
     pub async fn measure(&mut self, o: RunOpts) -> Result<Measured, Error> {
         let n = self.requests_per_run;
         let args = self.args;
+        let arrivals = &args.arrivals;
         let plan = if o.burst {
             Plan::Absolute(fixed_offsets(n, Duration::ZERO))
         } else {
-            Plan::new(
-                args,
+            plan(
+                arrivals,
                 n,
-                o.rate.or(args.request_rate),
+                o.rate.or(arrivals.request_rate),
                 self.workload.entries(),
             )?
         };
@@ -149,27 +220,51 @@ impl<'a> Bench<'a> {
         header.schedule = if o.burst {
             "0 ms / absolute (burst)".to_string()
         } else {
-            plan.describe(args, o.rate.or(args.request_rate))
+            describe(&plan, arrivals, o.rate.or(arrivals.request_rate))
         };
         header.max_concurrency = o.max_concurrency;
+        let timed = arrivals.duration;
         let progress = Progress::start(
-            args.view.progress,
-            Duration::from_secs_f64(args.view.progress_interval_s),
-            n,
+            args.progress,
+            args.progress_interval,
+            (
+                n.saturating_mul(args.sessions.map_or(1, |s| s.turns)),
+                timed,
+            ),
             o.label.clone(),
         );
+        let requests = match timed {
+            Some(_) => Requests::Fed(Box::new(RequestFeed::new(
+                self.workload.clone(),
+                &o.label,
+                n,
+            ))),
+            None => Requests::built(self.workload.build(&o.label, n)?),
+        };
         let spec = RunSpec {
             run: o.run,
             warmup: o.warmup,
             plan,
-            requests: self.workload.build(&o.label, n)?,
+            requests,
+            until: timed,
+            cut_at: timed.map(|d| d + arrivals.grace),
+            sessions: args.sessions.map(|sessions| SessionSpec {
+                sessions,
+                workload: self.workload.clone(),
+                label: o.label.clone(),
+            }),
             max_concurrency: o.max_concurrency,
-            timeout: args.request_timeout(),
+            timeout: args.timeout,
             max_submit_lag: o.max_submit_lag,
             live: Some(progress.live.clone()),
         };
         tracing::info!(run = %o.label, requests = n, "run starting");
+        let sampler = Sampler::start(&args.scrape).await;
         let result = run_once(self.pool.clone(), spec).await;
+        let series = match sampler {
+            Some(s) => Some(s.finish().await),
+            None => None,
+        };
         progress.finish().await;
         let mut result = result?;
         if let Some(name) = &self.series {
@@ -183,9 +278,10 @@ impl<'a> Bench<'a> {
         let requested = if o.burst {
             None
         } else {
-            o.rate.or_else(|| args.requested_rate_rps())
+            o.rate.or_else(|| arrivals.requested_rate_rps())
         };
-        let stats = RunStats::from_run(&result, requested, args.view.slo.as_ref());
+        let mut stats = RunStats::from_run(&result, requested, args.slo.as_ref());
+        stats.server_metrics = series;
         self.outcome.requests += stats.requests;
         self.outcome.failed += stats.failed;
         let mut stdout = std::io::stdout().lock();

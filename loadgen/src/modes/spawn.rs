@@ -18,7 +18,6 @@ use tokio::time::Instant;
 use ember_testkit::child::{Announced, ChildSpec, StderrTo};
 use ember_testkit::health;
 
-use crate::cli::Args;
 use crate::error::Error;
 
 /// How long the server may drain after SIGTERM before it is killed.
@@ -27,6 +26,20 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 const ABORT_GRACE: Duration = Duration::from_secs(3);
 /// Prefix of the child's forwarded output lines.
 const PREFIX: &str = "[ember-server]";
+
+/// How to start the server (built by `cli` from `--spawn-server` and its
+/// companions).
+#[derive(Debug, Clone)]
+pub struct SpawnConfig {
+    /// `--server-bin`; `None`: `ember-server` next to this executable.
+    pub server_bin: Option<PathBuf>,
+    /// `--server-log`; `None`: forward its stderr with a prefix.
+    pub server_log: Option<PathBuf>,
+    /// `--server-start-timeout`, seconds.
+    pub start_timeout_s: f64,
+    /// The arguments after `--`.
+    pub server_args: Vec<String>,
+}
 
 /// A running child server.
 #[derive(Debug)]
@@ -45,9 +58,9 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
 }
 
 /// Starts the server and waits until it reports SERVING.
-pub async fn start(args: &Args) -> Result<SpawnedServer, Error> {
+pub async fn start(args: &SpawnConfig) -> Result<SpawnedServer, Error> {
     let bin = locate(args.server_bin.as_deref())?;
-    let timeout_s = args.server_start_timeout;
+    let timeout_s = args.start_timeout_s;
     let timeout = Duration::from_secs_f64(timeout_s);
     let deadline = Instant::now() + timeout;
     let mut server_args = vec!["--listen".to_string(), "127.0.0.1:0".to_string()];

@@ -15,10 +15,12 @@
 use std::io::Write;
 use std::time::Duration;
 
-use crate::cli::options::{SweepMode, SWEEP_DEFAULT_MAX_LAG_MS};
+use crate::config::SweepMode;
 use crate::error::Error;
 use crate::measure::stats::Measured;
-use crate::measure::sweep::{auto_rates, bracket, meets, rps, SweepResult, SweepRow};
+use crate::measure::sweep::{
+    auto_rates, bracket, meets, rps, SweepResult, SweepRow, SWEEP_DEFAULT_MAX_LAG_MS,
+};
 use crate::modes::session::{Bench, RunOpts};
 
 /// The sweep state: the rows so far and the runs for the HTML report.
@@ -85,8 +87,8 @@ impl Sweeper<'_, '_> {
 /// Runs the sweep the flags ask for.
 pub async fn run(bench: &mut Bench<'_>) -> Result<(Vec<Measured>, SweepResult), Error> {
     let args = bench.args;
-    let search = if args.view.slo.is_some() {
-        args.sweep.sweep_search_steps
+    let search = if args.slo.is_some() {
+        args.sweep.search_steps
     } else {
         0
     };
@@ -96,9 +98,9 @@ pub async fn run(bench: &mut Bench<'_>) -> Result<(Vec<Measured>, SweepResult), 
         runs: Vec::new(),
         of: 0,
     };
-    let rates = match args.sweep.sweep {
+    let rates = match args.sweep.mode {
         Some(SweepMode::Auto) => {
-            s.of = 3 + args.sweep.sweep_steps + search;
+            s.of = 3 + args.sweep.steps + search;
             let lo = s.step("baseline", None, Some(1)).await?;
             let hi = s.step("saturation", None, args.max_concurrency).await?;
             tracing::info!(
@@ -106,18 +108,18 @@ pub async fn run(bench: &mut Bench<'_>) -> Result<(Vec<Measured>, SweepResult), 
                 saturation_rps = hi,
                 "sweep auto: rate range"
             );
-            auto_rates(lo, hi, args.sweep.sweep_steps)
+            auto_rates(lo, hi, args.sweep.steps)
         }
         None => {
-            s.of = args.sweep.sweep_rates.len() + search;
-            args.sweep.sweep_rates.clone()
+            s.of = args.sweep.rates.len() + search;
+            args.sweep.rates.clone()
         }
     };
     for r in rates {
         s.step("rate", Some(r), args.max_concurrency).await?;
     }
     let (mut best, mut limit_found) = (None, false);
-    if let Some(slo) = args.view.slo {
+    if let Some(slo) = args.slo {
         for _ in 0..search {
             let (pass, fail) = bracket(&s.rows);
             let next = match (pass, fail) {
@@ -133,7 +135,7 @@ pub async fn run(bench: &mut Bench<'_>) -> Result<(Vec<Measured>, SweepResult), 
     }
     let result = SweepResult {
         rows: s.rows,
-        slo: args.view.slo,
+        slo: args.slo,
         min_share: args.sweep.slo_min_share,
         max_rate_meeting_slo: best,
         slo_limit_found: limit_found,

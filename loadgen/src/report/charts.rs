@@ -123,9 +123,25 @@ pub struct Phases {
 /// client's TTFT before that is client + network overhead (both directions).
 pub fn phases(r: &RequestRecord) -> Option<Phases> {
     let s = r.server.as_ref()?;
-    let first = r.first_token_ns? as f64 / 1e6;
     let ms = |ns: u64| ns as f64 / 1e6;
     let submit = ms(r.submit_start_ns);
+    if !r.streamed {
+        // One body at the end: the server's whole time is laid back from
+        // it, and its first token falls inside (the client saw none apart).
+        let finish = ms(r.finish_ns);
+        let received = (finish - ms(s.total_ns)).max(submit);
+        let first = (received + ms(s.server_ttft_ns)).min(finish);
+        let admitted = (first - ms(s.prefill_to_first_token_ns)).max(received);
+        return Some(Phases {
+            intended: ms(r.intended_start_ns),
+            submit,
+            received,
+            admitted,
+            first_token: first,
+            finish,
+        });
+    }
+    let first = r.first_token_ns? as f64 / 1e6;
     let received = (first - ms(s.server_ttft_ns)).max(submit);
     let admitted = (first - ms(s.prefill_to_first_token_ns)).max(received);
     Some(Phases {
@@ -213,6 +229,27 @@ fn against_rate(
     y_desc: &str,
     series: &[(String, Vec<(f64, f64)>)],
 ) -> Result<String, ChartError> {
+    lines(name, title, ("requested rate (req/s)", y_desc), series)
+}
+
+/// A line chart of several named series against time (s since the run
+/// started): the server's metrics and the GPUs.
+pub fn over_time(
+    name: &'static str,
+    title: &str,
+    y_desc: &str,
+    series: &[(String, Vec<(f64, f64)>)],
+) -> Result<String, ChartError> {
+    lines(name, title, ("s since the run started", y_desc), series)
+}
+
+/// A line chart of named series, with points.
+fn lines(
+    name: &'static str,
+    title: &str,
+    (x_desc, y_desc): (&str, &str),
+    series: &[(String, Vec<(f64, f64)>)],
+) -> Result<String, ChartError> {
     let e = err(name);
     let pts = series.iter().flat_map(|(_, p)| p.iter());
     let xmax = pts.clone().map(|p| p.0).fold(1e-3, f64::max) * 1.05;
@@ -230,7 +267,7 @@ fn against_rate(
             .map_err(|x| e(x.to_string()))?;
         chart
             .configure_mesh()
-            .x_desc("requested rate (req/s)")
+            .x_desc(x_desc)
             .y_desc(y_desc)
             .draw()
             .map_err(|x| e(x.to_string()))?;
@@ -385,6 +422,19 @@ mod tests {
         assert_eq!(p.admitted, 8.0, "first token - prefill");
         assert_eq!(p.submit, 0.0015);
         assert!(p.intended <= p.submit && p.submit <= p.received && p.received <= p.admitted);
+        let mut whole = r.clone();
+        whole.streamed = false;
+        if let Some(s) = whole.server.as_mut() {
+            s.total_ns = 30_000_000;
+        }
+        let p = phases(&whole).expect("phases");
+        assert_eq!(p.finish, 0.05);
+        assert_eq!(p.received, 0.0015, "finish - total, not before the submit");
+        assert_eq!(
+            (p.first_token, p.admitted),
+            (0.05, 0.0015),
+            "clamped inside the request"
+        );
         r.server = None;
         assert!(phases(&r).is_none());
     }

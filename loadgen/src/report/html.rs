@@ -12,6 +12,8 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use crate::error::Error;
+use crate::measure::gpu::GpuSample;
+use crate::measure::scrape::MetricSample;
 use crate::measure::stats::Measured;
 use crate::report::charts::{self, ChartError};
 use crate::report::html_tables::{esc, series_section};
@@ -116,6 +118,90 @@ fn sweep_charts(page: &Page<'_>) -> Result<Vec<Chart>, ChartError> {
     Ok(out)
 }
 
+/// The server's metrics and the GPUs over time, for the run whose timeline
+/// is drawn (`--scrape-metrics`, `--gpu-telemetry`); `tag` names a compare
+/// series' files.
+fn server_charts(m: &Measured, tag: &str) -> Result<Vec<Chart>, ChartError> {
+    let Some(series) = &m.stats.server_metrics else {
+        return Ok(Vec::new());
+    };
+    let line = |label: &str, f: &dyn Fn(&MetricSample) -> Option<f64>| {
+        let pts: Vec<(f64, f64)> = series
+            .samples
+            .iter()
+            .filter_map(|s| Some((s.t_s, f(s)?)))
+            .collect();
+        (!pts.is_empty()).then(|| (label.to_string(), pts))
+    };
+    let mut out = Vec::new();
+    let state: Vec<_> = [
+        line("running", &|s| s.running),
+        line("waiting", &|s| s.waiting),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if !state.is_empty() {
+        let svg = charts::over_time(
+            "server_state",
+            "Requests running and waiting (server)",
+            "requests",
+            &state,
+        )?;
+        out.push((format!("server_state{tag}.svg"), svg));
+    }
+    let gpus: Vec<u32> = series
+        .samples
+        .first()
+        .map_or(Vec::new(), |s| s.gpus.iter().map(|g| g.gpu).collect());
+    let gpu_line = |k: u32, what: &str, f: fn(&GpuSample) -> Option<f64>| {
+        line(&format!("GPU {k} {what}"), &move |s: &MetricSample| {
+            s.gpus.iter().find(|g| g.gpu == k).and_then(f)
+        })
+    };
+    let mut usage: Vec<_> = vec![line("KV cache usage %", &|s| {
+        s.kv_cache_usage.map(|u| u * 100.0)
+    })];
+    usage.extend(
+        gpus.iter()
+            .map(|&k| gpu_line(k, "utilization %", |g| g.util_pct.map(f64::from))),
+    );
+    let usage: Vec<_> = usage.into_iter().flatten().collect();
+    if !usage.is_empty() {
+        let svg = charts::over_time(
+            "usage",
+            "KV cache usage (server) and GPU utilization",
+            "%",
+            &usage,
+        )?;
+        out.push((format!("usage{tag}.svg"), svg));
+    }
+    let mut power: Vec<_> = gpus
+        .iter()
+        .map(|&k| gpu_line(k, "power W", |g| g.power_w))
+        .collect();
+    power.extend(
+        gpus.iter()
+            .map(|&k| gpu_line(k, "memory GiB", |g| g.memory_used_mib.map(|m| m / 1024.0))),
+    );
+    power.extend(gpus.iter().map(|&k| {
+        gpu_line(k, "SM clock GHz", |g| {
+            g.sm_clock_mhz.map(|c| f64::from(c) / 1e3)
+        })
+    }));
+    let power: Vec<_> = power.into_iter().flatten().collect();
+    if !power.is_empty() {
+        let svg = charts::over_time(
+            "gpu",
+            "GPU power, memory and SM clock",
+            "W / GiB / GHz",
+            &power,
+        )?;
+        out.push((format!("gpu{tag}.svg"), svg));
+    }
+    Ok(out)
+}
+
 /// The charts as (file name, svg).
 fn charts(page: &Page<'_>) -> Result<Vec<Chart>, ChartError> {
     let mut out = cdfs(page)?;
@@ -136,6 +222,12 @@ fn charts(page: &Page<'_>) -> Result<Vec<Chart>, ChartError> {
             )
         };
         out.push((file, charts::timeline(&title, &m.records)?));
+        let tag = if page.compare() {
+            format!("_{i}")
+        } else {
+            String::new()
+        };
+        out.extend(server_charts(m, &tag)?);
     }
     out.extend(sweep_charts(page)?);
     Ok(out)

@@ -37,8 +37,21 @@ fn run_cells(s: &RunStats) -> String {
     } else {
         NOT_REPORTED.to_string()
     };
+    let cached = if (s.server_reported > 0 || s.ok == 0) && s.prompt_tokens > 0 {
+        format!(
+            "{:.1}%",
+            100.0 * s.cached_prompt_tokens as f64 / s.prompt_tokens as f64
+        )
+    } else {
+        NOT_REPORTED.to_string()
+    };
+    let cut = if s.cut > 0 {
+        format!(" ({} cut)", s.cut)
+    } else {
+        String::new()
+    };
     format!(
-        "<td>{}/{}</td><td>{}</td><td>{:.2}</td><td>{:.1}</td><td>{good}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{overhead}</td>",
+        "<td>{}/{}{cut}</td><td>{}</td><td>{:.2}</td><td>{:.1}</td><td>{good}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{overhead}</td><td>{cached}</td>",
         s.ok,
         s.failed,
         // A burst's submission rate says nothing: shown only for rated runs.
@@ -56,7 +69,7 @@ fn run_cells(s: &RunStats) -> String {
 
 const RUN_HEAD: &str = "<th>ok/failed</th><th>achieved req/s</th><th>ok req/s</th><th>tokens/s</th><th>goodput req/s (share)</th>\
 <th>TTFT p50/p95/p99 ms</th><th>TPOT p50/p95/p99 ms</th><th>ITL p50/p95/p99 ms</th><th>latency p50/p95/p99 ms</th>\
-<th>client - server TTFT p50/p95/p99 ms</th>";
+<th>client - server TTFT p50/p95/p99 ms</th><th>prompt tokens from the prefix cache (server)</th>";
 
 fn runs_table(out: &mut String, runs: &[Measured]) {
     let _ = writeln!(out, "<table><tr><th>run</th>{RUN_HEAD}<th>note</th></tr>");
@@ -150,10 +163,12 @@ pub fn series_section(out: &mut String, s: &Series, compare: bool) {
     };
     let _ = writeln!(
         out,
-        "<p>Model <b>{}</b> on <b>{}</b>; {}; {} target(s) ({}) x {conns}, balance {}; {} requests per run; schedule {}{}.</p>",
+        "<p>Model <b>{}</b> on <b>{}</b>; {}; requests: {} (prompt nonce {}); {} target(s) ({}) x {conns}, balance {}; {} requests per run; schedule {}{}.</p>",
         esc(&hd.model),
         esc(&hd.device),
         esc(&hd.backend),
+        esc(&hd.request_shape),
+        esc(&hd.nonce),
         hd.targets,
         esc(&s.urls.join(", ")),
         esc(&hd.balance),

@@ -28,6 +28,10 @@ pub struct SeriesJson<'a> {
     pub device: &'a str,
     /// The API and transport in words.
     pub backend: &'a str,
+    /// What each request asks for, in words.
+    pub request_shape: &'a str,
+    /// The unique prompts' nonce of this invocation.
+    pub nonce: &'a str,
     /// The target URLs used (the spawned server's address with --spawn-server).
     pub targets: &'a [String],
     /// Warmup runs (not in the summary).
@@ -49,6 +53,8 @@ impl<'a> SeriesJson<'a> {
             model: &s.header.model,
             device: &s.header.device,
             backend: &s.header.backend,
+            request_shape: &s.header.request_shape,
+            nonce: &s.header.nonce,
             targets: &s.urls,
             warmups: &s.warmups,
             runs: s.measured.iter().map(|m| &m.stats).collect(),

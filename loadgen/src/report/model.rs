@@ -15,6 +15,11 @@ pub struct Header {
     pub device: String,
     /// The API and transport in words, e.g. "ember (gRPC, HTTP/2)".
     pub backend: String,
+    /// What each request asks for, in words: streamed or not, the limit
+    /// sent (or none), the workload kind (shared prefixes, sessions).
+    pub request_shape: String,
+    /// The unique prompts' nonce of this invocation.
+    pub nonce: String,
     /// Number of targets.
     pub targets: usize,
     /// Connections per target (HTTP/2, gRPC).

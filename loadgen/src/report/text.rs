@@ -66,6 +66,8 @@ pub fn run(w: &mut impl Write, h: &Header, s: &RunStats, of: usize) -> io::Resul
     line(w, "Model", &h.model)?;
     line(w, "Device", &h.device)?;
     line(w, "Backend", &h.backend)?;
+    line(w, "Request shape", &h.request_shape)?;
+    line(w, "Prompt nonce", &h.nonce)?;
     line(
         w,
         "Requests",
@@ -110,7 +112,42 @@ pub fn run(w: &mut impl Write, h: &Header, s: &RunStats, of: usize) -> io::Resul
     )?;
     goodput(w, h, s)?;
     connections_and_server(w, h, s)?;
+    server_view(w, s)?;
     writeln!(w)
+}
+
+/// `--scrape-metrics` and `--gpu-telemetry`: what the server's metrics and
+/// the GPUs showed through the run.
+fn server_view(w: &mut impl Write, s: &RunStats) -> io::Result<()> {
+    let Some(m) = &s.server_metrics else {
+        return Ok(());
+    };
+    let v = |x: Option<f64>, f: &dyn Fn(f64) -> String| x.map_or("n/a".to_string(), f);
+    if let Some(url) = &m.url {
+        line(
+            w,
+            "Server metrics",
+            format!(
+                "running max {}, waiting max {}, KV cache usage max {}, preemptions {}, prefix cache hit rate {} ({} samples from {url}, {} failed)",
+                v(m.max_running, &|x| format!("{x:.0}")),
+                v(m.max_waiting, &|x| format!("{x:.0}")),
+                v(m.max_kv_cache_usage, &|x| format!("{:.1}%", x * 100.0)),
+                v(m.preemptions, &|x| format!("{x:.0}")),
+                v(m.prefix_cache_hit_rate, &|x| format!("{:.1}%", x * 100.0)),
+                m.samples.len(),
+                m.failed_scrapes
+            ),
+        )?;
+    }
+    match (&m.gpu_note, m.gpu_util_mean_pct) {
+        (Some(note), _) => line(w, "GPU telemetry", note),
+        (None, Some(u)) => line(
+            w,
+            "GPU telemetry",
+            format!("utilization mean {u:.1}% over {} samples", m.samples.len()),
+        ),
+        (None, None) => Ok(()),
+    }
 }
 
 /// The lines of a run block after goodput: connections (and per-target
@@ -287,6 +324,16 @@ fn goodput(w: &mut impl Write, h: &Header, s: &RunStats) -> io::Result<()> {
             ),
         )?;
     }
+    if let (Some(d), Some(tps)) = (s.duration_s, s.throughput_in_duration_tps) {
+        line(
+            w,
+            "Timed run",
+            format!(
+                "{d:.1} s: {tps:.2} completion tokens/s received within it; {} request(s) cut after the grace (neither ok nor failed, not in the statistics)",
+                s.cut
+            ),
+        )?;
+    }
     if let Some(reason) = &s.stopped_early {
         line(
             w,
@@ -309,6 +356,8 @@ mod tests {
             model: "m".into(),
             device: "d".into(),
             backend: "openai /v1/completions (HTTP/1.1)".into(),
+            request_shape: "streaming, max_new_tokens 32".into(),
+            nonce: "abc123".into(),
             targets: 2,
             channels: 1,
             http1: true,

@@ -11,18 +11,28 @@
 //! takes text only: token-id prompts are decoded with the GPT-2 tokenizer.
 //!
 //! Layout: [`dataset`] (files), [`lengths`] (length distributions),
-//! [`schedule`] (when each request fires).
+//! [`schedule`] (when each request fires), [`feed`] (requests built one at
+//! a time, for timed runs), [`turns`] (multi-turn sessions' history).
+//!
+//! Shared prefixes (`--shared-prefix-len L --num-prefixes K`): K prefixes of
+//! L random token ids, drawn from the seed and the nonce (the same for every
+//! run of an invocation, new for the next invocation); request i is prefix
+//! i % K, then its own prompt, made unique by the nonce marker (as token
+//! ids; the chat endpoint gets the decoded text).
 
 pub mod dataset;
+pub mod feed;
 pub mod lengths;
 pub mod schedule;
+pub mod turns;
 
 use ember_common::tokenizer::Gpt2Tokenizer;
 use rand::{rngs::StdRng, Rng, SeedableRng};
 
-use crate::cli::conn::{Backend, Endpoint};
-use crate::cli::Args;
+use std::path::PathBuf;
+
 use crate::error::Error;
+use crate::workload::dataset::DatasetFormat;
 use crate::workload::dataset::{Entry, PromptSpec};
 use crate::workload::lengths::LenDist;
 
@@ -37,6 +47,9 @@ pub enum Prompt {
     /// Token ids (gRPC `prompt_token_ids`, OpenAI completions' `prompt`
     /// array).
     Ids(Vec<u32>),
+    /// A session's history (`--turns`): chat's `messages`, else their
+    /// flattened text.
+    Turns(Vec<turns::Message>),
 }
 
 /// Sampling settings; `None` fields are the server's defaults.
@@ -59,14 +72,59 @@ pub struct PreparedRequest {
     pub request_id: String,
     /// The prompt.
     pub prompt: Prompt,
-    /// Tokens to generate at most.
-    pub max_new_tokens: u32,
+    /// Tokens to generate at most; `None`: no limit sent (`--max-new-tokens
+    /// none`: the server decides).
+    pub max_new_tokens: Option<u32>,
+    /// Ask for a streamed response (`--stream`); false: one body at the end.
+    pub stream: bool,
+    /// Keep the output text (a session's next turn carries it).
+    pub keep_reply: bool,
     /// Generate exactly `max_new_tokens` (`--no-stop-on-eos`).
     pub ignore_eos: bool,
     /// `None`: no sampling flag was given (greedy).
     pub sampling: Option<Sampling>,
     /// Prompt length when known client-side (token ids sent).
     pub prompt_tokens: Option<u32>,
+}
+
+/// What the requests are made of (built by `cli` from the workload flags).
+#[derive(Debug, Clone)]
+pub struct WorkloadConfig {
+    /// The prompt text, already repeated (`--prompt`, `--prompt-repeats`).
+    pub base_prompt: String,
+    /// `--dataset` and its format.
+    pub dataset: Option<(PathBuf, DatasetFormat)>,
+    /// `--input-len`: synthetic prompts of this many token ids.
+    pub input_len: Option<LenDist>,
+    /// `--output-len`: per-request max_new_tokens.
+    pub output_len: Option<LenDist>,
+    /// `--unique-prompts`.
+    pub unique: bool,
+    /// `--pretok`.
+    pub pretok: bool,
+    /// The chat endpoint takes text only: token-id prompts are decoded.
+    pub text_only: bool,
+    /// `--max-new-tokens` (`None`: `none`).
+    pub max_new_tokens: Option<u32>,
+    /// `--stream`.
+    pub stream: bool,
+    /// `--shared-prefix-len` and `--num-prefixes`.
+    pub shared_prefix: Option<(u32, usize)>,
+    /// `--turns`: each prompt is a session's first message (text).
+    pub turns: usize,
+    /// Count text prompts' tokens client-side (with the GPT-2 tokenizer),
+    /// for a backend that must fit the limit to the context itself.
+    pub count_prompt_tokens: bool,
+    /// `--no-stop-on-eos`.
+    pub ignore_eos: bool,
+    /// The sampling flags; `None` when none was given (greedy).
+    pub sampling: Option<Sampling>,
+    /// `--seed`.
+    pub seed: u64,
+    /// This invocation's nonce (`--nonce`, else drawn at start): in every
+    /// unique prompt's prefix, so a second invocation against the same
+    /// server does not find the first one's prompts in its prefix cache.
+    pub nonce: String,
 }
 
 /// Builds the requests of each run from the workload flags.
@@ -88,8 +146,19 @@ pub struct Workload {
     text_only: bool,
     /// The GPT-2 tokenizer, loaded when `pretok` or `text_only` need it.
     tokenizer: Option<Gpt2Tokenizer>,
-    /// `--max-new-tokens`, where neither the entry nor `--output-len` says.
-    max_new_tokens: u32,
+    /// `--max-new-tokens`, where neither the entry nor `--output-len` says
+    /// (`None`: no limit sent).
+    max_new_tokens: Option<u32>,
+    /// `--stream`.
+    stream: bool,
+    /// Count text prompts' tokens client-side.
+    count_prompt_tokens: bool,
+    /// The shared prefixes (`--shared-prefix-len`), token ids.
+    prefixes: Option<Vec<Vec<u32>>>,
+    /// `--turns` above 1: prompts are a session's first message.
+    sessions: bool,
+    /// The unique prompts' nonce.
+    nonce: String,
     /// `--no-stop-on-eos`.
     ignore_eos: bool,
     /// Sampling flags; `None` when none was given.
@@ -101,42 +170,45 @@ pub struct Workload {
 }
 
 impl Workload {
-    /// Reads the workload flags; loads the dataset and, when needed, the
-    /// tokenizer (a bad dataset fails here, before anything connects).
-    pub fn from_args(args: &Args) -> Result<Self, Error> {
-        let base_prompt = vec![args.prompt.as_str(); args.prompt_repeats].join(" ");
-        let entries = match &args.data.dataset {
-            Some(path) => Some(dataset::load(path, args.data.dataset_format)?),
+    /// Loads the dataset and, when needed, the tokenizer (a bad dataset
+    /// fails here, before anything connects).
+    pub fn new(cfg: &WorkloadConfig) -> Result<Self, Error> {
+        let entries = match &cfg.dataset {
+            Some((path, format)) => Some(dataset::load(path, *format)?),
             None => None,
         };
-        let text_only =
-            args.conn.backend == Backend::Openai && args.conn.endpoint == Endpoint::Chat;
-        let ids_possible = entries.is_some() || args.data.input_len.is_some();
-        let tokenizer = if args.pretok || (text_only && ids_possible) {
+        let ids_possible =
+            entries.is_some() || cfg.input_len.is_some() || cfg.shared_prefix.is_some();
+        let sessions = cfg.turns > 1;
+        let tokenizer = if cfg.pretok
+            || ((cfg.text_only || sessions) && ids_possible)
+            || cfg.count_prompt_tokens
+            || cfg.shared_prefix.is_some()
+        {
             Some(Gpt2Tokenizer::embedded()?)
         } else {
             None
         };
-        let sampling = (args.temperature.is_some() || args.top_k.is_some() || args.top_p.is_some())
-            .then_some(Sampling {
-                temperature: args.temperature,
-                top_k: args.top_k,
-                top_p: args.top_p,
-                seed: None,
-            });
         Ok(Workload {
-            base_prompt,
+            base_prompt: cfg.base_prompt.clone(),
             entries,
-            input_len: args.data.input_len,
-            output_len: args.data.output_len,
-            unique: args.unique_prompts,
-            pretok: args.pretok,
-            text_only,
+            input_len: cfg.input_len,
+            output_len: cfg.output_len,
+            unique: cfg.unique,
+            pretok: cfg.pretok,
+            text_only: cfg.text_only,
             tokenizer,
-            max_new_tokens: args.max_new_tokens,
-            ignore_eos: args.no_stop_on_eos,
-            sampling,
-            seed: args.seed,
+            max_new_tokens: cfg.max_new_tokens,
+            stream: cfg.stream,
+            count_prompt_tokens: cfg.count_prompt_tokens,
+            prefixes: cfg
+                .shared_prefix
+                .map(|(len, k)| draw_prefixes(len, k, cfg.seed, &cfg.nonce)),
+            sessions,
+            nonce: cfg.nonce.clone(),
+            ignore_eos: cfg.ignore_eos,
+            sampling: cfg.sampling,
+            seed: cfg.seed,
             id_prefix: format!("lg{}", std::process::id()),
         })
     }
@@ -147,18 +219,31 @@ impl Workload {
     }
 
     /// The `n` requests of one run. `label` is `w<k>` for warmup run k and
-    /// `r<k>` for measured run k; it goes into request ids and unique prompts.
+    /// `r<k>` for measured run k; it goes into request ids and, after the
+    /// nonce, into unique prompts (`[nonce.r0.3] `).
     pub fn build(&self, label: &str, n: usize) -> Result<Vec<PreparedRequest>, Error> {
-        let label_hash = label.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
-        });
-        let mut rng = StdRng::seed_from_u64(self.seed ^ label_hash);
+        let mut rng = self.run_rng(label);
         (0..n)
-            .map(|index| self.one(label, index, &mut rng))
+            .map(|index| self.request(label, index, &mut rng))
             .collect()
     }
 
-    fn one(&self, label: &str, index: usize, rng: &mut StdRng) -> Result<PreparedRequest, Error> {
+    /// The draws of run `label` (seeded by `--seed` and the label).
+    pub fn run_rng(&self, label: &str) -> StdRng {
+        let label_hash = label.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+        });
+        StdRng::seed_from_u64(self.seed ^ label_hash)
+    }
+
+    /// Request `index` of run `label`, drawing from the run's `rng` (in
+    /// index order, as [`build`](Self::build) does).
+    pub fn request(
+        &self,
+        label: &str,
+        index: usize,
+        rng: &mut StdRng,
+    ) -> Result<PreparedRequest, Error> {
         let entry = self.entries.as_ref().map(|e| &e[index % e.len()]);
         let spec = match (entry, self.input_len) {
             (Some(e), _) => e.prompt.clone(),
@@ -168,11 +253,16 @@ impl Workload {
         let max_new_tokens = entry
             .and_then(|e| e.max_new_tokens)
             .or_else(|| self.output_len.map(|d| d.sample(rng)))
-            .unwrap_or(self.max_new_tokens);
+            .or(self.max_new_tokens);
         let prompt = self.prompt(spec, label, index, rng)?;
-        let prompt_tokens = match &prompt {
-            Prompt::Ids(ids) => Some(u32::try_from(ids.len()).unwrap_or(u32::MAX)),
-            Prompt::Text(_) => None,
+        let count = |n: usize| Some(u32::try_from(n).unwrap_or(u32::MAX));
+        let prompt_tokens = match (&prompt, &self.tokenizer) {
+            (Prompt::Ids(ids), _) => count(ids.len()),
+            (Prompt::Text(t), Some(tok)) if self.count_prompt_tokens => count(tok.encode(t)?.len()),
+            (Prompt::Turns(m), Some(tok)) if self.count_prompt_tokens => {
+                count(tok.encode(&turns::flatten(m))?.len())
+            }
+            (Prompt::Text(_) | Prompt::Turns(_), _) => None,
         };
         let sampling = self.sampling.map(|s| Sampling {
             seed: Some(self.seed.wrapping_add(index as u64)),
@@ -182,14 +272,17 @@ impl Workload {
             request_id: format!("{}-{label}-{index}", self.id_prefix),
             prompt,
             max_new_tokens,
+            stream: self.stream,
+            keep_reply: self.sessions,
             ignore_eos: self.ignore_eos,
             sampling,
             prompt_tokens,
         })
     }
 
-    /// The prompt of one request: text (made unique, tokenized with
-    /// `--pretok`) or ids (decoded for the chat endpoint).
+    /// The prompt of one request: its own part (text made unique, or ids),
+    /// after its shared prefix if any, in the form the door takes (ids for
+    /// `--pretok`, text for the chat endpoint, a session's first message).
     fn prompt(
         &self,
         spec: PromptSpec,
@@ -197,157 +290,65 @@ impl Workload {
         index: usize,
         rng: &mut StdRng,
     ) -> Result<Prompt, Error> {
-        let ids = match spec {
+        let marker = self
+            .unique
+            .then(|| format!("[{}.{label}.{index}] ", self.nonce));
+        let own = match spec {
             PromptSpec::Text(base) => {
-                let text = if self.unique {
-                    format!("[{label}.{index}] {base}")
-                } else {
-                    base
-                };
-                return match (&self.tokenizer, self.pretok) {
-                    (Some(tok), true) => Ok(Prompt::Ids(tok.encode(&text)?)),
-                    _ => Ok(Prompt::Text(text)),
-                };
+                Prompt::Text(format!("{}{base}", marker.clone().unwrap_or_default()))
             }
-            PromptSpec::Ids(ids) => ids,
-            PromptSpec::Length(n) => (0..n).map(|_| rng.random_range(0..EOS_ID)).collect(),
+            PromptSpec::Ids(ids) => Prompt::Ids(ids),
+            PromptSpec::Length(n) => {
+                Prompt::Ids((0..n).map(|_| rng.random_range(0..EOS_ID)).collect())
+            }
         };
-        match (&self.tokenizer, self.text_only) {
-            (Some(tok), true) => Ok(Prompt::Text(tok.decode(&ids))),
-            _ => Ok(Prompt::Ids(ids)),
+        let prefix = self.prefixes.as_ref().map(|p| &p[index % p.len()]);
+        let prompt = match (own, prefix, &self.tokenizer) {
+            (own, Some(prefix), Some(tok)) => {
+                let mut ids = prefix.clone();
+                match own {
+                    Prompt::Text(t) => ids.extend(tok.encode(&t)?),
+                    Prompt::Ids(own) => {
+                        if let Some(m) = &marker {
+                            ids.extend(tok.encode(m)?);
+                        }
+                        ids.extend(own);
+                    }
+                    Prompt::Turns(_) => {}
+                }
+                self.form_of_ids(ids)
+            }
+            (Prompt::Text(t), _, Some(tok)) if self.pretok => Prompt::Ids(tok.encode(&t)?),
+            (Prompt::Ids(ids), _, _) => self.form_of_ids(ids),
+            (own, _, _) => own,
+        };
+        Ok(match prompt {
+            Prompt::Text(t) if self.sessions => Prompt::Turns(vec![turns::Message::user(t)]),
+            other => other,
+        })
+    }
+
+    /// Token ids as the door takes them: decoded to text for the chat
+    /// endpoint and for sessions, else as they are.
+    fn form_of_ids(&self, ids: Vec<u32>) -> Prompt {
+        match &self.tokenizer {
+            Some(tok) if self.text_only || self.sessions => Prompt::Text(tok.decode(&ids)),
+            _ => Prompt::Ids(ids),
         }
     }
+}
+
+/// `count` prefixes of `len` token ids below end-of-text, drawn from the
+/// seed and the nonce: the same for every run of one invocation.
+fn draw_prefixes(len: u32, count: usize, seed: u64, nonce: &str) -> Vec<Vec<u32>> {
+    let nonce_hash = nonce.bytes().fold(0x8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    });
+    let mut rng = StdRng::seed_from_u64(seed ^ nonce_hash ^ 0x5052_4546);
+    (0..count)
+        .map(|_| (0..len).map(|_| rng.random_range(0..EOS_ID)).collect())
+        .collect()
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use clap::Parser;
-
-    fn ids(p: &PreparedRequest) -> Vec<u32> {
-        match &p.prompt {
-            Prompt::Ids(ids) => ids.clone(),
-            Prompt::Text(t) => panic!("expected ids, got text {t:?}"),
-        }
-    }
-
-    fn workload(extra: &[&str]) -> Workload {
-        let mut argv = vec!["loadgen", "--target", "x:1"];
-        argv.extend_from_slice(extra);
-        Workload::from_args(&Args::try_parse_from(argv).expect("parses")).expect("builds")
-    }
-
-    #[test]
-    fn text_prompts_repeat_and_unique() {
-        let w = workload(&[
-            "--prompt",
-            "hi",
-            "--prompt-repeats",
-            "3",
-            "--unique-prompts",
-        ]);
-        let reqs = w.build("r0", 2).expect("builds");
-        assert_eq!(reqs[0].prompt, Prompt::Text("[r0.0] hi hi hi".into()));
-        assert_eq!(reqs[1].prompt, Prompt::Text("[r0.1] hi hi hi".into()));
-        assert_ne!(reqs[0].request_id, reqs[1].request_id);
-        assert!(reqs[0].sampling.is_none(), "greedy sends no sampling");
-        assert_eq!(reqs[0].max_new_tokens, 32);
-        assert!(!reqs[0].ignore_eos);
-    }
-
-    #[test]
-    fn pretok_sends_ids_and_sampling_seeds_differ() {
-        let w = workload(&[
-            "--pretok",
-            "--prompt",
-            "Hello world",
-            "--temperature",
-            "0.8",
-            "--seed",
-            "10",
-            "--no-stop-on-eos",
-        ]);
-        let reqs = w.build("w0", 2).expect("builds");
-        // GPT-2: "Hello" = 15496, " world" = 995.
-        assert_eq!(reqs[0].prompt, Prompt::Ids(vec![15496, 995]));
-        assert_eq!(reqs[0].prompt_tokens, Some(2));
-        assert!(reqs[0].ignore_eos);
-        let seeds: Vec<_> = reqs
-            .iter()
-            .map(|r| r.sampling.and_then(|s| s.seed))
-            .collect();
-        assert_eq!(seeds, vec![Some(10), Some(11)]);
-    }
-
-    #[test]
-    fn synthetic_lengths_are_drawn_and_seeded() {
-        let w = workload(&[
-            "--input-len",
-            "uniform:5..9",
-            "--output-len",
-            "normal:20,3",
-            "--seed",
-            "4",
-        ]);
-        let a = w.build("r0", 200).expect("builds");
-        let b = w.build("r0", 200).expect("builds");
-        let all_ids = |r: &[PreparedRequest]| r.iter().map(ids).collect::<Vec<_>>();
-        assert_eq!(all_ids(&a), all_ids(&b), "same seed and run: same prompts");
-        assert_ne!(
-            all_ids(&a),
-            all_ids(&w.build("r1", 200).expect("builds")),
-            "other run: other prompts"
-        );
-        assert!(a.iter().all(|p| (5..=9).contains(&ids(p).len())));
-        assert!(a.iter().all(|p| ids(p).iter().all(|&t| t < EOS_ID)));
-        assert!(a
-            .iter()
-            .all(|p| p.prompt_tokens == Some(ids(p).len() as u32)));
-        let mean = a.iter().map(|p| f64::from(p.max_new_tokens)).sum::<f64>() / 200.0;
-        assert!((mean - 20.0).abs() < 1.5, "mean output length {mean}");
-        assert!(a.iter().any(|p| p.max_new_tokens != 20), "drawn, not fixed");
-    }
-
-    #[test]
-    fn dataset_entries_cycle_and_set_lengths() {
-        let path = std::env::temp_dir().join(format!("lg-wl-{}.jsonl", std::process::id()));
-        std::fs::write(
-            &path,
-            "{\"prompt\":\"a b\",\"max_new_tokens\":3}\n{\"prompt_token_ids\":[7,8]}\n",
-        )
-        .expect("write");
-        let w = workload(&[
-            "--dataset",
-            path.to_str().expect("utf-8"),
-            "--max-new-tokens",
-            "9",
-        ]);
-        let r = w.build("r0", 3).expect("builds");
-        let _ = std::fs::remove_file(&path);
-        assert_eq!(r[0].prompt, Prompt::Text("a b".into()));
-        assert_eq!(r[0].max_new_tokens, 3);
-        assert_eq!(r[1].prompt, Prompt::Ids(vec![7, 8]));
-        assert_eq!(r[1].max_new_tokens, 9, "no max_new_tokens: the flag");
-        assert_eq!(r[2].prompt, Prompt::Text("a b".into()), "entries cycle");
-    }
-
-    #[test]
-    fn chat_decodes_token_id_prompts_to_text() {
-        let w = workload(&[
-            "--backend",
-            "openai",
-            "--endpoint",
-            "chat",
-            "--input-len",
-            "4",
-        ]);
-        let r = w.build("r0", 2).expect("builds");
-        for p in &r {
-            match &p.prompt {
-                Prompt::Text(t) => assert!(!t.is_empty(), "decoded text"),
-                Prompt::Ids(_) => panic!("chat sends text"),
-            }
-            assert_eq!(p.prompt_tokens, None, "the server counts decoded text");
-        }
-    }
-}
+mod tests;

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use rand_distr::{Exp, Gamma};
 
-use crate::cli::{Args, Arrival, SubmitSchedule};
+use crate::config::{Arrival, SubmitSchedule};
 use crate::error::Error;
 use crate::workload::dataset::Entry;
 
@@ -23,6 +23,47 @@ const TIMER_MARGIN: Duration = Duration::from_millis(2);
 /// small, busy machine would also cost the spinning thread its scheduling
 /// priority.
 const SPIN_MARGIN: Duration = Duration::from_micros(200);
+
+/// When requests fire (built by `cli` from the schedule flags).
+#[derive(Debug, Clone)]
+pub struct ArrivalConfig {
+    /// `--arrival`.
+    pub arrival: Arrival,
+    /// `--submit-schedule`.
+    pub submit_schedule: SubmitSchedule,
+    /// `--submit-interval-ms`.
+    pub submit_interval_ms: f64,
+    /// `--request-rate` (Poisson and gamma arrivals).
+    pub request_rate: Option<f64>,
+    /// `--burstiness` (gamma arrivals).
+    pub burstiness: f64,
+    /// `--trace-time-scale`.
+    pub trace_time_scale: f64,
+    /// `--seed`.
+    pub seed: u64,
+    /// `--num-requests` (a timed run without it: `usize::MAX`, no cap).
+    pub num_requests: usize,
+    /// `--duration`: fire until this long after t0.
+    pub duration: Option<Duration>,
+    /// `--duration-grace`: requests in flight at the end may run this much
+    /// longer before they are cut.
+    pub grace: Duration,
+}
+
+impl ArrivalConfig {
+    /// The requested arrival rate in requests/s, where one is defined: Poisson's
+    /// R, or 1000 / interval for a fixed absolute schedule. `None` for a burst
+    /// and for the relative schedule (its rate depends on the submit time).
+    pub fn requested_rate_rps(&self) -> Option<f64> {
+        match (self.arrival, self.submit_schedule) {
+            (Arrival::Poisson | Arrival::Gamma, _) => self.request_rate,
+            (Arrival::Fixed, SubmitSchedule::Absolute) if self.submit_interval_ms > 0.0 => {
+                Some(1000.0 / self.submit_interval_ms)
+            }
+            _ => None,
+        }
+    }
+}
 
 /// The arrival plan of one run.
 #[derive(Debug, Clone, PartialEq)]
@@ -39,7 +80,7 @@ impl Plan {
     /// becomes gaps of 1/rate); `entries` are the --dataset entries, whose
     /// timestamps --arrival trace replays.
     pub fn new(
-        args: &Args,
+        args: &ArrivalConfig,
         n: usize,
         rate: Option<f64>,
         entries: Option<&[Entry]>,
@@ -65,7 +106,7 @@ impl Plan {
     }
 
     /// One line for the report, e.g. `250.000 ms / absolute`.
-    pub fn describe(&self, args: &Args, rate: Option<f64>) -> String {
+    pub fn describe(&self, args: &ArrivalConfig, rate: Option<f64>) -> String {
         let r = rate.unwrap_or(0.0);
         match (self, args.arrival) {
             (Plan::Absolute(_), Arrival::Poisson) => {
@@ -92,9 +133,36 @@ impl Plan {
     }
 }
 
+/// Offsets of `plan`'s kind of arrivals from t0 up to `until` (a timed
+/// run): as many as fall before it, at most `cap`. A burst's offsets (all 0)
+/// come back empty: the run fires on, as permits allow, until time is up.
+pub fn offsets_until(
+    args: &ArrivalConfig,
+    rate: Option<f64>,
+    until: Duration,
+    cap: usize,
+) -> Vec<Duration> {
+    let mut n = match rate.or(args.requested_rate_rps()) {
+        Some(r) => ((r * until.as_secs_f64() * 1.5) as usize).saturating_add(16),
+        None => return Vec::new(),
+    };
+    loop {
+        let n_now = n.min(cap);
+        let offsets = match Plan::new(args, n_now, rate, None) {
+            Ok(Plan::Absolute(o)) => o,
+            _ => return Vec::new(),
+        };
+        let last_inside = offsets.last().is_some_and(|o| *o < until);
+        if !last_inside || n_now == cap {
+            return offsets.into_iter().take_while(|o| *o < until).collect();
+        }
+        n = n.saturating_mul(2);
+    }
+}
+
 /// Requests per run: --num-requests, capped by the trace's length when
 /// replaying one.
-pub fn requests_per_run(args: &Args, entries: Option<&[Entry]>) -> usize {
+pub fn requests_per_run(args: &ArrivalConfig, entries: Option<&[Entry]>) -> usize {
     match (args.arrival, entries) {
         (Arrival::Trace, Some(e)) => args.num_requests.min(e.len()),
         _ => args.num_requests,

@@ -16,8 +16,8 @@ use std::task::{Context, Poll};
 use ember_common::pb::generate_response::Event;
 use ember_common::pb::inference_server::{Inference, InferenceServer};
 use ember_common::pb::{
-    FinishReason, Finished, GenerateRequest, GenerateResponse, GetServerInfoRequest, ServerInfo,
-    Started, Token,
+    FinishReason, Finished, GenerateRequest, GenerateResponse, GetServerInfoRequest,
+    SchedulerKnobs, ServerInfo, Started, Token,
 };
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
@@ -28,11 +28,15 @@ use tonic::transport::{Identity, ServerTlsConfig};
 use tonic::{Request, Response, Status};
 use tonic_health::pb::health_server::{Health, HealthServer};
 
+use crate::mock::prefix::words;
 use crate::mock::timeline::{drive, ns, Shared, Stamps, Step};
 
 /// Most concurrent streams one client connection may open: enough for
 /// `loadgen calibrate --streams 10000` on one connection.
 const MAX_STREAMS: u32 = 20_000;
+
+/// The `max_new_tokens_limit` the mock reports in `GetServerInfo`.
+pub const MOCK_MAX_NEW_TOKENS_LIMIT: u32 = 256;
 
 /// The service: answers `Generate` on the shared timeline.
 #[derive(Debug, Clone)]
@@ -141,7 +145,13 @@ impl Inference for Mock {
             // (A zero sleep would still wait for the next 1 ms timer tick.)
             tokio::time::sleep(self.shared.cfg.submit_delay).await;
         }
-        let stamps = Stamps::new(received, (tokenized, received.elapsed()));
+        let mut stamps = Stamps::new(received, (tokenized, received.elapsed()));
+        let tokens: Vec<u64> = if req.prompt_token_ids.is_empty() {
+            words(&req.prompt).collect()
+        } else {
+            req.prompt_token_ids.iter().map(|&t| u64::from(t)).collect()
+        };
+        stamps.cached = self.shared.prefix.lookup(&tokens);
         let (tx, rx) = mpsc::channel(64);
         let (tokens, fails) = self.shared.tokens_for(req.max_new_tokens);
         let shared = self.shared.clone();
@@ -164,6 +174,13 @@ impl Inference for Mock {
         Ok(Response::new(ServerInfo {
             model: "mock".into(),
             device: "test".into(),
+            // GPT-2's context and a limit like the server's default, so a
+            // client fitting its limit to them has something to read.
+            n_positions: 1024,
+            knobs: Some(SchedulerKnobs {
+                max_new_tokens_limit: MOCK_MAX_NEW_TOKENS_LIMIT,
+                ..Default::default()
+            }),
             ..Default::default()
         }))
     }

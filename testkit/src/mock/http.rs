@@ -1,6 +1,7 @@
 //! The mock's HTTP door: the OpenAI-compatible API as Ember serves it
 //! (`POST /v1/completions`, `POST /v1/chat/completions`, `GET /v1/models`,
-//! `GET /health`, `GET /version`), HTTP/1.1 and HTTP/2 (h2c, or ALPN with
+//! `GET /health`, `GET /version`, and `GET /metrics`: the mock's running and
+//! waiting requests under vLLM's Prometheus names), HTTP/1.1 and HTTP/2 (h2c, or ALPN with
 //! TLS) on one listener, served by hyper.
 //!
 //! A streamed request follows the shared [`timeline`](super::timeline): each
@@ -38,6 +39,7 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::mock::chunks::{self, Chunker, Kind};
 use crate::mock::config::TlsIdentity;
+use crate::mock::prefix::words;
 use crate::mock::timeline::{drive, ns, Shared, Stamps, Step};
 
 /// Response body: a whole JSON document or an SSE stream.
@@ -149,6 +151,14 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
             None,
         ),
         (&Method::GET, "/version") => full(StatusCode::OK, &json!({"version": "mock"})),
+        (&Method::GET, "/metrics") => {
+            let mut r = Response::new(Full::new(Bytes::from(shared.metrics())).boxed());
+            r.headers_mut().insert(
+                CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; version=0.0.4"),
+            );
+            r
+        }
         (&Method::GET, "/v1/models") if !authorized(&shared, &req) => unauthorized(),
         (&Method::GET, "/v1/models") => full(
             StatusCode::OK,
@@ -177,6 +187,8 @@ struct Params {
     model: String,
     /// Whitespace words of the prompt text, or the number of token ids.
     prompt_tokens: u32,
+    /// The prompt's tokens (ids, or hashed words), for the prefix cache.
+    tokens: Vec<u64>,
     /// `max_tokens` (or `max_completion_tokens`); OpenAI's default is 16.
     max_tokens: u32,
     /// `stream`.
@@ -185,27 +197,28 @@ struct Params {
     include_usage: bool,
 }
 
-fn words(v: &Value) -> Option<u32> {
-    v.as_str().map(|s| s.split_whitespace().count() as u32)
-}
-
 /// Reads the request's fields; `Err((param, message))` for a bad one.
 fn params(v: &Value, kind: Kind) -> Result<Params, (&'static str, String)> {
-    let prompt_tokens = match kind {
+    let tokens: Vec<u64> = match kind {
         Kind::Completions => match &v["prompt"] {
             Value::Array(ids) if ids.iter().all(Value::is_u64) && !ids.is_empty() => {
-                ids.len() as u32
+                ids.iter().filter_map(Value::as_u64).collect()
             }
-            p => words(p).ok_or(("prompt", "prompt: must be a string or token ids".into()))?,
+            p => words(
+                p.as_str()
+                    .ok_or(("prompt", "prompt: must be a string or token ids".into()))?,
+            )
+            .collect(),
         },
         Kind::Chat => v["messages"]
             .as_array()
             .filter(|m| !m.is_empty())
             .ok_or(("messages", "messages: must be a non-empty array".into()))?
             .iter()
-            .map(|m| words(&m["content"]).unwrap_or(0))
-            .sum(),
+            .flat_map(|m| words(m["content"].as_str().unwrap_or("")))
+            .collect(),
     };
+    let prompt_tokens = tokens.len() as u32;
     let max = v
         .get("max_tokens")
         .or_else(|| v.get("max_completion_tokens"));
@@ -219,6 +232,7 @@ fn params(v: &Value, kind: Kind) -> Result<Params, (&'static str, String)> {
     Ok(Params {
         model: v["model"].as_str().unwrap_or("mock").to_string(),
         prompt_tokens,
+        tokens,
         max_tokens,
         stream: v["stream"].as_bool().unwrap_or(false),
         include_usage: v["stream_options"]["include_usage"]
@@ -284,7 +298,8 @@ async fn generate(
     if !shared.cfg.submit_delay.is_zero() {
         tokio::time::sleep(shared.cfg.submit_delay).await;
     }
-    let stamps = Stamps::new(received, (tokenized, received.elapsed()));
+    let mut stamps = Stamps::new(received, (tokenized, received.elapsed()));
+    stamps.cached = shared.prefix.lookup(&p.tokens);
     let created = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());

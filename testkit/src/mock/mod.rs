@@ -10,12 +10,14 @@
 //! request rejected; an engine failure after k tokens), slow health, a slot
 //! limit (queueing), an API key both doors require, TLS on both doors, and
 //! an HTTP door that behaves like a plain OpenAI server (no Ember fields, no
-//! usage).
+//! usage). Both keep a prefix cache of the prompts they saw (`prefix`),
+//! reported as `cached_prompt_tokens` and on the HTTP door's `/metrics`.
 
 mod chunks;
 pub mod config;
 pub mod grpc;
 pub mod http;
+mod prefix;
 pub mod timeline;
 
 use std::net::SocketAddr;

@@ -19,6 +19,7 @@ use tokio::sync::{mpsc, Semaphore};
 use tokio::time::Instant;
 
 use crate::mock::config::MockConfig;
+use crate::mock::prefix::PrefixCache;
 
 /// State shared by both doors of one mock server.
 #[derive(Debug)]
@@ -32,6 +33,28 @@ pub(crate) struct Shared {
     pub slots: Option<Arc<Semaphore>>,
     /// Whether health says SERVING (gRPC health and HTTP `/health` alike).
     pub serving: AtomicBool,
+    /// Requests generating now (`vllm:num_requests_running` on `/metrics`).
+    pub running: AtomicUsize,
+    /// Requests waiting for a slot (`vllm:num_requests_waiting`).
+    pub waiting: AtomicUsize,
+    /// The prompts seen, in blocks.
+    pub prefix: PrefixCache,
+}
+
+/// Counts a request in one state for as long as it lives.
+struct InState<'a>(&'a AtomicUsize);
+
+impl<'a> InState<'a> {
+    fn enter(count: &'a AtomicUsize) -> InState<'a> {
+        count.fetch_add(1, Ordering::AcqRel);
+        InState(count)
+    }
+}
+
+impl Drop for InState<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl Shared {
@@ -42,7 +65,36 @@ impl Shared {
             cfg,
             received: Arc::new(AtomicUsize::new(0)),
             serving: AtomicBool::new(false),
+            running: AtomicUsize::new(0),
+            waiting: AtomicUsize::new(0),
+            prefix: PrefixCache::default(),
         }
+    }
+
+    /// The mock's state in Prometheus' text format, with vLLM's names (as
+    /// Ember exports them): running, waiting, a KV usage of running / slots,
+    /// no preemptions.
+    pub fn metrics(&self) -> String {
+        let running = self.running.load(Ordering::Acquire);
+        let waiting = self.waiting.load(Ordering::Acquire);
+        let capacity = self.cfg.slots.unwrap_or(1000).max(1);
+        let kv = (running as f64 / capacity as f64).min(1.0);
+        format!(
+            "# TYPE vllm:num_requests_running gauge\n\
+             vllm:num_requests_running{{model_name=\"mock\"}} {running}\n\
+             # TYPE vllm:num_requests_waiting gauge\n\
+             vllm:num_requests_waiting{{model_name=\"mock\"}} {waiting}\n\
+             # TYPE vllm:kv_cache_usage_perc gauge\n\
+             vllm:kv_cache_usage_perc{{model_name=\"mock\"}} {kv}\n\
+             # TYPE vllm:num_preemptions_total counter\n\
+             vllm:num_preemptions_total{{model_name=\"mock\"}} 0\n\
+             # TYPE vllm:prefix_cache_queries_total counter\n\
+             vllm:prefix_cache_queries_total{{model_name=\"mock\"}} {queries}\n\
+             # TYPE vllm:prefix_cache_hits_total counter\n\
+             vllm:prefix_cache_hits_total{{model_name=\"mock\"}} {hits}\n",
+            queries = self.prefix.queries.load(Ordering::Relaxed),
+            hits = self.prefix.hits.load(Ordering::Relaxed),
+        )
     }
 
     /// Counts a request in; its 1-based arrival number.
@@ -85,6 +137,8 @@ pub(crate) struct Marks {
     pub last: Duration,
     /// The final message was built.
     pub finished: Duration,
+    /// Leading prompt tokens found in the prefix cache.
+    pub cached: u32,
 }
 
 impl Marks {
@@ -105,7 +159,7 @@ impl Marks {
             admitted_at_ns: ns(self.admitted),
             first_token_at_ns: ns(self.first),
             finished_at_ns: ns(self.finished),
-            cached_prompt_tokens: 0,
+            cached_prompt_tokens: self.cached,
             prefill_chunks: 1,
             // The mock never runs short of KV: nothing is preempted.
             preemptions: 0,
@@ -138,10 +192,13 @@ pub(crate) async fn drive(
     tx: mpsc::Sender<Step>,
 ) {
     // Held until the last token is sent; the semaphore never closes.
+    let waiting = InState::enter(&shared.waiting);
     let _slot = match &shared.slots {
         Some(s) => s.clone().acquire_owned().await.ok(),
         None => None,
     };
+    drop(waiting);
+    let _running = InState::enter(&shared.running);
     let admitted = received.elapsed();
     if tx.send(Step::Admitted(admitted)).await.is_err() {
         return;
@@ -184,6 +241,8 @@ pub(crate) struct Stamps {
     pub first: Option<Duration>,
     /// The last token's stamp.
     pub last: Duration,
+    /// Leading prompt tokens found in the prefix cache.
+    pub cached: u32,
 }
 
 impl Stamps {
@@ -195,6 +254,7 @@ impl Stamps {
             admitted: handler.1,
             first: None,
             last: Duration::ZERO,
+            cached: 0,
         }
     }
 
@@ -215,6 +275,7 @@ impl Stamps {
             first: self.first.unwrap_or_default(),
             last: self.last,
             finished: self.received.elapsed(),
+            cached: self.cached,
         }
     }
 }
@@ -233,6 +294,7 @@ mod tests {
             first: ms(20),
             last: ms(50),
             finished: ms(51),
+            cached: 16,
         };
         let t = m.timing(4);
         assert_eq!(

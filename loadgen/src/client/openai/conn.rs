@@ -28,8 +28,8 @@ use tokio::net::TcpStream;
 use tokio_rustls::rustls::pki_types::ServerName;
 use tokio_rustls::TlsConnector;
 
-use crate::cli::conn::{ConnArgs, HttpVersion};
 use crate::client::tls;
+use crate::config::{ConnConfig, HttpVersion};
 use crate::error::Error;
 
 /// A request body (every request is one JSON document).
@@ -76,7 +76,7 @@ impl std::fmt::Debug for Tls {
 
 impl Dialer {
     /// Parses a `--base-url` and prepares TLS for it.
-    pub fn new(url: &str, conn: &ConnArgs) -> Result<Dialer, Error> {
+    pub fn new(url: &str, conn: &ConnConfig) -> Result<Dialer, Error> {
         let bad = |reason: String| Error::BadTarget {
             flag: "--base-url",
             target: url.to_string(),
@@ -361,32 +361,32 @@ impl Connections {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
+    use crate::config::{Backend, Balance, Endpoint};
 
-    fn dialer(url: &str, http: &str) -> Dialer {
-        let args = crate::cli::Args::try_parse_from([
-            "loadgen",
-            "--backend",
-            "openai",
-            "--base-url",
-            url,
-            "--http",
+    fn dialer(url: &str, http: HttpVersion) -> Dialer {
+        let conn = ConnConfig {
+            backend: Backend::Openai,
+            endpoint: Endpoint::Completions,
+            model: None,
+            api_key: None,
+            tls_ca: None,
             http,
-        ])
-        .expect("parses");
-        Dialer::new(url, &args.conn).expect("dialer")
+            channels: 1,
+            balance: Balance::Rr,
+        };
+        Dialer::new(url, &conn).expect("dialer")
     }
 
     #[test]
     fn paths_and_uris() {
-        let d = dialer("http://h:8000", "1");
+        let d = dialer("http://h:8000", HttpVersion::Http1);
         assert_eq!(d.path("/completions"), "/v1/completions");
         assert_eq!(d.uri(&d.path("/models")), "/v1/models");
         assert_eq!(d.authority, "h:8000");
-        let d = dialer("http://h:8000/v1", "2");
+        let d = dialer("http://h:8000/v1", HttpVersion::Http2);
         assert_eq!(d.path("/chat/completions"), "/v1/chat/completions");
         assert_eq!(d.uri("/v1/models"), "http://h:8000/v1/models");
-        let d = dialer("http://[::1]/api", "1");
+        let d = dialer("http://[::1]/api", HttpVersion::Http1);
         assert_eq!((d.host.as_str(), d.port), ("::1", 80));
         assert_eq!(d.path("/completions"), "/api/v1/completions");
     }

@@ -16,12 +16,18 @@
 //! `STREAM_ERROR`, a transport failure `UNAVAILABLE`, the client's
 //! `--timeout` `DEADLINE_EXCEEDED`.
 //!
+//! A non-streaming request (`--stream false`, `stream: false`) is one JSON
+//! body: submit end is its head, the finish (and the first token) its last
+//! byte ([`whole`]).
+//!
 //! Layout: [`conn`] (connections and the HTTP/1.1 pool), [`sse`] (event
-//! framing), [`wire`] (JSON both ways), [`stream`] (a response into a record).
+//! framing), [`wire`] (JSON both ways), [`stream`] (a streamed response into
+//! a record), [`whole`] (a non-streaming one).
 
 pub mod conn;
 pub mod sse;
 pub mod stream;
+pub mod whole;
 pub mod wire;
 
 use std::time::{Duration, Instant};
@@ -31,9 +37,9 @@ use hyper::header::{HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE, HOST, USER
 use hyper::{Method, Request, StatusCode};
 use tokio::sync::oneshot;
 
-use crate::cli::conn::{ConnArgs, Endpoint, HttpVersion};
 use crate::client::openai::conn::{Connections, Dialer, Used};
 use crate::client::openai::stream::{End, Reader};
+use crate::config::{ConnConfig, Endpoint, HttpVersion};
 use crate::error::Error;
 use crate::record::{ns_since, Begin, RequestRecord, Slot, TokenSource};
 use crate::workload::PreparedRequest;
@@ -62,7 +68,7 @@ pub struct HttpConn {
 impl HttpConn {
     /// Opens the connection(s) to `url` and finds the model (`--model`, else
     /// the first of GET /v1/models).
-    pub async fn connect(url: &str, conn: &ConnArgs) -> Result<HttpConn, Error> {
+    pub async fn connect(url: &str, conn: &ConnConfig) -> Result<HttpConn, Error> {
         let dialer = Dialer::new(url, conn)?;
         let connect_err = |reason: String| Error::Connect {
             target: url.to_string(),
@@ -167,11 +173,18 @@ impl HttpConn {
             channel,
             prompt_tokens: prepared.prompt_tokens,
             tokens_from: TokenSource::Chunks,
+            streamed: prepared.stream,
+            keep_reply: prepared.keep_reply,
         };
         let body = wire::body(&prepared, self.endpoint, &self.model);
+        let accept = if prepared.stream {
+            "text/event-stream"
+        } else {
+            "application/json"
+        };
         let req = self.request(Method::POST, &self.path, body).map(|mut r| {
             let h = r.headers_mut();
-            h.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
+            h.insert(ACCEPT, HeaderValue::from_static(accept));
             if let Ok(id) = HeaderValue::from_str(&prepared.request_id) {
                 h.insert("x-request-id", id);
             }
@@ -207,6 +220,9 @@ impl HttpConn {
                 .failed_status(record, resp, used, deadline, slot.t0)
                 .await;
         }
+        if !record.streamed {
+            return self.whole(record, resp, used, deadline, slot.t0).await;
+        }
         let (end, reader) = Reader::default()
             .read(resp.into_body(), deadline, slot.t0, &mut record)
             .await;
@@ -220,6 +236,40 @@ impl HttpConn {
                 reader.apply(&mut record);
                 record.fail(status, m, ns_since(slot.t0, at))
             }
+        }
+    }
+
+    /// A non-streaming 200: the body to its end, then what it says.
+    async fn whole(
+        &self,
+        mut record: RequestRecord,
+        resp: hyper::Response<hyper::body::Incoming>,
+        used: Used,
+        deadline: tokio::time::Instant,
+        t0: Instant,
+    ) -> RequestRecord {
+        let body = tokio::time::timeout_at(deadline, resp.into_body().collect()).await;
+        let at = ns_since(t0, Instant::now());
+        let bytes = match body {
+            Err(_) => {
+                let m = "client --timeout passed during the body".to_string();
+                return record.fail("DEADLINE_EXCEEDED".into(), m, at);
+            }
+            Ok(Err(e)) => {
+                let m = format!("the body broke: {e}");
+                return record.fail("UNAVAILABLE".into(), m, at);
+            }
+            Ok(Ok(b)) => b.to_bytes(),
+        };
+        self.conns.release(used);
+        match whole::read(&bytes, &mut record) {
+            Ok((server, text)) => {
+                if let Some(reply) = record.reply.as_mut() {
+                    *reply = text;
+                }
+                record.succeed(at, server)
+            }
+            Err(m) => record.fail("BAD_RESPONSE".into(), m, at),
         }
     }
 

@@ -131,6 +131,9 @@ impl Reader {
         if token {
             record.token_recv_ns.push(at_ns);
         }
+        if let (Some(reply), Some(c)) = (record.reply.as_mut(), choice) {
+            reply.push_str(c.content());
+        }
         if let Some(reason) = choice.and_then(|c| c.finish_reason.as_deref()) {
             self.finish_reason = Some(reason.to_uppercase());
         }
@@ -196,6 +199,8 @@ mod tests {
             channel: 0,
             prompt_tokens: None,
             tokens_from: TokenSource::Chunks,
+            streamed: true,
+            keep_reply: false,
         };
         RequestRecord::begin(begin, t0, t0)
     }

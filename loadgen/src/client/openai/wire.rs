@@ -3,7 +3,8 @@
 //! Ember's extension (docs/http-api.md):
 //!
 //! - request: `model`, `prompt` (text or token ids) or `messages` (one user
-//!   message), `max_tokens`, `stream: true`, `stream_options.include_usage`,
+//!   message), `max_tokens` (left out with `--max-new-tokens none`),
+//!   `stream` (with `stream_options.include_usage` when true),
 //!   sampling (`temperature` 0 unless given, so the default is greedy as on
 //!   gRPC; `top_p`, `top_k`, `seed`), and `ignore_eos` (vLLM's extension,
 //!   only with `--no-stop-on-eos`);
@@ -15,24 +16,34 @@
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::cli::conn::Endpoint;
+use crate::config::Endpoint;
 use crate::record::ServerRecord;
+use crate::workload::turns::flatten;
 use crate::workload::{PreparedRequest, Prompt};
 
-/// The JSON body of one streamed request.
+/// The JSON body of one request.
 pub fn body(p: &PreparedRequest, endpoint: Endpoint, model: &str) -> Vec<u8> {
-    let mut v = json!({
-        "model": model,
-        "max_tokens": p.max_new_tokens,
-        "stream": true,
-        "stream_options": {"include_usage": true},
-    });
+    let mut v = json!({"model": model, "stream": p.stream});
+    if p.stream {
+        v["stream_options"] = json!({"include_usage": true});
+    }
+    if let Some(max) = p.max_new_tokens {
+        v["max_tokens"] = json!(max);
+    }
     match (endpoint, &p.prompt) {
         (Endpoint::Completions, Prompt::Text(t)) => v["prompt"] = json!(t),
         (Endpoint::Completions, Prompt::Ids(ids)) => v["prompt"] = json!(ids),
         (Endpoint::Chat, Prompt::Text(t)) => {
             v["messages"] = json!([{"role": "user", "content": t}]);
         }
+        (Endpoint::Chat, Prompt::Turns(messages)) => {
+            let list: Vec<Value> = messages
+                .iter()
+                .map(|m| json!({"role": m.role.name(), "content": m.content}))
+                .collect();
+            v["messages"] = Value::Array(list);
+        }
+        (Endpoint::Completions, Prompt::Turns(messages)) => v["prompt"] = json!(flatten(messages)),
         // The workload decodes ids for chat; should one slip by, send them
         // as text rather than nothing.
         (Endpoint::Chat, Prompt::Ids(ids)) => {
@@ -237,7 +248,9 @@ mod tests {
         PreparedRequest {
             request_id: "r".into(),
             prompt,
-            max_new_tokens: 8,
+            max_new_tokens: Some(8),
+            stream: true,
+            keep_reply: false,
             ignore_eos: false,
             sampling: None,
             prompt_tokens: None,
@@ -276,6 +289,15 @@ mod tests {
         );
         assert_eq!(v["ignore_eos"], true);
         assert!(v.get("prompt").is_none());
+        p.max_new_tokens = None;
+        p.stream = false;
+        let v: Value = serde_json::from_slice(&body(&p, Endpoint::Chat, "m")).expect("json");
+        assert!(
+            v.get("max_tokens").is_none(),
+            "no limit: the server decides"
+        );
+        assert_eq!(v["stream"], false);
+        assert!(v.get("stream_options").is_none());
     }
 
     #[test]
