@@ -42,6 +42,55 @@ impl Default for SamplingParams {
     }
 }
 
+/// Penalties on tokens a sequence already has (vLLM's semantics, applied
+/// before the choice, after `logit_bias`): `repetition` (> 0, 1 = off) over
+/// the prompt's and the output's tokens: a positive logit is divided by it,
+/// a negative one multiplied; `frequency` and `presence` (-2 to 2, 0 = off)
+/// over the output's tokens: `logit -= frequency * count + presence *
+/// (count > 0)`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Penalties {
+    pub repetition: f32,
+    pub frequency: f32,
+    pub presence: f32,
+}
+
+impl Penalties {
+    /// No penalty.
+    pub const OFF: Self = Self {
+        repetition: 1.0,
+        frequency: 0.0,
+        presence: 0.0,
+    };
+
+    /// Whether any penalty is on.
+    pub fn any(&self) -> bool {
+        *self != Self::OFF
+    }
+}
+
+impl Default for Penalties {
+    fn default() -> Self {
+        Self::OFF
+    }
+}
+
+/// A constraint on the tokens a sequence may emit (structured output: a JSON
+/// schema, a grammar). Before each of the sequence's steps the engine asks it
+/// which tokens are allowed; after the step, it tells it the token sampled.
+pub trait TokenConstraint: Send + std::fmt::Debug {
+    /// The tokens allowed next, as a bitset over the vocabulary (bit `t % 32`
+    /// of word `t / 32` for token `t`), or `None` when every token is. An
+    /// error ends the sequence.
+    fn allowed(&mut self) -> Result<Option<Vec<u32>>, String>;
+    /// The sequence sampled `token` (EOS and stop tokens included).
+    fn accept(&mut self, token: u32) -> Result<(), String>;
+}
+
+/// A constraint shared between a request and its engine sequence (a
+/// preempted request keeps its state when it resumes).
+pub type SharedConstraint = std::sync::Arc<std::sync::Mutex<dyn TokenConstraint>>;
+
 /// A new sequence to prefill.
 #[derive(Debug, Clone)]
 pub struct SequenceRequest {
@@ -59,6 +108,22 @@ pub struct SequenceRequest {
     /// `Some(n)`: report each emitted token's logprob and its `n` most likely
     /// alternatives ([`TokenLogprobs`]). `None`: nothing is computed.
     pub logprobs: Option<usize>,
+    /// Penalties on repeated tokens (off by default).
+    pub penalties: Penalties,
+    /// Added to these tokens' logits before the choice (OpenAI's
+    /// `logit_bias`: -100 to 100 each), at most one entry per token.
+    pub logit_bias: Vec<(u32, f32)>,
+    /// EOS and the stop token ids cannot be sampled before this many tokens
+    /// were emitted (vLLM's `min_tokens`).
+    pub min_tokens: usize,
+    /// Structured output: which tokens may come next.
+    pub constraint: Option<SharedConstraint>,
+    /// `Some(n)`: the logprob of each prompt token given the ones before it
+    /// (none for the first) and its `n` most likely alternatives (vLLM's
+    /// `prompt_logprobs`), computed by the prefill (such a request does not
+    /// take prompt tokens from the prefix cache). With it `max_new_tokens`
+    /// may be 0: the prompt is scored, nothing is generated.
+    pub prompt_logprobs: Option<usize>,
     /// Set on a request the engine preempted (`StepEngine::preempt`): what it
     /// had generated, to be recomputed after the prompt when it is admitted
     /// again. `None` for a new request.
@@ -90,6 +155,11 @@ impl SequenceRequest {
             sampling: SamplingParams::greedy(),
             stop_token_ids: Vec::new(),
             logprobs: None,
+            penalties: Penalties::OFF,
+            logit_bias: Vec::new(),
+            min_tokens: 0,
+            constraint: None,
+            prompt_logprobs: None,
             resume: None,
         }
     }

@@ -194,6 +194,11 @@ mod tests {
             sampling: SamplingParams::greedy(),
             stop_token_ids: stops.to_vec(),
             logprobs: None,
+            penalties: Default::default(),
+            logit_bias: Vec::new(),
+            min_tokens: 0,
+            constraint: None,
+            prompt_logprobs: None,
             resume: None,
         };
         let mut s = Sequence::new(&req, vec![0], 0, 0, Vec::new());

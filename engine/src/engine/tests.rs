@@ -74,6 +74,11 @@ pub(super) fn req(
         sampling,
         stop_token_ids: Vec::new(),
         logprobs: None,
+        penalties: Default::default(),
+        logit_bias: Vec::new(),
+        min_tokens: 0,
+        constraint: None,
+        prompt_logprobs: None,
         resume: None,
     }
 }
