@@ -520,6 +520,7 @@ fn bf16_weights_stay_near_transformers_and_keep_its_greedy_tokens() {
     let options = DeviceOptions {
         cpu: CpuTuning {
             cpu_weights: CpuWeights::Bf16,
+            ..CpuTuning::default()
         },
         ..DeviceOptions::default()
     };

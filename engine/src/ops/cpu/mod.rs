@@ -43,15 +43,16 @@ pub struct CpuKernels {
 }
 
 impl CpuKernels {
-    /// This CPU's instruction set, the default row cap, f32 weights.
+    /// This CPU's instruction set, the default row cap and weight format.
     pub fn detect() -> Self {
         Self::new(CpuTuning::default())
     }
 
-    /// This CPU's instruction set with the knobs of `tuning`.
+    /// The instruction set `tuning` asks for (the detected one by default)
+    /// with its other knobs.
     pub fn new(tuning: CpuTuning) -> Self {
         Self {
-            isa: CpuIsa::detect(),
+            isa: tuning.cpu_isa.resolve(),
             gemv_max_rows: GEMV_MAX_ROWS,
             weights: tuning.cpu_weights,
         }
