@@ -213,7 +213,7 @@ unsafe fn tile<const MR: usize, const NW: usize>(o: Operands, prefetch: bool) {
     let whole = k / WIDTH;
     let tail = k % WIDTH;
     let mut acc = [_mm512_setzero_ps(); 16];
-    let mut wv: [__m512bh; NW] = [transmute(_mm512_setzero_ps()); NW];
+    let mut wv = [transmute::<__m512, __m512bh>(_mm512_setzero_ps()); NW];
     for v in 0..whole {
         let off = v * WIDTH;
         for (j, wj) in wv.iter_mut().enumerate() {
