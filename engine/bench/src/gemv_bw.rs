@@ -60,7 +60,7 @@ impl Weights {
         for (i, &(n, k)) in shapes.iter().enumerate() {
             let y = match self {
                 Self::F32(w) => gemv::project(kernels.isa, x, m, k, &w[i], n, &none),
-                Self::Bf16(w) => gemv::bf16::project(kernels.isa, x, m, k, &w[i], n, &none),
+                Self::Bf16(w) => gemv::bf16_weights::project(kernels.isa, x, m, k, &w[i], n, &none),
             };
             sum += y[0];
         }

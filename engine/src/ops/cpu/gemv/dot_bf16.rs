@@ -7,7 +7,7 @@
 //! (`[n, k]`), so a weight row's consecutive elements are exactly the pairs
 //! it wants: a vector of `x` and a vector of one weight row, one instruction,
 //! 32 products, no widening. The caller rounds `x` to bf16 once per call
-//! ([`super::bf16`]).
+//! ([`super::bf16_weights`]).
 //!
 //! Each output is the sum of one accumulator's 16 lanes. Rather than reduce
 //! each accumulator across its lanes (about 8 instructions for one output),

@@ -13,18 +13,18 @@
 //! are in cache ([`epilogue`]). The same kernel serves the LM head (the tied
 //! embedding is `[vocab, E]`, out-major as stored).
 //!
-//! bf16 weights ([`bf16`]) round `x` to bf16 too, and on a CPU with
+//! bf16 weights ([`bf16_weights`]) round `x` to bf16 too, and on a CPU with
 //! AVX512_BF16 run the native kernel [`dot_bf16`] (`vdpbf16ps`: 32 products
 //! per instruction, no widening), elsewhere the same f32-lane kernel on
 //! weights widened to f32. [`split`] cuts a call into the rayon tasks both
 //! kernels run.
 //!
-//! [`project`] (f32 lanes) and [`bf16::project`] work on slices; [`linear`]
+//! [`project`] (f32 lanes) and [`bf16_weights::project`] work on slices; [`linear`]
 //! takes Flex tensors and returns `None` for anything else (another backend,
 //! other dtypes), which then goes to the tensor-op path. Which rows come
 //! here is decided in `crate::ops` ([`super::CpuKernels::gemv_max_rows`]).
 
-pub mod bf16;
+pub mod bf16_weights;
 #[cfg(target_arch = "x86_64")]
 pub mod dot_bf16;
 pub mod epilogue;
@@ -34,7 +34,7 @@ pub mod tile;
 
 use burn::prelude::*;
 use burn::tensor::DType;
-use half::bf16 as Bf16;
+use half::bf16;
 
 pub use epilogue::RowEpilogue;
 use lanes::WeightElem;
@@ -46,7 +46,7 @@ use super::isa::CpuIsa;
 /// `x W^T + b` with the epilogue on the f32-lane kernel ([`tile`]): `x`
 /// `[m, k]`, `w` `[n, k]` (out-major, f32 or bf16 widened exactly), `bias`
 /// `[n]`, `residual` `[m, n]`; returns `[m, n]` row-major. (bf16 weights
-/// go through [`bf16::project`], which rounds `x` too.)
+/// go through [`bf16_weights::project`], which rounds `x` too.)
 ///
 /// # Panics
 /// If a slice is shorter than its shape says (the caller checked the shapes).
@@ -103,7 +103,7 @@ pub fn linear(
     let x = values::<f32>(&xs);
     let y = match w.dtype() {
         DType::F32 => project(isa, x, m, k, values::<f32>(&ws), n, &epilogue),
-        DType::BF16 => bf16::project(isa, x, m, k, values::<Bf16>(&ws), n, &epilogue),
+        DType::BF16 => bf16_weights::project(isa, x, m, k, values::<bf16>(&ws), n, &epilogue),
         _ => return None,
     };
     Some(Tensor::from_data(TensorData::new(y, [m, n]), &device))
