@@ -92,11 +92,13 @@ body() {
 }
 for i in $(seq 0 $((N - 1))); do body "$i" >"$OUT/curl/req-$i.json"; done
 t0=$(date +%s.%N)
+CURL_PIDS=()
 for i in $(seq 0 $((N - 1))); do
     curl -s -o "$OUT/curl/resp-$i.json" -H 'content-type: application/json' \
         --data-binary "@$OUT/curl/req-$i.json" "$BASE/v1/chat/completions" &
+    CURL_PIDS+=("$!")
 done
-wait $(jobs -p | grep -v "^$SPID$") 2>/dev/null
+wait "${CURL_PIDS[@]}" 2>/dev/null
 t1=$(date +%s.%N)
 CURL=$(python3 - "$OUT/curl" "$N" "$t0" "$t1" <<'PY'
 import json, sys, os

@@ -45,14 +45,19 @@ fn every_message_round_trips() {
         top_k: Some(40),
         top_p: Some(0.9),
         seed: Some(42),
+        repetition_penalty: Some(1.1),
+        frequency_penalty: Some(0.5),
+        presence_penalty: Some(-0.5),
+        logit_bias: [(50256, -100.0), (13, 2.5)].into_iter().collect(),
+        min_tokens: 3,
     };
-    round_trip(sampling);
+    round_trip(sampling.clone());
     // Explicitly-set zeros are distinguishable from unset (proto3 optional).
     let zero = pb::SamplingParams {
         temperature: Some(0.0),
         ..Default::default()
     };
-    round_trip(zero);
+    round_trip(zero.clone());
     assert_ne!(zero, pb::SamplingParams::default());
 
     round_trip(pb::GenerateRequest {
@@ -66,6 +71,13 @@ fn every_message_round_trips() {
         stop_token_ids: vec![50256, 13],
         logprobs: Some(0),
         priority: -3,
+        n: 2,
+        prompt_logprobs: Some(0),
+        response_format: Some(pb::ResponseFormat {
+            format: Some(pb::response_format::Format::JsonSchema(
+                r#"{"type":"object"}"#.into(),
+            )),
+        }),
     });
     let started = pb::Started {
         request_id: "r-1".into(),
@@ -83,6 +95,7 @@ fn every_message_round_trips() {
             text: " world".into(),
             logprob: -0.25,
         }],
+        choice: 1,
     };
     let finished = pb::Finished {
         request_id: "r-1".into(),
@@ -94,6 +107,17 @@ fn every_message_round_trips() {
             matched: Some(pb::stop_match::Matched::Stop("END".into())),
         }),
         trailing_text: "\n".into(),
+        choice: 1,
+    };
+    let scored = pb::PromptLogprobs {
+        first: 1,
+        tokens: vec![pb::PromptTokenLogprob {
+            token_id: 995,
+            logprob: -3.5,
+            top_logprobs: Vec::new(),
+        }],
+        choice: 0,
+        first_token_id: 15496,
     };
     round_trip(pb::StopMatch {
         matched: Some(pb::stop_match::Matched::TokenId(0)),
@@ -106,6 +130,7 @@ fn every_message_round_trips() {
         pb::generate_response::Event::Started(started),
         pb::generate_response::Event::Token(token),
         pb::generate_response::Event::Finished(finished),
+        pb::generate_response::Event::PromptLogprobs(scored),
     ] {
         round_trip(pb::GenerateResponse { event: Some(event) });
     }

@@ -175,6 +175,7 @@ async fn every_validation_case_returns_its_status() {
             top_k: Some(50),
             top_p: Some(0.95),
             seed: Some(1234),
+            ..Default::default()
         })
     };
     let (_, a, _) = collect(&mut client, seeded()).await.unwrap();

@@ -64,6 +64,8 @@ pub struct StreamOutcome {
     pub started: Option<(Started, Instant)>,
     pub tokens: Vec<(Token, Instant)>,
     pub finished: Option<(Finished, Instant)>,
+    /// `prompt_logprobs` messages (when the request asked for them).
+    pub prompt_logprobs: Vec<ember_common::pb::PromptLogprobs>,
     /// The status that ended the call or the stream, if not a clean end.
     pub status: Option<tonic::Status>,
     /// When `status` arrived.
@@ -80,6 +82,7 @@ impl StreamOutcome {
             started: None,
             tokens: Vec::new(),
             finished: None,
+            prompt_logprobs: Vec::new(),
             status: None,
             status_at: None,
             protocol_errors: Vec::new(),
@@ -195,6 +198,13 @@ pub fn record(out: &mut StreamOutcome, event: Option<Event>, now: Instant) {
             out.tokens.push((t, now));
         }
         Some(Event::Finished(f)) => out.finished = Some((f, now)),
+        Some(Event::PromptLogprobs(p)) => {
+            if out.started.is_none() || !out.tokens.is_empty() {
+                out.protocol_errors
+                    .push("prompt logprobs before started or after a token".into());
+            }
+            out.prompt_logprobs.push(p);
+        }
         None => out.protocol_errors.push("message without event".into()),
     }
 }

@@ -250,6 +250,7 @@ async fn run_and_drop(
                 }
             }
             Some(Event::Finished(_)) => return Ok((started, true)),
+            Some(Event::PromptLogprobs(_)) => {}
             None => anyhow::bail!("message without event"),
         }
     }

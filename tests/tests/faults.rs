@@ -151,6 +151,7 @@ fn malformed_requests_get_invalid_argument() {
             top_k: k,
             top_p: p,
             seed: Some(7),
+            ..Default::default()
         })
     };
     let base = || client::text_request("Hello there", 2, true);

@@ -201,15 +201,33 @@ fn bad_requests_get_openais_error_shape_naming_the_field() {
         ),
         (
             completions.clone(),
-            json!({"prompt": "x", "n": 2}),
+            json!({"prompt": "x", "n": 17}),
             400,
             Some("n"),
         ),
         (
             completions.clone(),
-            json!({"prompt": "x", "echo": true}),
+            json!({"prompt": "x", "echo": "yes"}),
             400,
             Some("echo"),
+        ),
+        (
+            completions.clone(),
+            json!({"prompt": "x", "frequency_penalty": 3}),
+            400,
+            Some("frequency_penalty"),
+        ),
+        (
+            completions.clone(),
+            json!({"prompt": "x", "logit_bias": {"50257": 1}}),
+            400,
+            Some("logit_bias[50257]"),
+        ),
+        (
+            completions.clone(),
+            json!({"prompt": "x", "max_tokens": 4, "min_tokens": 5}),
+            400,
+            Some("min_tokens"),
         ),
         (
             completions.clone(),
@@ -337,7 +355,7 @@ fn bad_requests_get_openais_error_shape_naming_the_field() {
         let req = CreateCompletionRequestArgs::default()
             .model("tiny")
             .prompt("x")
-            .n(2)
+            .n(17)
             .build()?;
         match oa.completions().create(req).await {
             Err(async_openai::error::OpenAIError::ApiError(e)) => {
@@ -348,7 +366,7 @@ fn bad_requests_get_openais_error_shape_naming_the_field() {
                     "{e}"
                 );
             }
-            other => bail!("n = 2 through the OpenAI client: {other:?}"),
+            other => bail!("n = 17 through the OpenAI client: {other:?}"),
         }
         Ok(())
     });

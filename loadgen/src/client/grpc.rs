@@ -240,6 +240,7 @@ fn message(p: PreparedRequest, limits: ServerLimits) -> GenerateRequest {
             top_k: s.top_k,
             top_p: s.top_p,
             seed: s.seed,
+            ..Default::default()
         }),
         ..Default::default()
     }
@@ -277,6 +278,8 @@ async fn read_stream(
                 record.prompt_tokens = Some(started.prompt_tokens);
                 server.started_server_time_ns = started.server_time_ns;
             }
+            // Only asked by other clients; loadgen scores no prompts.
+            Some(Event::PromptLogprobs(_)) => {}
             Some(Event::Token(token)) => {
                 record.token_recv_ns.push(ns_since(t0, now));
                 if let Some(reply) = record.reply.as_mut() {

@@ -14,14 +14,14 @@
 //! `max_tokens`; with neither, the reply may run to the end of the model's
 //! context (capped by `--max-new-tokens-limit`), as in OpenAI's and vLLM's
 //! chat APIs. `logprobs: true` with `top_logprobs: n` asks for logprobs;
-//! tools and non-text response formats are refused by name.
+//! tools are refused by name.
 
 use ember_common::pb;
 use serde_json::{Map, Value};
 
 use super::error::FieldNames;
 use super::fields::{wrong_type, Fields, Result};
-use super::params::{self, Translated};
+use super::params::{self, Prompt, Translated};
 use crate::scheduler::SchedulerKnobs;
 use crate::service::error::ServiceError;
 use crate::service::GenerateOptions;
@@ -76,16 +76,23 @@ pub fn translate(obj: &Map<String, Value>, knobs: &SchedulerKnobs) -> Result<Tra
     }
     let request = pb::GenerateRequest {
         request_id: String::new(),
-        prompt: render(&messages),
+        prompt: String::new(),
         prompt_token_ids: Vec::new(),
         max_new_tokens: limit,
         ignore_eos: common.ignore_eos,
-        sampling: Some(common.sampling),
+        sampling: Some(common.sampling.clone()),
         stop: common.stop.clone(),
         stop_token_ids: common.stop_token_ids.clone(),
         logprobs: want_logprobs.then_some(top.unwrap_or(0)),
         priority: common.priority,
+        n: common.n,
+        prompt_logprobs: common.prompt_logprobs,
+        response_format: common.response_format.clone(),
     };
+    let prompts = vec![Prompt {
+        text: render(&messages),
+        ids: Vec::new(),
+    }];
     let names = FieldNames {
         prompt: "messages",
         max_tokens: max_tokens_name,
@@ -94,8 +101,11 @@ pub fn translate(obj: &Map<String, Value>, knobs: &SchedulerKnobs) -> Result<Tra
     };
     Ok(Translated {
         request,
+        prompts,
+        echo: false,
         options: GenerateOptions {
             fit_to_context: fit,
+            first_choice: 0,
         },
         common,
         names,
@@ -176,7 +186,7 @@ fn content(mf: &Fields) -> Result<String> {
     }
 }
 
-/// Tools and structured output are not implemented: refused by name.
+/// Tools are not implemented: refused by name.
 fn refuse_tools(f: &Fields) -> Result<()> {
     if f.array("tools")?.is_some_and(|t| !t.is_empty()) {
         return Err(ServiceError::invalid("tools", "are not supported"));
@@ -189,15 +199,6 @@ fn refuse_tools(f: &Fields) -> Result<()> {
             return Err(ServiceError::invalid(
                 "tool_choice",
                 "only \"none\" or \"auto\" (with no tools) is supported",
-            ));
-        }
-    }
-    if let Some(format) = f.object("response_format")? {
-        let ff = Fields::nested(format, "response_format");
-        if ff.str("type")? != Some("text") {
-            return Err(ServiceError::invalid(
-                "response_format",
-                "only {\"type\": \"text\"} is supported",
             ));
         }
     }
@@ -268,7 +269,7 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(
-            t.request.prompt,
+            t.prompts[0].text,
             "system: Be brief.\nuser: Hi there\nassistant:"
         );
         assert_eq!(t.request.max_new_tokens, 12, "max_completion_tokens wins");
@@ -358,10 +359,10 @@ mod tests {
                 "tool_choice",
             ),
             (
-                json!({"messages": hello(), "response_format": {"type": "json_object"}}),
-                "response_format",
+                json!({"messages": hello(), "response_format": {"type": "yaml"}}),
+                "response_format.type",
             ),
-            (json!({"messages": hello(), "n": 2}), "n"),
+            (json!({"messages": hello(), "n": "2"}), "n"),
             (json!({"messages": hello(), "stream": "yes"}), "stream"),
         ] {
             assert_eq!(field_of(body.clone()), field, "{body}");

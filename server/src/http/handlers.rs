@@ -26,11 +26,13 @@ use super::app::{App, DEADLINE_HEADER, REQUEST_ID_HEADER};
 use super::error::HttpError;
 use super::fields::{self, BODY};
 use super::params::Translated;
-use super::respond::{self, ChunkWriter, Collector, Translator};
+use super::prompt_view::PromptOptions;
+use super::respond::{self, ChunkWriter, Collector, Events, Translator};
 use super::shapes::Api;
 use crate::metrics::FrontDoor;
 use crate::service::error::ServiceError;
-use crate::service::Arrival;
+use crate::service::{Arrival, GenerateOptions};
+use futures::StreamExt;
 
 /// Largest request body read (a prompt fills the context long before).
 pub const MAX_BODY_BYTES: usize = 4 << 20;
@@ -108,28 +110,64 @@ async fn respond_to(
             })?
             .to_string();
     }
-    let logprobs = t.request.logprobs.is_some();
     let arrival = Arrival {
         door: FrontDoor::Http,
         received,
         deadline,
     };
-    let events = app
-        .frontend
-        .generate(t.request, t.options, arrival)
-        .await
-        .map_err(|e| HttpError::from_service(&e, Some(&t.names)))?;
+    let events = generate_all(app, &t, arrival).await?;
     let tokenizer = app.frontend.state().tokenizer.clone();
-    let translator = Translator::new(api, created, &app.model_name, tokenizer, logprobs);
+    let texts = t
+        .prompts
+        .iter()
+        .map(|p| match p.ids.is_empty() {
+            true => p.text.clone(),
+            false => tokenizer.decode(&p.ids),
+        })
+        .collect();
+    let prompts = PromptOptions {
+        echo: t.echo,
+        prompt_logprobs: t.common.prompt_logprobs.is_some(),
+        n: t.request.n.max(1),
+        texts,
+    };
+    let logprobs = t.request.logprobs.is_some();
+    let translator = Translator::new(
+        (api, created, &app.model_name),
+        tokenizer,
+        logprobs,
+        prompts,
+    );
     if t.common.stream {
-        let writer = ChunkWriter {
-            translator,
-            include_usage: t.common.include_usage,
-        };
+        let writer = ChunkWriter::new(translator, t.common.include_usage);
         return Ok(respond::sse(events, writer));
     }
     let body = respond::collect(events, Collector::new(translator)).await?;
     Ok(Json(body).into_response())
+}
+
+/// One `generate` call per prompt (each numbering its choices on from the
+/// previous one's), merged into one event stream. A prompt refused after
+/// earlier ones were queued drops their streams, which cancels them.
+async fn generate_all(app: &App, t: &Translated, arrival: Arrival) -> Result<Events, HttpError> {
+    let n = t.request.n.max(1);
+    let mut streams = Vec::with_capacity(t.prompts.len());
+    for (i, p) in t.prompts.iter().enumerate() {
+        let mut request = t.request.clone();
+        request.prompt = p.text.clone();
+        request.prompt_token_ids = p.ids.clone();
+        let options = GenerateOptions {
+            first_choice: i as u32 * n,
+            ..t.options
+        };
+        let events = app
+            .frontend
+            .generate(request, options, arrival)
+            .await
+            .map_err(|e| HttpError::from_service(&e, Some(&t.names)))?;
+        streams.push(events);
+    }
+    Ok(futures::stream::select_all(streams).boxed())
 }
 
 /// `x-request-timeout: SECONDS` (a positive decimal number), if sent.

@@ -17,8 +17,9 @@
 //! - [`completions`], [`chat`] (with its template), [`params`] (what both
 //!   share), [`fields`] (typed field access): OpenAI's JSON into the
 //!   service's `GenerateRequest`, wrong types refused by field name.
-//! - [`respond`]: the event stream into SSE chunks or one JSON body, using
-//!   [`shapes`], the JSON builders.
+//! - [`respond`]: the event stream (every prompt's, every choice's) into SSE
+//!   chunks or one JSON body, with `prompt_view` (what a choice's prompt adds:
+//!   `echo`, prompt logprobs), using [`shapes`], the JSON builders.
 //! - [`error`]: OpenAI's error shape, statuses derived from the service's
 //!   gRPC codes, field names renamed to the request's own.
 
@@ -29,6 +30,7 @@ pub mod error;
 pub mod fields;
 mod handlers;
 pub mod params;
+mod prompt_view;
 pub mod respond;
 pub mod serve;
 pub mod shapes;

@@ -4,24 +4,41 @@
 //!
 //! Sampling follows OpenAI's defaults, not the gRPC API's: `temperature`
 //! unset is 1.0 (gRPC: greedy), `top_p` 1.0; vLLM's `top_k` (-1 or 0: no
-//! limit) and `seed` are taken too. A known field Ember cannot honour is
-//! refused by name rather than ignored (`n` other than 1, penalties other
-//! than neutral, a non-empty `logit_bias`, `min_tokens` > 0), so nobody gets
+//! limit) and `seed` are taken too, as are OpenAI's `n`, penalties and
+//! `logit_bias` (keys are token ids as strings) and vLLM's
+//! `repetition_penalty`, `min_tokens`, `prompt_logprobs` and `priority`;
+//! `response_format` (`text`, `json_object`, `json_schema`) is structured
+//! output. A known field Ember cannot honour is refused by name rather than
+//! ignored (`best_of` above 1: vLLM V1 dropped it too), so nobody gets
 //! silently different results. The values themselves are checked once, by
 //! the service's validator, after translation.
 
 use ember_common::pb;
+use serde_json::Value;
 
 use super::error::FieldNames;
 use super::fields::{Fields, Result};
 use crate::service::error::ServiceError;
 use crate::service::GenerateOptions;
 
+/// One prompt of a request: text, or token ids.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Prompt {
+    pub text: String,
+    pub ids: Vec<u32>,
+}
+
 /// An OpenAI request translated into the service's request.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Translated {
-    /// What the gRPC door would have received for the same request.
+    /// What the gRPC door would have received for the same request, for
+    /// each prompt once its prompt fields are set from `prompts`.
     pub request: pb::GenerateRequest,
+    /// The request's prompts, in order (one for chat; completions take a
+    /// list): each becomes one `generate` call of `n` choices.
+    pub prompts: Vec<Prompt>,
+    /// Completions' `echo`: every choice's text starts with its prompt.
+    pub echo: bool,
     pub options: GenerateOptions,
     /// The shared fields (streaming, the model named).
     pub common: Common,
@@ -49,6 +66,12 @@ pub struct Common {
     /// vLLM's `priority` (lower first; 0 unless the server schedules by
     /// priority, which the validator checks).
     pub priority: i32,
+    /// OpenAI's `n` (0 when absent: one).
+    pub n: u32,
+    /// vLLM's `prompt_logprobs`.
+    pub prompt_logprobs: Option<u32>,
+    /// `response_format`, when not plain text.
+    pub response_format: Option<pb::ResponseFormat>,
 }
 
 /// Reads the shared fields of a completions or chat request.
@@ -68,6 +91,11 @@ pub fn common(f: &Fields) -> Result<Common> {
         top_k,
         top_p: f.f32("top_p")?,
         seed,
+        repetition_penalty: f.f32("repetition_penalty")?,
+        frequency_penalty: f.f32("frequency_penalty")?,
+        presence_penalty: f.f32("presence_penalty")?,
+        logit_bias: logit_bias(f)?,
+        min_tokens: f.u32("min_tokens")?.unwrap_or(0),
     };
     let (stop, stop_as_string) = stop(f)?;
     let stream = f.bool("stream")?.unwrap_or(false);
@@ -95,7 +123,68 @@ pub fn common(f: &Fields) -> Result<Common> {
         priority: f
             .integer("priority", i128::from(i32::MIN), i128::from(i32::MAX))?
             .map_or(0, |p| p as i32),
+        n: f.u32("n")?.unwrap_or(0),
+        prompt_logprobs: f.u32("prompt_logprobs")?,
+        response_format: response_format(f)?,
     })
+}
+
+/// `logit_bias`: `{"<token id>": bias}`; errors name `logit_bias.<key>`.
+fn logit_bias(f: &Fields) -> Result<std::collections::HashMap<u32, f32>> {
+    let Some(map) = f.object("logit_bias")? else {
+        return Ok(Default::default());
+    };
+    map.iter()
+        .map(|(k, v)| {
+            let field = format!("logit_bias.{k}");
+            let token = k.parse::<u32>().map_err(|_| {
+                ServiceError::invalid(field.clone(), "keys must be token ids (integers)")
+            })?;
+            let bias = v
+                .as_f64()
+                .ok_or_else(|| super::fields::wrong_type(field, "a number", v))?;
+            Ok((token, bias as f32))
+        })
+        .collect()
+}
+
+/// `response_format`: `{"type": "text" | "json_object" | "json_schema",
+/// "json_schema": {"name", "schema", "strict"}}`; `None` for text.
+fn response_format(f: &Fields) -> Result<Option<pb::ResponseFormat>> {
+    use pb::response_format::Format;
+    let Some(obj) = f.object("response_format")? else {
+        return Ok(None);
+    };
+    let rf = Fields::nested(obj, "response_format");
+    let format = match rf.str("type")? {
+        None | Some("text") => return Ok(None),
+        Some("json_object") => Format::JsonObject(true),
+        Some("json_schema") => {
+            let Some(js) = rf.object("json_schema")? else {
+                return Err(ServiceError::invalid(
+                    "response_format.json_schema",
+                    "is required with type json_schema",
+                ));
+            };
+            let inner = Fields::nested(js, "response_format.json_schema");
+            let Some(schema) = inner.object("schema")? else {
+                return Err(ServiceError::invalid(
+                    "response_format.json_schema.schema",
+                    "is required (a JSON schema object)",
+                ));
+            };
+            Format::JsonSchema(Value::Object(schema.clone()).to_string())
+        }
+        Some(other) => {
+            return Err(ServiceError::invalid(
+                "response_format.type",
+                format!("must be text, json_object or json_schema, got {other:?}"),
+            ))
+        }
+    };
+    Ok(Some(pb::ResponseFormat {
+        format: Some(format),
+    }))
 }
 
 /// `stop`: a string or a list of strings.
@@ -155,40 +244,14 @@ pub fn ids(list: &[serde_json::Value], name: &str) -> Result<Vec<u32>> {
 /// Fields OpenAI or vLLM define that Ember does not implement: their type is
 /// checked, and any value but the neutral one is refused by name.
 fn refuse_unsupported(f: &Fields) -> Result<()> {
-    let unsupported = |field: &str, why: String| Err(ServiceError::invalid(field.to_string(), why));
-    if let Some(n) = f.integer("n", i128::from(i64::MIN), i128::from(i64::MAX))? {
-        if n != 1 {
-            return unsupported(
-                "n",
-                format!("only n = 1 is supported (one choice per request), got {n}"),
-            );
-        }
-    }
-    for (field, neutral) in [
-        ("presence_penalty", 0.0),
-        ("frequency_penalty", 0.0),
-        ("repetition_penalty", 1.0),
-    ] {
-        if let Some(v) = f.f32(field)? {
-            if v != neutral {
-                return unsupported(
-                    field,
-                    format!("is not supported: only {neutral} (off), got {v}"),
-                );
-            }
-        }
-    }
-    if let Some(bias) = f.object("logit_bias")? {
-        if !bias.is_empty() {
-            return unsupported(
-                "logit_bias",
-                "is not supported: only an empty object".into(),
-            );
-        }
-    }
-    if let Some(min) = f.u32("min_tokens")? {
-        if min != 0 {
-            return unsupported("min_tokens", format!("is not supported: only 0, got {min}"));
+    if let Some(n) = f.integer("best_of", i128::from(i64::MIN), i128::from(i64::MAX))? {
+        if n > 1 {
+            return Err(ServiceError::invalid(
+                "best_of",
+                format!(
+                    "is not supported (vLLM V1 dropped it too): use n for several choices, got {n}"
+                ),
+            ));
         }
     }
     f.str("user")?;
@@ -209,6 +272,43 @@ mod tests {
             ServiceError::InvalidArgument { field, .. } => field.into_owned(),
             other => panic!("{other}"),
         }
+    }
+
+    #[test]
+    fn penalties_bias_n_and_formats_are_translated() {
+        let c = parse(json!({
+            "n": 3, "presence_penalty": 0.5, "frequency_penalty": -1, "repetition_penalty": 1.2,
+            "logit_bias": {"50256": -100, "13": 2.5}, "min_tokens": 3, "prompt_logprobs": 1,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "t", "schema": {"type": "object"}}}
+        }))
+        .unwrap();
+        assert_eq!((c.n, c.prompt_logprobs), (3, Some(1)));
+        let s = &c.sampling;
+        assert_eq!(
+            (
+                s.presence_penalty,
+                s.frequency_penalty,
+                s.repetition_penalty,
+                s.min_tokens
+            ),
+            (Some(0.5), Some(-1.0), Some(1.2), 3)
+        );
+        assert_eq!(s.logit_bias[&50256], -100.0);
+        assert_eq!(s.logit_bias[&13], 2.5);
+        assert_eq!(
+            c.response_format,
+            Some(pb::ResponseFormat {
+                format: Some(pb::response_format::Format::JsonSchema(
+                    r#"{"type":"object"}"#.into()
+                ))
+            })
+        );
+        assert_eq!(
+            parse(json!({"response_format": {"type": "text"}}))
+                .unwrap()
+                .response_format,
+            None
+        );
     }
 
     #[test]
@@ -240,7 +340,11 @@ mod tests {
                 temperature: Some(0.0),
                 top_k: Some(7),
                 top_p: Some(0.5),
-                seed: Some(42)
+                seed: Some(42),
+                repetition_penalty: Some(1.0),
+                frequency_penalty: Some(0.0),
+                presence_penalty: Some(0.0),
+                ..Default::default()
             }
         );
         assert_eq!(c.stop, vec!["\n".to_string(), "END".into()]);
@@ -292,15 +396,27 @@ mod tests {
                 json!({"stream": true, "stream_options": {"include_usage": 1}}),
                 "stream_options.include_usage",
             ),
-            (json!({"n": 2}), "n"),
-            (json!({"n": 0}), "n"),
             (json!({"n": "1"}), "n"),
-            (json!({"presence_penalty": 0.5}), "presence_penalty"),
-            (json!({"frequency_penalty": -1}), "frequency_penalty"),
-            (json!({"repetition_penalty": 1.2}), "repetition_penalty"),
-            (json!({"logit_bias": {"50256": -100}}), "logit_bias"),
+            (json!({"n": -1}), "n"),
+            (json!({"best_of": 2}), "best_of"),
+            (json!({"presence_penalty": "0.5"}), "presence_penalty"),
+            (json!({"logit_bias": {"eos": -100}}), "logit_bias.eos"),
+            (json!({"logit_bias": {"5": "x"}}), "logit_bias.5"),
             (json!({"logit_bias": []}), "logit_bias"),
-            (json!({"min_tokens": 3}), "min_tokens"),
+            (json!({"min_tokens": -3}), "min_tokens"),
+            (json!({"prompt_logprobs": -1}), "prompt_logprobs"),
+            (
+                json!({"response_format": {"type": "xml"}}),
+                "response_format.type",
+            ),
+            (
+                json!({"response_format": {"type": "json_schema"}}),
+                "response_format.json_schema",
+            ),
+            (
+                json!({"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}),
+                "response_format.json_schema.schema",
+            ),
             (json!({"user": 7}), "user"),
             (json!({"model": 7}), "model"),
         ] {

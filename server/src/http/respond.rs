@@ -1,109 +1,68 @@
 //! A request's event stream turned into an OpenAI response: Server-Sent
 //! Events ([`sse`]) or one JSON body ([`collect`]).
 //!
-//! Streaming sends exactly one chunk per generated token (also when its text
-//! is empty: held back for a stop string or an unfinished UTF-8 character),
-//! chat's leading role chunk, a last chunk with the finish reason, the held
-//! back text and `ember_timing`, the usage chunk when asked, then `data:
-//! [DONE]`. An error after the stream started is one `data: {"error": ...}`
-//! event, then `[DONE]`. The SSE body owns the event stream: when the client
-//! disconnects, hyper drops the body, the stream task sees its channel close
-//! and cancels the request (its KV blocks are freed), as on gRPC.
+//! One request may be several sequences: `n` choices of each of its prompts
+//! (completions take a list), all in one event stream, each message tagged
+//! with its choice (`index` in the response: prompt `i`'s choice `j` is `i *
+//! n + j`). Streaming sends exactly one chunk per generated token (also when
+//! its text is empty: held back for a stop string or an unfinished UTF-8
+//! character), chat's leading role chunk per choice, a choice's prompt chunk
+//! before its first token when it echoes its prompt or asked for
+//! `prompt_logprobs`, a last chunk per choice with the finish reason, the held
+//! back text and `ember_timing`, the usage chunk (every choice counted) when
+//! asked, then `data: [DONE]`. An error after the stream started is one
+//! `data: {"error": ...}` event, then `[DONE]`. The SSE body owns the event
+//! stream: when the client disconnects, hyper drops the body, the stream
+//! tasks see their channel close and cancel their sequences (their KV blocks
+//! are freed), as on gRPC.
 //!
-//! The non-streaming response waits for `Finished` and returns the whole
-//! text; an error before then is the error's status and body. If the client
-//! leaves first, hyper drops the handler's future and with it the stream.
+//! The non-streaming response waits for every choice's `Finished` and
+//! returns the whole texts; an error before then is the error's status and
+//! body. If the client leaves first, hyper drops the handler's future and
+//! with it the stream.
 
+use std::collections::{BTreeMap, HashSet};
 use std::convert::Infallible;
 
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use ember_common::pb::{self, generate_response::Event as PbEvent};
-use ember_common::tokenizer::Gpt2Tokenizer;
 use futures::StreamExt;
 use serde_json::Value;
 
 use super::error::HttpError;
-use super::shapes::{Api, Shape, TokenLogprob};
+use super::prompt_view::PromptView;
+use super::shapes::{ChoiceBody, Shape, Usage};
 use crate::service::error::StreamError;
 use crate::service::stream::StreamItem;
-use crate::service::EventStream;
 
-/// What turns one request's events into its response's pieces.
-pub struct Translator {
-    pub api: Api,
-    /// Unix seconds when the request arrived.
-    pub created: u64,
-    pub model: String,
-    /// For the text of each sampled token in logprobs.
-    pub tokenizer: Gpt2Tokenizer,
-    /// The request asked for logprobs.
-    pub logprobs: bool,
-    /// Known from `Started` on (its id is the request id's).
-    shape: Option<Shape>,
-    /// Characters of completion text sent so far (logprobs' `text_offset`).
-    chars: usize,
-}
+pub use super::prompt_view::Translator;
 
-impl Translator {
-    pub fn new(
-        api: Api,
-        created: u64,
-        model: &str,
-        tokenizer: Gpt2Tokenizer,
-        logprobs: bool,
-    ) -> Self {
-        Self {
-            api,
-            created,
-            model: model.to_string(),
-            tokenizer,
-            logprobs,
-            shape: None,
-            chars: 0,
-        }
-    }
-
-    fn start(&mut self, request_id: &str) -> &Shape {
-        self.shape
-            .insert(Shape::new(self.api, request_id, self.created, &self.model))
-    }
-
-    fn shape(&mut self) -> &Shape {
-        let (api, created) = (self.api, self.created);
-        let model = &self.model;
-        self.shape
-            .get_or_insert_with(|| Shape::new(api, "ember-unknown", created, model))
-    }
-
-    /// The token's logprobs (if asked), then its text counted as sent.
-    fn token(&mut self, t: &pb::Token) -> Option<TokenLogprob> {
-        let entry = t
-            .logprob
-            .filter(|_| self.logprobs)
-            .map(|logprob| TokenLogprob {
-                token: self.tokenizer.decode(&[t.token_id]),
-                logprob,
-                top: t
-                    .top_logprobs
-                    .iter()
-                    .map(|a| (a.text.clone(), a.logprob))
-                    .collect(),
-                text_offset: self.chars,
-            });
-        self.chars += t.text.chars().count();
-        entry
-    }
-}
+/// A request's merged event stream (every prompt's, every choice's).
+pub type Events = futures::stream::BoxStream<'static, StreamItem>;
 
 /// Streaming: the SSE chunks of each event.
 pub struct ChunkWriter {
     pub translator: Translator,
     /// `stream_options.include_usage`.
     pub include_usage: bool,
+    /// Choices whose prompt chunk was sent.
+    prompted: HashSet<u32>,
+    finished: usize,
+    usage: Usage,
 }
 
 impl ChunkWriter {
+    pub fn new(translator: Translator, include_usage: bool) -> Self {
+        Self {
+            translator,
+            include_usage,
+            prompted: HashSet::new(),
+            finished: 0,
+            usage: Usage::default(),
+        }
+    }
+
     /// The `data:` payloads one stream item becomes.
     pub fn item(&mut self, item: StreamItem) -> Vec<String> {
         let values = match item {
@@ -114,33 +73,45 @@ impl ChunkWriter {
     }
 
     fn message(&mut self, msg: pb::GenerateResponse) -> Vec<Value> {
+        let t = &mut self.translator;
         match msg.event {
-            Some(PbEvent::Started(s)) => {
-                let shape = self.translator.start(&s.request_id);
-                match shape.api {
-                    Api::Chat => vec![shape.role_chunk()],
-                    Api::Completions => Vec::new(),
-                }
+            Some(PbEvent::Started(s)) => t.started(&s.request_id),
+            Some(PbEvent::PromptLogprobs(p)) => {
+                t.prompt_logprobs(&p);
+                Vec::new()
             }
-            Some(PbEvent::Token(t)) => {
-                let lp = self.translator.token(&t);
-                vec![self.translator.shape().token_chunk(&t, lp.as_ref())]
+            Some(PbEvent::Token(tok)) => {
+                let mut out = self.prompt_chunk(tok.choice);
+                let t = &mut self.translator;
+                let lp = t.token(&tok);
+                out.push(t.shape().token_chunk(&tok, lp.as_ref()));
+                out
             }
             Some(PbEvent::Finished(f)) => {
-                let shape = self.translator.shape();
-                let mut out = vec![shape.final_chunk(&f)];
-                if self.include_usage {
-                    out.push(shape.usage_chunk(&f));
+                let mut out = self.prompt_chunk(f.choice);
+                self.usage = self.translator.add_usage(self.usage, &f);
+                self.finished += 1;
+                out.push(self.translator.shape().final_chunk(&f));
+                if self.include_usage && self.finished == self.translator.expected() {
+                    out.push(self.translator.shape().usage_chunk(self.usage));
                 }
                 out
             }
             None => Vec::new(),
         }
     }
+
+    /// The choice's prompt chunk, once, if it has one.
+    fn prompt_chunk(&mut self, choice: u32) -> Vec<Value> {
+        if !self.prompted.insert(choice) {
+            return Vec::new();
+        }
+        self.translator.prompt_chunk(choice).into_iter().collect()
+    }
 }
 
 /// The SSE response: every chunk, then `data: [DONE]`.
-pub fn sse(events: EventStream, mut writer: ChunkWriter) -> Response {
+pub fn sse(events: Events, mut writer: ChunkWriter) -> Response {
     let body = events
         .flat_map(move |item| futures::stream::iter(writer.item(item)))
         .chain(futures::stream::once(async { "[DONE]".to_string() }))
@@ -148,50 +119,97 @@ pub fn sse(events: EventStream, mut writer: ChunkWriter) -> Response {
     Sse::new(body).into_response()
 }
 
-/// Non-streaming: the whole text and logprobs.
+/// One choice's text and logprobs so far, and its end.
+#[derive(Debug, Default)]
+struct ChoiceState {
+    text: String,
+    entries: Vec<super::shapes::TokenLogprob>,
+    finished: Option<pb::Finished>,
+}
+
+/// Non-streaming: every choice's whole text and logprobs.
 pub struct Collector {
     pub translator: Translator,
-    text: String,
-    entries: Vec<TokenLogprob>,
+    choices: BTreeMap<u32, ChoiceState>,
+    finished: usize,
 }
 
 impl Collector {
     pub fn new(translator: Translator) -> Self {
         Self {
             translator,
-            text: String::new(),
-            entries: Vec::new(),
+            choices: BTreeMap::new(),
+            finished: 0,
         }
     }
 
-    /// Takes one message; the whole body once it is `Finished`.
+    /// Takes one message; the whole body once every choice has finished.
     pub fn message(&mut self, msg: pb::GenerateResponse) -> Option<Value> {
         match msg.event? {
             PbEvent::Started(s) => {
-                self.translator.start(&s.request_id);
-                None
+                self.translator.started(&s.request_id);
             }
+            PbEvent::PromptLogprobs(p) => self.translator.prompt_logprobs(&p),
             PbEvent::Token(t) => {
-                if let Some(lp) = self.translator.token(&t) {
-                    self.entries.push(lp);
-                }
-                self.text.push_str(&t.text);
-                None
+                let lp = self.translator.token(&t);
+                let c = self.choices.entry(t.choice).or_default();
+                c.entries.extend(lp);
+                c.text.push_str(&t.text);
             }
             PbEvent::Finished(f) => {
-                self.text.push_str(&f.trailing_text);
-                let logprobs = self.translator.logprobs.then_some(self.entries.as_slice());
-                Some(self.translator.shape().body(&self.text, logprobs, &f))
+                let c = self.choices.entry(f.choice).or_default();
+                c.text.push_str(&f.trailing_text);
+                c.finished = Some(f);
+                self.finished += 1;
+                if self.finished == self.translator.expected() {
+                    return Some(self.body());
+                }
             }
         }
+        None
+    }
+
+    fn body(&mut self) -> Value {
+        let t = &self.translator;
+        let mut usage = Usage::default();
+        let mut texts = Vec::with_capacity(self.choices.len());
+        for (&index, c) in &self.choices {
+            let PromptView {
+                text,
+                entries,
+                vllm,
+            } = t.prompt_view(index);
+            let mut all = entries.unwrap_or_default();
+            let offset = text.chars().count();
+            all.extend(c.entries.iter().cloned().map(|mut e| {
+                e.text_offset += offset;
+                e
+            }));
+            texts.push((index, format!("{text}{}", c.text), all, vllm));
+            if let Some(f) = &c.finished {
+                usage = t.add_usage(usage, f);
+            }
+        }
+        let choices: Vec<ChoiceBody<'_>> = texts
+            .iter()
+            .zip(self.choices.values())
+            .filter_map(|((index, text, all, vllm), c)| {
+                Some(ChoiceBody {
+                    index: *index,
+                    text,
+                    logprobs: t.logprobs.then_some(all.as_slice()),
+                    prompt_logprobs: vllm.clone(),
+                    finished: c.finished.as_ref()?,
+                })
+            })
+            .collect();
+        let shape: &Shape = t.shape_ref();
+        shape.body(&choices, usage)
     }
 }
 
 /// Reads the stream to its end: the body, or the error that ended it.
-pub async fn collect(
-    mut events: EventStream,
-    mut collector: Collector,
-) -> Result<Value, HttpError> {
+pub async fn collect(mut events: Events, mut collector: Collector) -> Result<Value, HttpError> {
     while let Some(item) = events.next().await {
         match item {
             Ok(msg) => {
@@ -206,118 +224,5 @@ pub async fn collect(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn tok() -> Gpt2Tokenizer {
-        Gpt2Tokenizer::embedded().unwrap()
-    }
-
-    fn msg(event: PbEvent) -> StreamItem {
-        Ok(pb::GenerateResponse { event: Some(event) })
-    }
-
-    fn events(logprob: bool) -> Vec<StreamItem> {
-        let token = |index: u32, token_id: u32, text: &str| {
-            msg(PbEvent::Token(pb::Token {
-                index,
-                token_id,
-                text: text.into(),
-                server_time_ns: 10 + u64::from(index),
-                logprob: logprob.then_some(-1.0),
-                top_logprobs: Vec::new(),
-            }))
-        };
-        vec![
-            msg(PbEvent::Started(pb::Started {
-                request_id: "r9".into(),
-                prompt_tokens: 3,
-                server_time_ns: 1,
-            })),
-            token(0, 15496, "Hello"),
-            token(1, 995, ""),
-            msg(PbEvent::Finished(pb::Finished {
-                request_id: "r9".into(),
-                finish_reason: pb::FinishReason::Length as i32,
-                prompt_tokens: 3,
-                completion_tokens: 2,
-                trailing_text: " world".into(),
-                ..Default::default()
-            })),
-        ]
-    }
-
-    fn parse(chunks: Vec<String>) -> Vec<Value> {
-        chunks
-            .iter()
-            .map(|c| serde_json::from_str(c).unwrap())
-            .collect()
-    }
-
-    #[test]
-    fn one_chunk_per_token_then_the_last_and_usage() {
-        let mut w = ChunkWriter {
-            translator: Translator::new(Api::Chat, 7, "tiny", tok(), false),
-            include_usage: true,
-        };
-        let chunks: Vec<String> = events(false).into_iter().flat_map(|e| w.item(e)).collect();
-        let v = parse(chunks);
-        assert_eq!(v.len(), 5, "role, 2 tokens, last, usage: {v:?}");
-        assert_eq!(v[0]["choices"][0]["delta"]["role"], "assistant");
-        assert!(v[0].get("ember").is_none());
-        assert_eq!(v[1]["id"], "chatcmpl-r9");
-        assert_eq!(
-            v[2]["choices"][0]["delta"]["content"], "",
-            "an empty token still has its chunk"
-        );
-        assert_eq!(v[2]["ember"]["index"], 1);
-        assert_eq!(v[3]["choices"][0]["finish_reason"], "length");
-        assert_eq!(v[3]["choices"][0]["delta"]["content"], " world");
-        assert!(v[3].get("ember_timing").is_some());
-        assert_eq!(v[4]["usage"]["total_tokens"], 5);
-
-        let mut w = ChunkWriter {
-            translator: Translator::new(Api::Completions, 7, "tiny", tok(), true),
-            include_usage: false,
-        };
-        let v = parse(events(true).into_iter().flat_map(|e| w.item(e)).collect());
-        assert_eq!(v.len(), 3, "no role chunk, no usage chunk: {v:?}");
-        assert_eq!(v[0]["choices"][0]["logprobs"]["tokens"], json!(["Hello"]));
-        assert_eq!(v[1]["choices"][0]["logprobs"]["text_offset"], json!([5]));
-    }
-
-    #[test]
-    fn an_error_is_one_error_event() {
-        let mut w = ChunkWriter {
-            translator: Translator::new(Api::Completions, 7, "tiny", tok(), false),
-            include_usage: false,
-        };
-        let v = parse(w.item(Err(StreamError::DeadlineExceeded { stage: "queued" })));
-        assert_eq!(v.len(), 1);
-        assert_eq!(v[0]["error"]["code"], "deadline_exceeded");
-        assert_eq!(v[0]["error"]["type"], "timeout_error");
-    }
-
-    #[test]
-    fn the_collector_joins_the_text_and_the_trailing_text() {
-        let mut c = Collector::new(Translator::new(Api::Completions, 7, "tiny", tok(), true));
-        let bodies: Vec<Value> = events(true)
-            .into_iter()
-            .filter_map(|e| c.message(e.unwrap()))
-            .collect();
-        assert_eq!(bodies.len(), 1);
-        let b = &bodies[0];
-        assert_eq!(b["id"], "cmpl-r9");
-        assert_eq!(b["choices"][0]["text"], "Hello world");
-        assert_eq!(
-            b["choices"][0]["logprobs"]["tokens"],
-            json!(["Hello", " world"])
-        );
-        assert_eq!(b["choices"][0]["logprobs"]["text_offset"], json!([0, 5]));
-        assert_eq!(
-            b["usage"],
-            json!({"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5})
-        );
-    }
-}
+#[path = "respond_tests.rs"]
+mod tests;

@@ -31,6 +31,7 @@ fn finished(reason: pb::FinishReason, trailing: &str) -> pb::Finished {
         }),
         stop: None,
         trailing_text: trailing.into(),
+        choice: 0,
     }
 }
 
@@ -57,7 +58,10 @@ fn completion_chunks() {
     );
     assert_eq!(last["ember_timing"]["total_ns"], 20);
     assert_eq!(
-        s.usage_chunk(&finished(pb::FinishReason::Eos, "")),
+        s.usage_chunk(Usage {
+            prompt_tokens: 4,
+            completion_tokens: 2
+        }),
         json!({
             "id": "cmpl-r1", "object": "text_completion", "created": 1_700_000_000u64, "model": "tiny",
             "choices": [],
@@ -71,7 +75,7 @@ fn chat_chunks() {
     let s = shape(Api::Chat);
     assert_eq!(s.id, "chatcmpl-r1");
     assert_eq!(
-        s.role_chunk(),
+        s.role_chunk(0),
         json!({
             "id": "chatcmpl-r1", "object": "chat.completion.chunk", "created": 1_700_000_000u64,
             "model": "tiny",
@@ -102,7 +106,18 @@ fn chat_chunks() {
 #[test]
 fn whole_bodies() {
     let f = finished(pb::FinishReason::Eos, "");
-    let c = shape(Api::Completions).body("Hello", None, &f);
+    let one = |f| ChoiceBody {
+        index: 0,
+        text: "Hello",
+        logprobs: None,
+        prompt_logprobs: None,
+        finished: f,
+    };
+    let usage = Usage {
+        prompt_tokens: 4,
+        completion_tokens: 2,
+    };
+    let c = shape(Api::Completions).body(&[one(&f)], usage);
     assert_eq!(c["object"], "text_completion");
     assert_eq!(
         c["choices"],
@@ -110,7 +125,7 @@ fn whole_bodies() {
     );
     assert_eq!(c["usage"]["total_tokens"], 6);
     assert_eq!(c["ember_timing"]["server_ttft_ns"], 9);
-    let chat = shape(Api::Chat).body("Hello", None, &f);
+    let chat = shape(Api::Chat).body(&[one(&f)], usage);
     assert_eq!(chat["object"], "chat.completion");
     assert_eq!(
         chat["choices"],
@@ -153,13 +168,13 @@ fn entries() -> Vec<TokenLogprob> {
     vec![
         TokenLogprob {
             token: " Hi".into(),
-            logprob: -0.5,
+            logprob: Some(-0.5),
             top: vec![(" Hi".into(), -0.5), (" Yo".into(), -1.5)],
             text_offset: 0,
         },
         TokenLogprob {
             token: "!".into(),
-            logprob: -2.0,
+            logprob: Some(-2.0),
             top: vec![(".".into(), -0.25)],
             text_offset: 3,
         },

@@ -75,8 +75,28 @@ impl<E: StepEngine> Worker<E> {
         SchedulerStats::add(&self.stats.cancelled, gone.len() as u64);
     }
 
-    /// How many requests from the front of the queue this iteration admits.
+    /// Whether `w` must wait for the sequence it follows to compute its
+    /// prompt (still queued, or admitted and prefilling).
+    fn waits_for_leader(&self, w: &Waiting) -> bool {
+        w.client.follows.is_some_and(|leader| {
+            self.running.get(&leader).is_some_and(|c| !c.prefilled)
+                || self.waiting.iter().any(|x| x.id() == leader)
+        })
+    }
+
+    /// How many requests from the front of the queue this iteration admits:
+    /// the planner's count, cut at the first one that waits for its leader.
     fn plan_admission(&self, budget: usize, rows: usize) -> usize {
+        let planned = self.plan_by_budget(budget, rows);
+        self.waiting
+            .iter()
+            .take(planned)
+            .position(|w| self.waits_for_leader(w))
+            .unwrap_or(planned)
+    }
+
+    /// How many requests from the front of the queue fit this iteration.
+    fn plan_by_budget(&self, budget: usize, rows: usize) -> usize {
         let plan = AdmissionBudget {
             max_requests: rows,
             max_prompt_tokens: budget,

@@ -40,6 +40,8 @@ pub struct Client {
     /// Whether its prompt completed and `Prefilled` was sent (a resumed
     /// request's recompute sends nothing).
     pub prefilled: bool,
+    /// The sequence whose prompt it waits for (see `QueuedRequest::follows`).
+    pub follows: Option<SeqId>,
 }
 
 /// A request waiting for admission.
@@ -178,6 +180,7 @@ mod tests {
                 enqueued_at,
                 chunks: 0,
                 prefilled: false,
+                follows: None,
             },
             permit: None,
         }

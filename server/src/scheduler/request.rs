@@ -23,6 +23,10 @@ pub struct QueuedRequest {
     pub seq: SequenceRequest,
     /// Lower is served first (`--scheduling-policy priority`; 0 under fcfs).
     pub priority: i32,
+    /// Admit only once this sequence has computed its prompt (the other
+    /// choices of an `n` > 1 request follow the first, whose prompt blocks
+    /// they then take from the prefix cache instead of computing them).
+    pub follows: Option<SeqId>,
     /// When the service handed the request to the scheduler.
     pub enqueued_at: Instant,
     /// Where this request's events go. A closed channel means the client left.
@@ -88,6 +92,13 @@ pub enum Event {
     /// The whole prompt is in the KV cache; the first token follows. `chunks`
     /// is how many prefill steps computed it (1 unless it was chunked).
     Prefilled { chunks: u32 },
+    /// Logprobs of prompt tokens `first ..` (the request's
+    /// `prompt_logprobs`), as a prefill step computed them; the pieces come
+    /// in order, before the first token.
+    PromptLogprobs {
+        first: usize,
+        logprobs: Vec<TokenLogprobs>,
+    },
     /// The request was preempted at `at` (its blocks freed to let others
     /// run): it waits, is admitted again and recomputes its prompt and
     /// tokens so far, then its next `Token` follows. The stream sees no gap

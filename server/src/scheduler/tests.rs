@@ -115,6 +115,7 @@ impl Harness {
         let cmd = Command::Submit(Box::new(QueuedRequest {
             seq,
             priority,
+            follows: None,
             enqueued_at: Instant::now(),
             events: etx,
             pending_permit: permit,

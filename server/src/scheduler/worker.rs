@@ -139,6 +139,7 @@ impl<E: StepEngine> Worker<E> {
                 enqueued_at: req.enqueued_at,
                 chunks: 0,
                 prefilled: false,
+                follows: req.follows,
             },
             permit: Some(req.pending_permit),
         };
@@ -247,6 +248,14 @@ impl<E: StepEngine> Worker<E> {
         };
         let now = Instant::now();
         let mut gone = Vec::new();
+        for p in out.prompt_logprobs {
+            if let Some(c) = self.running.get(&p.id) {
+                let _ = c.events.send(Event::PromptLogprobs {
+                    first: p.first,
+                    logprobs: p.logprobs,
+                });
+            }
+        }
         for t in out.tokens {
             if let Some(c) = self.running.get(&t.id) {
                 let sent = c.events.send(Event::Token {

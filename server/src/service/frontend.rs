@@ -16,44 +16,15 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use ember_common::pb;
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 use tracing::{Instrument, Span};
 
+use super::arrival::{request_span, Arrival, EventStream};
 use super::error::ServiceError;
-use super::output::OutputText;
 use super::state::ServiceState;
-use super::stream::{self, Received, RequestStream, StreamItem};
+use super::submit::{submit, Accepted};
 use super::validate::{self, PromptInput};
 use crate::metrics::{self, FrontDoor};
-use crate::scheduler::{QueuedRequest, SchedulerHandle, SchedulerStats};
-use ember_engine::SequenceRequest;
-
-/// A request's response stream: `Started`, `Token`s, then `Finished`, or a
-/// [`super::error::StreamError`]. Dropping it cancels the request.
-pub type EventStream = ReceiverStream<StreamItem>;
-
-/// How a request arrived.
-#[derive(Debug, Clone, Copy)]
-pub struct Arrival {
-    /// Which front door it came through (metrics, the log line).
-    pub door: FrontDoor,
-    /// When the door's handler was entered (t = 0 of the server timeline).
-    pub received: Instant,
-    /// When the request must be over (grpc-timeout, x-request-timeout).
-    pub deadline: Option<Instant>,
-}
-
-impl Arrival {
-    /// A request entering `door` now, with no deadline.
-    pub fn now(door: FrontDoor) -> Self {
-        Self {
-            door,
-            received: Instant::now(),
-            deadline: None,
-        }
-    }
-}
+use crate::scheduler::{SchedulerHandle, SchedulerStats};
 
 /// Options a door may set beyond the request's own fields.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -62,6 +33,9 @@ pub struct GenerateOptions {
     /// lowered to what fits the model's context and the KV cache (OpenAI's
     /// chat API generates up to the context when no limit is given).
     pub fit_to_context: bool,
+    /// The choice index of the request's first sequence (the HTTP door's
+    /// prompt lists number each prompt's choices on from the previous).
+    pub first_choice: u32,
 }
 
 /// What both front doors hold: the scheduler handle and the shared state.
@@ -174,79 +148,14 @@ impl Frontend {
             );
         }
         validate::check_prompt(&prompt, field, checked.max_new_tokens, model)?;
-        let tokenized = Instant::now();
-
-        let permit = self.scheduler.reserve()?;
-        let id = self.scheduler.next_id();
-        let mut sampling = checked.sampling;
-        if !checked.seed_given {
-            // Reproducible per server seed and request number, distinct per request.
-            sampling.seed = self.state.seed ^ id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-        let request_id = if checked.request_id.is_empty() {
-            format!("ember-{id}")
-        } else {
-            checked.request_id
+        let accepted = Accepted {
+            checked,
+            prompt,
+            tokenized: Instant::now(),
+            arrival,
+            first_choice: options.first_choice,
         };
-        let prompt_tokens = prompt.len() as u32;
-        span.record("request_id", request_id.as_str());
-        span.record("seq", id);
-        span.record("prompt_tokens", prompt_tokens);
-        let (events_tx, events_rx) = mpsc::unbounded_channel();
-        let enqueued = Instant::now();
-        // Counted until the stream task ends (or the submit fails): the
-        // shutdown drain waits for the count to reach zero.
-        let in_flight = self.state.in_flight.enter();
-        self.scheduler.submit(QueuedRequest {
-            seq: SequenceRequest {
-                id,
-                prompt,
-                max_new_tokens: checked.max_new_tokens,
-                ignore_eos: checked.ignore_eos,
-                sampling,
-                stop_token_ids: checked.stop_token_ids,
-                logprobs: checked.logprobs,
-                penalties: Default::default(),
-                logit_bias: Vec::new(),
-                min_tokens: 0,
-                constraint: None,
-                prompt_logprobs: None,
-                resume: None,
-            },
-            priority: checked.priority,
-            enqueued_at: enqueued,
-            events: events_tx,
-            pending_permit: permit,
-            span: span.clone(),
-        })?;
-
-        let (out_tx, out_rx) = mpsc::channel(stream::OUT_BUFFER);
-        let task = RequestStream {
-            id,
-            request_id,
-            prompt_tokens,
-            times: Received {
-                received: arrival.received,
-                tokenized,
-                enqueued,
-                deadline: arrival.deadline,
-            },
-            events: events_rx,
-            out: out_tx,
-            door: arrival.door,
-            output: OutputText::new(&self.state.tokenizer, checked.stop),
-            tokenizer: self.state.tokenizer.clone(),
-            scheduler: self.scheduler.clone(),
-            span: span.clone(),
-        };
-        tokio::spawn(
-            async move {
-                task.run().await;
-                drop(in_flight);
-            }
-            .instrument(span.clone()),
-        );
-        Ok(ReceiverStream::new(out_rx))
+        submit(&self.scheduler, &self.state, accepted, span)
     }
 }
 
@@ -262,34 +171,6 @@ pub fn fit_to_context(
 ) -> usize {
     let room = context.min(kv_tokens).saturating_sub(prompt_len);
     max_new_tokens.min(room).max(1)
-}
-
-/// One request's span, made when it arrives at either door. Its fields are
-/// filled in as they become known: `front_door` at once; `request_id`, `seq`
-/// (the scheduler's id) and `prompt_tokens` once accepted; `rejected` and
-/// `error` if refused; and, by the stream task at the end, `finish_reason`,
-/// `completion_tokens`, `queue_wait_ms`, `ttft_ms`, `total_ms` and, for a
-/// request that was preempted, `preemptions` and `preempted_ms`. The
-/// scheduler enters it for its lines about the request, and its close event
-/// (logged by `main`'s subscriber) is the request's summary line.
-fn request_span(door: FrontDoor) -> Span {
-    use tracing::field::Empty;
-    tracing::info_span!(
-        "request",
-        front_door = door.label(),
-        request_id = Empty,
-        seq = Empty,
-        prompt_tokens = Empty,
-        rejected = Empty,
-        error = Empty,
-        finish_reason = Empty,
-        completion_tokens = Empty,
-        queue_wait_ms = Empty,
-        ttft_ms = Empty,
-        total_ms = Empty,
-        preemptions = Empty,
-        preempted_ms = Empty,
-    )
 }
 
 #[cfg(test)]

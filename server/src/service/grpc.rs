@@ -13,8 +13,9 @@ use ember_common::pb::{self, inference_server::Inference};
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status};
 
+use super::arrival::Arrival;
 use super::error::StreamError;
-use super::frontend::{Arrival, Frontend, GenerateOptions};
+use super::frontend::{Frontend, GenerateOptions};
 use crate::metrics::FrontDoor;
 use crate::scheduler::SchedulerStats;
 

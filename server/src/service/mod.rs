@@ -2,9 +2,11 @@
 //!
 //! Layout:
 //! - [`frontend`]: [`Frontend::generate`], the one function both doors call:
-//!   readiness/draining checks, validation ([`validate`]), tokenization,
+//!   readiness/draining checks, validation ([`validate`], with the generation
+//!   options of [`options`]), tokenization,
 //!   prompt checks, a pending-queue permit, the submit to the scheduler, and
-//!   the request's stream task; it returns the request's event stream.
+//!   the request's stream task (one per sequence with `n` > 1, all feeding
+//!   one stream); it returns the request's event stream.
 //! - [`stream`]: that task: scheduler events in, `Started` / `Token` /
 //!   `Finished` out, with the text ([`output`]: the detokenizer, then the
 //!   stop strings of [`stop_strings`]), logprobs, deadline, cancellation on
@@ -25,6 +27,7 @@
 //! [`SchedulerHandle`]: crate::scheduler::SchedulerHandle
 //! [`ModelInfo`]: crate::scheduler::ModelInfo
 
+mod arrival;
 pub mod auth;
 pub mod doors;
 mod ending;
@@ -32,13 +35,17 @@ pub mod error;
 pub mod frontend;
 pub mod grpc;
 pub mod in_flight;
+pub mod options;
 pub mod output;
 mod state;
 pub mod stop_strings;
 pub mod stream;
+mod structured_output;
+mod submit;
 pub mod tls;
 pub mod validate;
 
-pub use frontend::{Arrival, EventStream, Frontend, GenerateOptions};
+pub use arrival::{Arrival, EventStream};
+pub use frontend::{Frontend, GenerateOptions};
 pub use grpc::InferenceService;
 pub use state::ServiceState;

@@ -76,6 +76,14 @@ pub struct RequestStream {
     /// The request's tracing span (made by the handler); its close event is
     /// the request's log line.
     pub span: tracing::Span,
+    /// Which choice of the request this sequence is (`n` > 1: several
+    /// tasks feed one stream, each tagging its messages).
+    pub choice: u32,
+    /// Whether this task sends the stream's `Started` (the first choice's).
+    pub sends_started: bool,
+    /// The prompt's token ids, kept when the request asked for its prompt
+    /// logprobs (each message names its tokens).
+    pub prompt_ids: Option<Vec<u32>>,
 }
 
 /// What happened to a request so far, for the final timing.
@@ -164,7 +172,7 @@ impl RequestStream {
             prompt_tokens: self.prompt_tokens,
             server_time_ns: ns(self.times.received, self.times.enqueued),
         };
-        if self.send(PbEvent::Started(started)).await.is_err() {
+        if self.sends_started && self.send(PbEvent::Started(started)).await.is_err() {
             return End::ClientGone;
         }
         loop {
@@ -188,6 +196,12 @@ impl RequestStream {
                     progress.admission = Some(a);
                 }
                 Some(Event::Prefilled { chunks }) => progress.prefill_chunks = chunks,
+                Some(Event::PromptLogprobs { first, logprobs }) => {
+                    let msg = self.prompt_logprobs(first, &logprobs);
+                    if self.send(PbEvent::PromptLogprobs(msg)).await.is_err() {
+                        return End::ClientGone;
+                    }
+                }
                 Some(Event::Preempted { at }) => {
                     progress.preemptions += 1;
                     progress.preempted_at = Some(at);
@@ -264,6 +278,7 @@ impl RequestStream {
                 .as_ref()
                 .map(|lp| top_logprobs(&self.tokenizer, lp))
                 .unwrap_or_default(),
+            choice: self.choice,
         };
         if self.send(PbEvent::Token(token)).await.is_err() {
             return ControlFlow::Break(End::ClientGone);
@@ -296,6 +311,7 @@ impl RequestStream {
             timing: Some(timing),
             stop: ending.stop,
             trailing_text,
+            choice: self.choice,
         };
         progress.timing = Some(timing);
         let _ = self.send(PbEvent::Finished(finished)).await;
@@ -319,6 +335,25 @@ impl RequestStream {
         if p.preemptions > 0 {
             span.record("preemptions", p.preemptions);
             span.record("preempted_ms", ms(t.preempted_ns));
+        }
+    }
+
+    /// The message of prompt tokens `first ..` and their logprobs.
+    fn prompt_logprobs(&self, first: usize, logprobs: &[TokenLogprobs]) -> pb::PromptLogprobs {
+        let ids = self.prompt_ids.as_deref().unwrap_or_default();
+        pb::PromptLogprobs {
+            first: first as u32,
+            tokens: logprobs
+                .iter()
+                .enumerate()
+                .map(|(i, lp)| pb::PromptTokenLogprob {
+                    token_id: ids.get(first + i).copied().unwrap_or_default(),
+                    logprob: lp.logprob,
+                    top_logprobs: top_logprobs(&self.tokenizer, lp),
+                })
+                .collect(),
+            choice: self.choice,
+            first_token_id: ids.first().copied().unwrap_or_default(),
         }
     }
 

@@ -11,6 +11,7 @@
 use ember_common::pb;
 
 use super::error::ServiceError;
+use super::options::{self, GenerationOptions};
 use crate::scheduler::ModelInfo;
 use crate::scheduler::{SchedulerKnobs, SchedulingPolicy};
 use ember_engine::limits::{self, LimitViolation};
@@ -44,12 +45,15 @@ pub struct CheckedRequest {
     pub logprobs: Option<usize>,
     /// Scheduling priority (lower first); 0 unless the policy is `priority`.
     pub priority: i32,
+    /// Penalties, logit bias, min_tokens, prompt logprobs, n, response format.
+    pub options: GenerationOptions,
 }
 
 pub fn check_request(
     req: pb::GenerateRequest,
     knobs: &SchedulerKnobs,
 ) -> Result<CheckedRequest, ServiceError> {
+    let options = options::read(&req)?;
     if req.request_id.len() > MAX_REQUEST_ID_LEN {
         return Err(ServiceError::invalid(
             "request_id",
@@ -73,10 +77,10 @@ pub fn check_request(
         (true, false) => PromptInput::Ids(req.prompt_token_ids),
     };
     let max_new_tokens = req.max_new_tokens as usize;
-    if max_new_tokens == 0 {
+    if max_new_tokens == 0 && options.prompt_logprobs.is_none() {
         return Err(ServiceError::invalid(
             "max_new_tokens",
-            "must be at least 1",
+            "must be at least 1 (0 only with prompt_logprobs, to score the prompt)",
         ));
     }
     if max_new_tokens > knobs.max_new_tokens_limit {
@@ -128,6 +132,7 @@ pub fn check_request(
         stop_token_ids: req.stop_token_ids,
         logprobs: req.logprobs.map(|n| n as usize),
         priority,
+        options,
     })
 }
 
@@ -144,12 +149,14 @@ fn check_priority(priority: i32, policy: SchedulingPolicy) -> Result<i32, Servic
     }
 }
 
-/// Checks the stop token ids and the logprobs count against the model.
+/// Checks the stop token ids, the logprobs count and the generation options
+/// against the model.
 pub fn check_controls(req: &CheckedRequest, model: &ModelInfo) -> Result<(), ServiceError> {
     model
         .limits
         .check_controls(&req.stop_token_ids, req.logprobs)
-        .map_err(|v| invalid_limit(v, "prompt"))
+        .map_err(|v| invalid_limit(v, "prompt"))?;
+    options::check(&req.options, req.max_new_tokens, model.limits.vocab_size)
 }
 
 /// A broken limit as INVALID_ARGUMENT naming its field; `prompt_field` is the

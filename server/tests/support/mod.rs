@@ -134,7 +134,35 @@ pub async fn collect(
             Event::Started(s) => started = Some(s),
             Event::Token(t) => tokens.push(t),
             Event::Finished(f) => return Ok((started.unwrap(), tokens, f)),
+            Event::PromptLogprobs(_) => {}
         }
     }
     panic!("stream ended without Finished");
+}
+
+/// Every message of a whole stream (to its end), by kind.
+#[derive(Debug, Default)]
+pub struct Whole {
+    pub started: Vec<pb::Started>,
+    pub prompt_logprobs: Vec<pb::PromptLogprobs>,
+    pub tokens: Vec<pb::Token>,
+    pub finished: Vec<pb::Finished>,
+}
+
+/// Reads a stream to its end (several `Finished` with n > 1).
+pub async fn collect_all(
+    client: &mut InferenceClient<Channel>,
+    req: pb::GenerateRequest,
+) -> Result<Whole, tonic::Status> {
+    let mut stream = client.generate(req).await?.into_inner();
+    let mut w = Whole::default();
+    while let Some(msg) = stream.message().await? {
+        match msg.event.unwrap() {
+            Event::Started(s) => w.started.push(s),
+            Event::PromptLogprobs(p) => w.prompt_logprobs.push(p),
+            Event::Token(t) => w.tokens.push(t),
+            Event::Finished(f) => w.finished.push(f),
+        }
+    }
+    Ok(w)
 }
