@@ -184,12 +184,15 @@ impl Frontend {
             sampling.seed = self.state.seed ^ id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
         }
         let request_id = if checked.request_id.is_empty() {
-            format!("ember-{id}")
+            let made = format!("ember-{id}");
+            // A client's id was recorded on arrival (`generate`); recording a
+            // field twice makes the text log print it twice.
+            span.record("request_id", made.as_str());
+            made
         } else {
             checked.request_id
         };
         let prompt_tokens = prompt.len() as u32;
-        span.record("request_id", request_id.as_str());
         span.record("seq", id);
         span.record("prompt_tokens", prompt_tokens);
         let (events_tx, events_rx) = mpsc::unbounded_channel();
