@@ -19,8 +19,8 @@
 #   lm_eval --model local-completions \
 #     --model_args base_url=http://ADDR/v1/completions,model=NAME,\
 #                  tokenizer_backend=huggingface,tokenizer=$OUT/tokenizer,\
-#                  tokenized_requests=False,max_length=MAX_MODEL_LEN,batch_size=B \
-#     --include_path bench/lmeval --tasks ember_mc --output_path $OUT/results
+#                  tokenized_requests=False,max_length=MAX_MODEL_LEN \
+#     --batch_size B --include_path bench/lmeval --tasks ember_mc --output_path $OUT/results
 #
 # from the repo root (the task's data_files path is relative to it), with
 # HF_HUB_OFFLINE=1 and HF_DATASETS_OFFLINE=1, and prints the scores
@@ -42,6 +42,8 @@
 #   TOKENIZER_BACKEND huggingface | remote [huggingface]
 #   BATCH_SIZE        lm_eval's batch_size: >1 sends lists of prompts [1]
 #   LIMIT             lm_eval --limit (items) [unset: all 20]
+#   API_KEY           start the server with --api-key API_KEY; the probe and
+#                     lm_eval (OPENAI_API_KEY, auth_token) send it [unset]
 #   SERVER_EXTRA_ARGS more ember-server flags (word-split)
 #
 # $OUT gets: server.log, probe.json, tokenizer/, results/ (lm_eval's JSON),
@@ -63,6 +65,7 @@ LMEVAL_VENV=${LMEVAL_VENV:-$HOME/.cache/ember/lmeval-venv}
 TOKENIZER_BACKEND=${TOKENIZER_BACKEND:-huggingface}
 BATCH_SIZE=${BATCH_SIZE:-1}
 LIMIT=${LIMIT:-}
+API_KEY=${API_KEY:-}
 read -r -a SERVER_EXTRA <<<"${SERVER_EXTRA_ARGS:-}"
 # What a new venv gets (plain PyPI wheels; an existing venv is reused as is).
 LM_EVAL_PIN=0.4.13
@@ -83,11 +86,12 @@ stop_server() {
 
 # Starts the server; sets HTTP_ADDR from its second stdout line.
 start_server() {
-    local -a model=(--preset tiny)
+    local -a model=(--preset tiny) key=()
     if [[ -n $MODEL_DIR ]]; then model=(--model-dir "$MODEL_DIR"); fi
+    if [[ -n $API_KEY ]]; then key=(--api-key "$API_KEY"); fi
     rm -f "$OUT/server.out"
     "$SERVER_BIN" --device cpu "${model[@]}" --listen 127.0.0.1:0 \
-        --http-listen 127.0.0.1:0 "${SERVER_EXTRA[@]}" \
+        --http-listen 127.0.0.1:0 "${key[@]}" "${SERVER_EXTRA[@]}" \
         >"$OUT/server.out" 2>"$OUT/server.log" &
     SERVER_PID=$!
     local i
@@ -143,19 +147,20 @@ main() {
     echo "server: http://$HTTP_ADDR (pid $SERVER_PID)"
     local -a require=(--require-echo)
     if [[ $DRY_RUN == 1 ]]; then require=(); fi
+    if [[ -n $API_KEY ]]; then require+=(--api-key "$API_KEY"); fi
     python3 bench/lmeval/probe.py --base "http://$HTTP_ADDR" "${require[@]}" \
         --json "$OUT/probe.json" || { echo "error: the probe failed"; return 1; }
     local model
     model=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["model"])' "$OUT/probe.json") || return 1
     MAX_LEN=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["max_model_len"])' "$OUT/probe.json") || return 1
     write_tokenizer || return 1
-    local args="base_url=http://$HTTP_ADDR/v1/completions,model=$model,tokenized_requests=False,max_length=$MAX_LEN,batch_size=$BATCH_SIZE"
+    local args="base_url=http://$HTTP_ADDR/v1/completions,model=$model,tokenized_requests=False,max_length=$MAX_LEN"
     case $TOKENIZER_BACKEND in
     huggingface) args+=",tokenizer_backend=huggingface,tokenizer=$OUT/tokenizer" ;;
-    remote) args+=",tokenizer_backend=remote" ;;
+    remote) args+=",tokenizer_backend=remote${API_KEY:+,auth_token=$API_KEY}" ;;
     *) echo "error: TOKENIZER_BACKEND must be huggingface or remote, got $TOKENIZER_BACKEND"; return 1 ;;
     esac
-    local -a cmd=(lm_eval --model local-completions --model_args "$args"
+    local -a cmd=(lm_eval --model local-completions --model_args "$args" --batch_size "$BATCH_SIZE"
         --include_path bench/lmeval --tasks ember_mc --output_path "$OUT/results")
     if [[ -n $LIMIT ]]; then cmd+=(--limit "$LIMIT"); fi
     echo "command: HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 ${cmd[*]}"
@@ -165,7 +170,7 @@ main() {
     fi
     setup_venv || { echo "error: no venv with lm_eval ($LMEVAL_VENV)"; return 1; }
     rm -rf "$OUT/results"
-    HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 PATH="$LMEVAL_VENV/bin:$PATH" \
+    OPENAI_API_KEY=$API_KEY HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 PATH="$LMEVAL_VENV/bin:$PATH" \
         "${cmd[@]}" 2>&1 | tee "$OUT/lmeval.log"
     local rc=${PIPESTATUS[0]}
     if [[ $rc -ne 0 ]]; then

@@ -111,7 +111,7 @@ async fn tokenize_body(app: &App, headers: &HeaderMap, body: Body) -> Result<Val
         .map_err(refused)?
         .unwrap_or(false);
     let state = app.frontend.state();
-    let t = tokens::tokenize(state, text).await.map_err(|e| refused(e))?;
+    let t = tokens::tokenize(state, text).await.map_err(refused)?;
     let strs = want_strs.then(|| {
         t.ids
             .iter()

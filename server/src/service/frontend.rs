@@ -185,8 +185,7 @@ impl Frontend {
         }
         let request_id = if checked.request_id.is_empty() {
             let made = format!("ember-{id}");
-            // A client's id was recorded on arrival (`generate`); recording a
-            // field twice makes the text log print it twice.
+            // (A client's id was recorded on arrival: twice prints it twice.)
             span.record("request_id", made.as_str());
             made
         } else {
