@@ -156,11 +156,25 @@ async fn a_self_signed_ca_true_server_certificate_given_with_tls_ca_is_trusted()
     let cases: Vec<Vec<&str>> = vec![
         vec!["--target", &mock.url],
         vec!["--backend", "openai", "--base-url", &mock.http_url],
-        vec!["--backend", "openai", "--base-url", &mock.http_url, "--http", "2"],
+        vec![
+            "--backend",
+            "openai",
+            "--base-url",
+            &mock.http_url,
+            "--http",
+            "2",
+        ],
     ];
     for case in &cases {
         let mut args = case.clone();
-        args.extend(["--tls-ca", cert_s, "--num-requests", "2", "--max-new-tokens", "2"]);
+        args.extend([
+            "--tls-ca",
+            cert_s,
+            "--num-requests",
+            "2",
+            "--max-new-tokens",
+            "2",
+        ]);
         let run = loadgen(&args).await;
         assert_eq!(run.code(), Some(0), "{case:?}: {}", run.output());
         assert_eq!(u(&run.summary["runs"][0], "ok"), 2, "{case:?}");
@@ -181,7 +195,8 @@ async fn a_self_signed_ca_true_server_certificate_given_with_tls_ca_is_trusted()
     .await;
     assert_eq!(run.code(), Some(1), "{}", run.output());
     assert!(
-        run.stderr.contains("pass that certificate itself with --tls-ca"),
+        run.stderr
+            .contains("pass that certificate itself with --tls-ca"),
         "{}",
         run.stderr
     );

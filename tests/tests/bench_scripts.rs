@@ -226,7 +226,7 @@ fn run_lmeval_dry_run_probes_the_door_and_prints_the_command() {
     for check in [
         "ok   models:",
         "ok   tokenizer_info:",
-        "ok   tokenize: 'Hello world' -> [15496, 995]",
+        "ok   tokenize: 200: 'Hello world' -> [15496, 995]",
         "ok   detokenize:",
         "ok   task: 20 items",
     ] {
@@ -251,6 +251,9 @@ fn run_lmeval_dry_run_probes_the_door_and_prints_the_command() {
     let probe: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("probe.json")).expect("probe.json"))
             .expect("probe.json is JSON");
-    assert!(probe["max_model_len"].as_u64().is_some_and(|n| n > 0), "{probe}");
+    assert!(
+        probe["max_model_len"].as_u64().is_some_and(|n| n > 0),
+        "{probe}"
+    );
     cleanup_scratch(&out);
 }

@@ -89,9 +89,9 @@ impl GrpcConn {
             endpoint = endpoint
                 .tls_config_with_verifier(config, verifier)
                 .map_err(|e| Error::Connect {
-                target: target.to_string(),
-                reason: format!("TLS: {}", chain(&e)),
-            })?;
+                    target: target.to_string(),
+                    reason: format!("TLS: {}", chain(&e)),
+                })?;
         }
         let channel = endpoint.connect().await.map_err(|e| Error::Connect {
             target: target.to_string(),

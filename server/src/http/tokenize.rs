@@ -81,10 +81,12 @@ async fn read_object(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Map<String, Value>, HttpError> {
-    let bytes = read_body(headers, body).await.map_err(|(err, status)| HttpError {
-        status,
-        ..HttpError::from_service(&err, None)
-    })?;
+    let bytes = read_body(headers, body)
+        .await
+        .map_err(|(err, status)| HttpError {
+            status,
+            ..HttpError::from_service(&err, None)
+        })?;
     let obj = fields::parse_body(&bytes).map_err(refused)?;
     if let Some(asked) = Fields::new(&obj).str("model").map_err(refused)? {
         if asked != app.model_name {
@@ -203,8 +205,14 @@ mod tests {
             (json!({}), "prompt"),
             (json!({"prompt": 3}), "prompt"),
             (json!({"prompt": "a", "messages": messages}), "messages"),
-            (json!({"messages": [{"role": "robot", "content": "x"}]}), "messages[0].role"),
-            (json!({"messages": messages, "add_generation_prompt": "no"}), "add_generation_prompt"),
+            (
+                json!({"messages": [{"role": "robot", "content": "x"}]}),
+                "messages[0].role",
+            ),
+            (
+                json!({"messages": messages, "add_generation_prompt": "no"}),
+                "add_generation_prompt",
+            ),
         ] {
             assert_eq!(field_of(text(body.clone()).unwrap_err()), field, "{body}");
         }
@@ -213,7 +221,10 @@ mod tests {
     #[test]
     fn token_ids_name_the_bad_entry() {
         let ids = |v: Value| token_ids(&Fields::new(v.as_object().unwrap()));
-        assert_eq!(ids(json!({"tokens": [1, 2.0, 50256]})).unwrap(), vec![1, 2, 50256]);
+        assert_eq!(
+            ids(json!({"tokens": [1, 2.0, 50256]})).unwrap(),
+            vec![1, 2, 50256]
+        );
         for (body, field) in [
             (json!({}), "tokens"),
             (json!({"tokens": "1 2"}), "tokens"),

@@ -130,7 +130,10 @@ mod tests {
             (json!({}), "response_format.type"),
             (json!({"type": 3}), "response_format.type"),
             (json!({"type": "regex"}), "response_format.type"),
-            (json!({"type": "json_schema"}), "response_format.json_schema"),
+            (
+                json!({"type": "json_schema"}),
+                "response_format.json_schema",
+            ),
             (
                 json!({"type": "json_schema", "json_schema": []}),
                 "response_format.json_schema",

@@ -290,7 +290,12 @@ fn mask_time() {
             let t = Instant::now();
             let allowed = allowed_ids(&c);
             let took = t.elapsed();
-            if allowed.len() > 10_000 { &mut wide } else { &mut narrow }.push(took);
+            if allowed.len() > 10_000 {
+                &mut wide
+            } else {
+                &mut narrow
+            }
+            .push(took);
             if allowed == [EOS] {
                 break;
             }
@@ -299,7 +304,10 @@ fn mask_time() {
             c.lock().unwrap().accept(token).unwrap();
         }
     }
-    for (name, times) in [("> 10k tokens allowed", &mut wide), ("<= 10k allowed", &mut narrow)] {
+    for (name, times) in [
+        ("> 10k tokens allowed", &mut wide),
+        ("<= 10k allowed", &mut narrow),
+    ] {
         times.sort();
         if times.is_empty() {
             continue;
