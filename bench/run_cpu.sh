@@ -5,15 +5,16 @@
 #   bash bench/run_cpu.sh
 #   bash bench/run_cpu.sh --dry-run     # or DRY_RUN=1: the plumbing only (below)
 #
-# Workload (both sides): GPT-2 124M (GPT2Config defaults), f32, random weights;
-# for each batch size B, B random prompts of CONTEXT tokens are prefilled, then
+# Workload (both sides): GPT-2 124M (GPT2Config defaults), random weights;
+# Ember once per weight format in WEIGHTS (f32 and bf16: --cpu-weights), torch
+# in f32; for each batch size B, B random prompts of CONTEXT tokens are prefilled, then
 # WARMUP untimed and STEPS timed decode steps of one token per row (forward +
 # greedy sampling). The figure compared is each side's p50 ms/step (nearest
 # rank over the timed steps, computed the same way by both).
 #
 #   Ember:  $EMBER_BIN_DIR/ember-engine-bench --device cpu --preset gpt2
 #           --batch-sizes B --context CONTEXT --steps STEPS --warmup WARMUP
-#           --membw-mib MEMBW_MIB --json F
+#           --membw-mib MEMBW_MIB --cpu-weights W --json F
 #   torch:  bench/peer_cpu.py (transformers GPT2LMHeadModel, eager,
 #           past_key_values) with the same flags
 #
@@ -25,14 +26,16 @@
 # features; it reads exactly the keys it documents and fails, naming the key,
 # if one is missing.
 #
-# Dry run (--dry-run or DRY_RUN=1): the tiny preset, context 16, batch 1 and 2,
+# Dry run (--dry-run or DRY_RUN=1): both weight formats, the tiny preset,
+# context 16, batch 1 and 2,
 # 1 warmup + 2 timed steps, one pass, a 16 MiB probe, and a stub peer
 # (peer_cpu.py --stub: no torch, an empty step timed) under the system
 # python3; no venv is made. tests/tests/bench_scripts.rs runs it against the
 # built binary and checks that the table has numbers.
 #
 # Order, for fairness on a shared machine: for each pass (PASSES, default 2),
-# for each batch size: Ember, then torch. Every (pass, batch) pair is reported.
+# for each batch size: Ember in each weight format, then torch. Every
+# (pass, batch) pair is reported.
 #
 # Environment knobs (defaults in brackets):
 #   EMBER_BIN_DIR      dir holding ember-engine-bench [<repo>/target/release]
@@ -40,15 +43,22 @@
 #   EMBER_BENCH_VENV   python venv with torch + transformers, created if missing
 #                      or lacking them [$HOME/.cache/ember/bench-venv]
 #   PYTHON             use this interpreter instead (no venv is made or touched)
+#   WEIGHTS [f32,bf16]  Ember's weight formats (--cpu-weights), each a column
 #   BATCH_SIZES [1,16]  CONTEXT [128]  STEPS [32]  WARMUP [4]  PASSES [2]
 #   PRESET [gpt2]  MEMBW_MIB [1024]
 #   TORCH_THREADS      peer_cpu.py --threads (default: torch's choice; Ember's
 #                      rayon pool uses every logical CPU unless RAYON_NUM_THREADS)
-#   ENGINE_EXTRA_ARGS  more flags for ember-engine-bench (word-split)
+#   BASELINE_BIN_DIR   a dir holding an earlier ember-engine-bench (e.g. built
+#                      at a branch point): run after Ember in each format, with
+#                      the same flags, interleaved; the summary gains its mean
+#                      ms/step and the change [unset: not run]
+#   ENGINE_EXTRA_ARGS  more flags for ember-engine-bench (word-split; e.g.
+#                      "--cpu-isa avx512" times the bf16 fallback kernel)
 #   PEER_EXTRA_ARGS    more flags for peer_cpu.py (word-split)
 #   STAGE_TIMEOUT_S    limit per engine/peer invocation [1800]
 #
-# $OUT gets: bench.log (everything), raw/{ember,torch}_p<pass>_b<batch>.json,
+# $OUT gets: bench.log (everything), raw/ember_<weights>_p<pass>_b<batch>.json,
+# raw/base_<weights>_p<pass>_b<batch>.json, raw/torch_p<pass>_b<batch>.json,
 # results.json (merged), table.md (the table, also printed at the end) and
 # pip-freeze.txt (the python environment used).
 set -uo pipefail
@@ -72,8 +82,10 @@ mkdir -p "$OUT/raw" || exit 1
 OUT=$(cd "$OUT" && pwd) || exit 1          # relative to the caller's directory
 if [[ -d $BIN_DIR ]]; then BIN_DIR=$(cd "$BIN_DIR" && pwd); fi
 ENGINE_BIN=$BIN_DIR/ember-engine-bench
+BASE_BIN=${BASELINE_BIN_DIR:+$BASELINE_BIN_DIR/ember-engine-bench}
 VENV=${EMBER_BENCH_VENV:-$HOME/.cache/ember/bench-venv}
 BATCH_SIZES=${BATCH_SIZES:-1,16}
+WEIGHTS=${WEIGHTS:-f32,bf16}
 CONTEXT=${CONTEXT:-128}
 STEPS=${STEPS:-32}
 WARMUP=${WARMUP:-4}
@@ -109,9 +121,9 @@ machine() {
     echo "memory:   $(awk '/^MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo 2>/dev/null)"
     echo "loadavg:  $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null) (at start)"
     echo "git:      $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet HEAD 2>/dev/null || echo ' (dirty tree)')"
-    echo "engine:   $ENGINE_BIN"
+    echo "engine:   $ENGINE_BIN${BASE_BIN:+ (baseline: $BASE_BIN)}"
     echo "threads:  RAYON_NUM_THREADS=${RAYON_NUM_THREADS:-unset} OMP_NUM_THREADS=${OMP_NUM_THREADS:-unset} TORCH_THREADS=${TORCH_THREADS:-default}"
-    echo "workload: preset $PRESET, batch sizes $BATCH_SIZES, context $CONTEXT, $WARMUP warmup + $STEPS timed steps, $PASSES passes, probe $MEMBW_MIB MiB"
+    echo "workload: preset $PRESET, Ember weights $WEIGHTS, batch sizes $BATCH_SIZES, context $CONTEXT, $WARMUP warmup + $STEPS timed steps, $PASSES passes, probe $MEMBW_MIB MiB"
     if [[ $DRY_RUN == 1 ]]; then echo "DRY RUN: tiny model, stub peer (no torch); the numbers mean nothing"; fi
 }
 
@@ -168,20 +180,29 @@ main() {
         echo "warning: $ENGINE_BIN not found or not executable: Ember columns will be empty"
         FAILED+=("ember (no binary at $ENGINE_BIN)")
     fi
-    local pass b ej tj
-    local -a batches torch_threads=() peer_mode=()
+    local pass b w ej bj tj
+    local -a ember_args
+    local -a batches formats torch_threads=() peer_mode=()
     IFS=, read -r -a batches <<<"$BATCH_SIZES"
+    IFS=, read -r -a formats <<<"$WEIGHTS"
     if [[ -n $TORCH_THREADS ]]; then torch_threads=(--threads "$TORCH_THREADS"); fi
     if [[ $DRY_RUN == 1 ]]; then peer_mode=(--stub --tiny); fi
     for ((pass = 1; pass <= PASSES; pass++)); do
         for b in "${batches[@]}"; do
-            ej=$OUT/raw/ember_p${pass}_b$b.json
             tj=$OUT/raw/torch_p${pass}_b$b.json
-            if [[ -x $ENGINE_BIN ]]; then
-                run_stage "ember pass $pass batch $b" "$ej" "$ENGINE_BIN" --device cpu \
-                    --preset "$PRESET" --batch-sizes "$b" --context "$CONTEXT" --steps "$STEPS" \
-                    --warmup "$WARMUP" --membw-mib "$MEMBW_MIB" --json "$ej" "${ENGINE_EXTRA[@]}"
-            fi
+            for w in "${formats[@]}"; do
+                ej=$OUT/raw/ember_${w}_p${pass}_b$b.json
+                bj=$OUT/raw/base_${w}_p${pass}_b$b.json
+                ember_args=(--device cpu --preset "$PRESET" --batch-sizes "$b" --context "$CONTEXT"
+                    --steps "$STEPS" --warmup "$WARMUP" --membw-mib "$MEMBW_MIB" --cpu-weights "$w"
+                    "${ENGINE_EXTRA[@]}")
+                if [[ -x $ENGINE_BIN ]]; then
+                    run_stage "ember $w pass $pass batch $b" "$ej" "$ENGINE_BIN" "${ember_args[@]}" --json "$ej"
+                fi
+                if [[ -n $BASE_BIN ]]; then
+                    run_stage "baseline $w pass $pass batch $b" "$bj" "$BASE_BIN" "${ember_args[@]}" --json "$bj"
+                fi
+            done
             run_stage "torch pass $pass batch $b" "$tj" "$PY" bench/peer_cpu.py \
                 --batch-sizes "$b" --context "$CONTEXT" --steps "$STEPS" --warmup "$WARMUP" \
                 --dtype float32 "${torch_threads[@]}" "${peer_mode[@]}" --json "$tj" "${PEER_EXTRA[@]}"

@@ -19,6 +19,19 @@ Run (needs torch + transformers; no network):
 `--size gpt2` makes the same kind of fixture at GPT-2 124M's full shape (12
 layers, 768 wide, 50257 tokens, 1024 positions; ~500 MB, not committed): the
 f16 check on a GPU runs the engine at the size it serves (bench/run_gpu.sh).
+
+`--controls` leaves the model as it is and writes controls.json beside it:
+what the committed model does under the per-request controls, computed here
+with vLLM's semantics on transformers' logits (greedy, float32):
+
+  - greedy continuations under repetition / frequency / presence penalties
+    (vLLM's order: logit_bias, then repetition over prompt and output tokens,
+    then frequency and presence over output tokens), under a logit_bias, and
+    under min_tokens (a stop token id banned until min_tokens tokens);
+  - prompt logprobs: each prompt token's log-probability given the tokens
+    before it (log_softmax of the raw logits) and the top-5 alternatives.
+
+    python3 scripts/make_reference_fixtures.py --controls --out engine/tests/fixtures/tiny-gpt2
 """
 
 import argparse
@@ -45,6 +58,81 @@ def greedy(model, prompt, new_tokens):
     return ids[len(prompt):], last_logits, min_margin
 
 
+def controlled(model, prompt, new_tokens, opts, eos):
+    """Greedy continuation with vLLM's logit controls (see the module docs).
+    Stops at a stop token id (not emitted) or EOS (not emitted)."""
+    ids, out = list(prompt), []
+    stops = set(opts.get("stop_token_ids", []))
+    for _ in range(new_tokens):
+        logits = model(torch.tensor([ids])).logits[0, -1].clone()
+        for tok, bias in opts.get("logit_bias", {}).items():
+            logits[int(tok)] += bias
+        rep = opts.get("repetition_penalty", 1.0)
+        if rep != 1.0:
+            for t in set(prompt) | set(out):
+                logits[t] = logits[t] / rep if logits[t] > 0 else logits[t] * rep
+        counts = {}
+        for t in out:
+            counts[t] = counts.get(t, 0) + 1
+        for t, c in counts.items():
+            logits[t] -= opts.get("frequency_penalty", 0.0) * c + opts.get("presence_penalty", 0.0)
+        if len(out) < opts.get("min_tokens", 0):
+            for t in stops | {eos}:
+                logits[t] = float("-inf")
+        tok = int(torch.argmax(logits))
+        if tok in stops or tok == eos:
+            break
+        out.append(tok)
+        ids.append(tok)
+    return out
+
+
+def prompt_logprobs(model, prompt, top):
+    """Per prompt position i >= 1: logprob of prompt[i] given prompt[:i], top alternatives."""
+    lp = torch.log_softmax(model(torch.tensor([prompt])).logits[0].float(), dim=-1)
+    rows = []
+    for i in range(1, len(prompt)):
+        values, ids = torch.topk(lp[i - 1], top)
+        rows.append({"logprob": float(lp[i - 1, prompt[i]]),
+                     "top": [[int(t), float(v)] for t, v in zip(ids, values)]})
+    return rows
+
+
+def write_controls(out_dir, new_tokens):
+    """controls.json for the committed model in `out_dir` (see the docs)."""
+    model = GPT2LMHeadModel.from_pretrained(out_dir).eval()
+    eos = model.config.eos_token_id
+    with open(os.path.join(out_dir, "reference.json")) as f:
+        cases = json.load(f)["cases"]
+    controls = []
+    with torch.no_grad():
+        for case in cases[2:]:
+            prompt, plain = case["prompt"], case["greedy"]
+            settings = {
+                "repetition": {"repetition_penalty": 1.3},
+                "frequency_presence": {"frequency_penalty": 0.7, "presence_penalty": 0.5},
+                "all_penalties": {"repetition_penalty": 1.2, "frequency_penalty": 0.4,
+                                  "presence_penalty": 0.6},
+                "logit_bias": {"logit_bias": {str(plain[0]): -100.0, str(plain[3]): 4.0,
+                                              "17": 2.5}},
+                "min_tokens": {"stop_token_ids": [plain[1]], "min_tokens": 6},
+                "stop_without_min_tokens": {"stop_token_ids": [plain[1]]},
+            }
+            for name, opts in settings.items():
+                controls.append({"name": name, "prompt": prompt, "options": opts,
+                                 "tokens": controlled(model, prompt, new_tokens, opts, eos)})
+        logprob_cases = [{"prompt": c["prompt"], "top": 5,
+                          "logprobs": prompt_logprobs(model, c["prompt"], 5)} for c in cases[1:]]
+    doc = {"generator": "scripts/make_reference_fixtures.py --controls",
+           "torch": torch.__version__, "transformers": transformers.__version__,
+           "new_tokens": new_tokens, "eos_token_id": eos,
+           "cases": controls, "prompt_logprobs": logprob_cases}
+    with open(os.path.join(out_dir, "controls.json"), "w") as f:
+        json.dump(doc, f)
+    for c in controls:
+        print(c["name"], len(c["prompt"]), c["tokens"])
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="engine/tests/fixtures/tiny-gpt2")
@@ -52,7 +140,12 @@ def main():
     ap.add_argument("--new-tokens", type=int, default=16)
     ap.add_argument("--size", choices=["tiny", "gpt2"], default="tiny",
                     help="tiny (2 layers, 64 wide; the committed fixture) or gpt2 (124M shape)")
+    ap.add_argument("--controls", action="store_true",
+                    help="write controls.json for the model already in --out (see the docs)")
     args = ap.parse_args()
+    if args.controls:
+        write_controls(args.out, args.new_tokens)
+        return
 
     torch.manual_seed(args.seed)
     rng = random.Random(args.seed)

@@ -2,13 +2,16 @@
 //! CPU counterpart of [`crate::tuning::KernelTuning`]).
 //!
 //! The binaries flatten it into their flags (the `clap` feature derives
-//! them: `--cpu-weights` / `EMBER_CPU_WEIGHTS`, listed in `--help`), the CPU
+//! them: `--cpu-weights` / `EMBER_CPU_WEIGHTS` and `--cpu-isa` /
+//! `EMBER_CPU_ISA`, listed in `--help`), the CPU
 //! device is opened with it (`crate::device`), and from there it travels to
 //! the ops inside [`crate::ops::CpuKernels`]. No kernel reads the
 //! environment. On CUDA none of these is read.
 
 use std::fmt;
 use std::str::FromStr;
+
+use crate::ops::cpu::isa::CpuIsa;
 
 /// How the CPU stores the weight matrices a decode step streams (every
 /// projection and the tied embedding / LM head).
@@ -55,6 +58,64 @@ impl fmt::Display for CpuWeights {
     }
 }
 
+/// `--cpu-isa`: the instruction set the CPU kernels run on: the best this
+/// CPU has (`auto`), or a lower one named (to compare the code paths on one
+/// machine, or to pin a fleet of mixed CPUs to one). A name this CPU cannot
+/// run is refused when the flag is parsed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IsaChoice {
+    /// [`CpuIsa::detect`].
+    #[default]
+    Auto,
+    /// This one (available on this CPU when parsed from a flag).
+    Fixed(CpuIsa),
+}
+
+impl IsaChoice {
+    /// The instruction set to run: the named one if this CPU has it, else
+    /// (a choice built in code for another CPU) the detected one, so that
+    /// no kernel runs instructions the CPU lacks.
+    pub fn resolve(self) -> CpuIsa {
+        match self {
+            Self::Fixed(isa) if CpuIsa::available().contains(&isa) => isa,
+            Self::Fixed(isa) => {
+                tracing::warn!(requested = %isa, "--cpu-isa: not available on this CPU, detecting");
+                CpuIsa::detect()
+            }
+            Self::Auto => CpuIsa::detect(),
+        }
+    }
+}
+
+impl FromStr for IsaChoice {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s == "auto" {
+            return Ok(Self::Auto);
+        }
+        let isa: CpuIsa = s.parse()?;
+        let here = CpuIsa::available();
+        if !here.contains(&isa) {
+            let names: Vec<String> = here.iter().map(ToString::to_string).collect();
+            return Err(format!(
+                "--cpu-isa {isa}: this CPU cannot run it (it can: auto, {})",
+                names.join(", ")
+            ));
+        }
+        Ok(Self::Fixed(isa))
+    }
+}
+
+impl fmt::Display for IsaChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Auto => f.write_str("auto"),
+            Self::Fixed(isa) => isa.fmt(f),
+        }
+    }
+}
+
 /// The CPU kernels' knobs (see the module docs). `Default` is what the
 /// server runs with when no flag is given.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -73,6 +134,20 @@ pub struct CpuTuning {
         )
     )]
     pub cpu_weights: CpuWeights,
+    /// CPU: instruction set of the kernels: auto (the best this CPU has) or
+    /// one of avx512-bf16, avx512, avx2, portable that it can run (a lower
+    /// one to compare code paths; avx512-bf16 multiplies bf16 weights
+    /// natively, the others widen them to f32).
+    #[cfg_attr(
+        feature = "clap",
+        arg(
+            long,
+            env = "EMBER_CPU_ISA",
+            default_value = "auto",
+            help_heading = "CPU"
+        )
+    )]
+    pub cpu_isa: IsaChoice,
 }
 
 #[cfg(test)]
@@ -88,5 +163,29 @@ mod tests {
         let err = "fp8".parse::<CpuWeights>().unwrap_err();
         assert!(err.starts_with("--cpu-weights"), "{err}");
         assert_eq!(CpuWeights::Bf16.bytes(), 2);
+    }
+
+    #[test]
+    fn isa_choices_parse_resolve_to_what_this_cpu_runs_and_a_bad_one_names_the_flag() {
+        assert_eq!("auto".parse::<IsaChoice>(), Ok(IsaChoice::Auto));
+        assert_eq!(IsaChoice::Auto.resolve(), CpuIsa::detect());
+        for isa in CpuIsa::available() {
+            let choice: IsaChoice = isa.to_string().parse().unwrap();
+            assert_eq!(choice, IsaChoice::Fixed(isa));
+            assert_eq!(choice.resolve(), isa);
+            assert_eq!(choice.to_string(), isa.to_string());
+        }
+        // One this CPU lacks (if any) is refused at parsing, and resolves to
+        // the detected one when built in code.
+        if let Some(&missing) = CpuIsa::ALL
+            .iter()
+            .find(|i| !CpuIsa::available().contains(i))
+        {
+            let err = missing.to_string().parse::<IsaChoice>().unwrap_err();
+            assert!(err.starts_with("--cpu-isa"), "{err}");
+            assert_eq!(IsaChoice::Fixed(missing).resolve(), CpuIsa::detect());
+        }
+        let err = "avx1024".parse::<IsaChoice>().unwrap_err();
+        assert!(err.starts_with("--cpu-isa"), "{err}");
     }
 }

@@ -47,7 +47,7 @@ pub use limits::RequestLimits;
 pub use step_engine::StepEngine;
 pub use tuning::KernelTuning;
 pub use types::{
-    AdmissionCost, FinishReason, FinishedSeq, Penalties, PrefillChunk, ResumeState, SampledToken,
-    SamplingParams, SeqId, SequenceRequest, SharedConstraint, StepOutput, TokenConstraint,
-    TokenLogprobs,
+    AdmissionCost, FinishReason, FinishedSeq, Penalties, PrefillChunk, PromptLogprobs, ResumeState,
+    SampledToken, SamplingParams, SeqId, SequenceRequest, SharedConstraint, StepOutput,
+    TokenConstraint, TokenLogprobs,
 };

@@ -9,6 +9,8 @@
 //! engine never sees), stop token ids and the logprobs top-n count (checked by
 //! both).
 
+use crate::types::Penalties;
+
 /// Most stop strings one request may give.
 pub const MAX_STOP_STRINGS: usize = 16;
 /// Longest stop string, in bytes (the shortest is 1).
@@ -17,6 +19,12 @@ pub const MAX_STOP_STRING_BYTES: usize = 256;
 pub const MAX_STOP_TOKEN_IDS: usize = 64;
 /// Most alternatives a request may ask for per token (`logprobs` top-n).
 pub const MAX_TOP_LOGPROBS: usize = 20;
+/// Most `logit_bias` entries one request may give.
+pub const MAX_LOGIT_BIAS: usize = 1024;
+/// The range of one `logit_bias` value (OpenAI's).
+pub const LOGIT_BIAS_RANGE: f32 = 100.0;
+/// The range of the frequency and presence penalties (OpenAI's and vLLM's).
+pub const PENALTY_RANGE: f32 = 2.0;
 
 /// What a request must fit into.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,6 +52,15 @@ pub enum LimitField {
     StopTokenIds(Option<usize>),
     /// The logprobs top-n count.
     Logprobs,
+    /// The penalties.
+    RepetitionPenalty,
+    FrequencyPenalty,
+    PresencePenalty,
+    /// The logit bias: the map (`None`) or the entry of a token.
+    LogitBias(Option<u32>),
+    MinTokens,
+    /// The prompt logprobs top-n count.
+    PromptLogprobs,
 }
 
 impl LimitField {
@@ -60,6 +77,13 @@ impl LimitField {
             Self::Stop(i) => indexed("stop", i),
             Self::StopTokenIds(i) => indexed("stop_token_ids", i),
             Self::Logprobs => "logprobs".into(),
+            Self::RepetitionPenalty => "repetition_penalty".into(),
+            Self::FrequencyPenalty => "frequency_penalty".into(),
+            Self::PresencePenalty => "presence_penalty".into(),
+            Self::LogitBias(None) => "logit_bias".into(),
+            Self::LogitBias(Some(t)) => format!("logit_bias[{t}]"),
+            Self::MinTokens => "min_tokens".into(),
+            Self::PromptLogprobs => "prompt_logprobs".into(),
         }
     }
 }
@@ -99,9 +123,6 @@ impl RequestLimits {
         let fail = |field, message: String| Err(LimitViolation { field, message });
         if prompt.is_empty() {
             return fail(LimitField::Prompt, "has no tokens".into());
-        }
-        if max_new_tokens == 0 {
-            return fail(LimitField::MaxNewTokens, "must be at least 1".into());
         }
         if let Some((pos, bad)) = prompt
             .iter()
@@ -178,6 +199,92 @@ impl RequestLimits {
     }
 }
 
+/// A request's logit options and generation length, as
+/// [`check_options`] checks them.
+#[derive(Debug, Clone, Copy)]
+pub struct Options<'a> {
+    pub max_new_tokens: usize,
+    pub penalties: Penalties,
+    pub logit_bias: &'a [(u32, f32)],
+    pub min_tokens: usize,
+    pub prompt_logprobs: Option<usize>,
+}
+
+/// Checks the generation length (at least 1; 0 only to score the prompt
+/// with `prompt_logprobs`), the penalties (repetition > 0, frequency and
+/// presence within ±[`PENALTY_RANGE`]), the logit bias (at most
+/// [`MAX_LOGIT_BIAS`] entries, one per token inside the vocabulary of
+/// `vocab_size`, each within ±[`LOGIT_BIAS_RANGE`]), `min_tokens` (at most
+/// `max_new_tokens`) and the prompt logprobs count.
+pub fn check_options(o: &Options<'_>, vocab_size: usize) -> Result<(), LimitViolation> {
+    let fail = |field, message: String| Err(LimitViolation { field, message });
+    if o.max_new_tokens == 0 && o.prompt_logprobs.is_none() {
+        return fail(
+            LimitField::MaxNewTokens,
+            "must be at least 1 (0 only with prompt_logprobs, to score the prompt)".into(),
+        );
+    }
+    let p = o.penalties;
+    if !(p.repetition.is_finite() && p.repetition > 0.0) {
+        return fail(
+            LimitField::RepetitionPenalty,
+            format!(
+                "must be a finite number > 0 (1 = off), got {}",
+                p.repetition
+            ),
+        );
+    }
+    for (field, v) in [
+        (LimitField::FrequencyPenalty, p.frequency),
+        (LimitField::PresencePenalty, p.presence),
+    ] {
+        if !(v.is_finite() && v.abs() <= PENALTY_RANGE) {
+            return fail(field, format!("must be in [-2, 2], got {v}"));
+        }
+    }
+    if o.logit_bias.len() > MAX_LOGIT_BIAS {
+        return fail(
+            LimitField::LogitBias(None),
+            format!(
+                "{} entries given, at most {MAX_LOGIT_BIAS} allowed",
+                o.logit_bias.len()
+            ),
+        );
+    }
+    let mut seen = std::collections::HashSet::with_capacity(o.logit_bias.len());
+    for &(token, bias) in o.logit_bias {
+        let field = LimitField::LogitBias(Some(token));
+        if token as usize >= vocab_size {
+            return fail(
+                field,
+                format!("token id {token} is outside the vocabulary (size {vocab_size})"),
+            );
+        }
+        if !seen.insert(token) {
+            return fail(field, "given twice".into());
+        }
+        if !(bias.is_finite() && bias.abs() <= LOGIT_BIAS_RANGE) {
+            return fail(field, format!("must be in [-100, 100], got {bias}"));
+        }
+    }
+    if o.min_tokens > o.max_new_tokens {
+        return fail(
+            LimitField::MinTokens,
+            format!(
+                "{} is above max_new_tokens ({})",
+                o.min_tokens, o.max_new_tokens
+            ),
+        );
+    }
+    match o.prompt_logprobs {
+        Some(n) if n > MAX_TOP_LOGPROBS => fail(
+            LimitField::PromptLogprobs,
+            format!("{n} alternatives asked, at most {MAX_TOP_LOGPROBS} allowed"),
+        ),
+        _ => Ok(()),
+    }
+}
+
 /// Checks the stop strings: at most [`MAX_STOP_STRINGS`], each 1 to
 /// [`MAX_STOP_STRING_BYTES`] bytes. Needs no model, so the service runs it
 /// before tokenizing.
@@ -226,7 +333,8 @@ mod tests {
     fn each_limit_names_its_field() {
         assert_eq!(field(&[1, 2, 3], 4), None);
         assert_eq!(field(&[], 4), Some(LimitField::Prompt));
-        assert_eq!(field(&[1], 0), Some(LimitField::MaxNewTokens));
+        // 0 new tokens is check_options' to judge (it is fine when scoring).
+        assert_eq!(field(&[1], 0), None);
         assert_eq!(field(&[1, 100], 4), Some(LimitField::Prompt));
         assert_eq!(field(&[1; 30], 35), Some(LimitField::MaxNewTokens)); // 65 > context 64
         assert_eq!(field(&[1; 36], 1), None); // long prompts are prefilled in chunks
@@ -234,6 +342,99 @@ mod tests {
         assert_eq!(field(&[1; 20], 20), None); // exactly 10 blocks
         let msg = LIMITS.check(&[1, 7, 200], 1).unwrap_err().message;
         assert!(msg.contains("200") && msg.contains("position 2"), "{msg}");
+    }
+
+    #[test]
+    fn options_name_the_field_that_breaks_a_limit() {
+        let ok = Options {
+            max_new_tokens: 4,
+            penalties: Penalties::OFF,
+            logit_bias: &[(3, 100.0), (4, -100.0)],
+            min_tokens: 4,
+            prompt_logprobs: None,
+        };
+        let field = |o: Options<'_>| check_options(&o, 100).err().map(|v| v.field.name("prompt"));
+        assert_eq!(field(ok), None);
+        let p = |repetition, frequency, presence| Penalties {
+            repetition,
+            frequency,
+            presence,
+        };
+        for (o, want) in [
+            (
+                Options {
+                    max_new_tokens: 0,
+                    min_tokens: 0,
+                    ..ok
+                },
+                "max_new_tokens",
+            ),
+            (
+                Options {
+                    penalties: p(0.0, 0.0, 0.0),
+                    ..ok
+                },
+                "repetition_penalty",
+            ),
+            (
+                Options {
+                    penalties: p(1.0, 2.5, 0.0),
+                    ..ok
+                },
+                "frequency_penalty",
+            ),
+            (
+                Options {
+                    penalties: p(1.0, 0.0, f32::NAN),
+                    ..ok
+                },
+                "presence_penalty",
+            ),
+            (
+                Options {
+                    logit_bias: &[(100, 1.0)],
+                    ..ok
+                },
+                "logit_bias[100]",
+            ),
+            (
+                Options {
+                    logit_bias: &[(7, 1.0), (7, 2.0)],
+                    ..ok
+                },
+                "logit_bias[7]",
+            ),
+            (
+                Options {
+                    logit_bias: &[(7, -100.5)],
+                    ..ok
+                },
+                "logit_bias[7]",
+            ),
+            (
+                Options {
+                    min_tokens: 5,
+                    ..ok
+                },
+                "min_tokens",
+            ),
+            (
+                Options {
+                    prompt_logprobs: Some(21),
+                    ..ok
+                },
+                "prompt_logprobs",
+            ),
+        ] {
+            assert_eq!(field(o).as_deref(), Some(want));
+        }
+        let scoring = Options {
+            max_new_tokens: 0,
+            min_tokens: 0,
+            prompt_logprobs: Some(0),
+            ..ok
+        };
+        assert_eq!(field(scoring), None);
     }
 
     fn control_field(ids: &[u32], top: Option<usize>) -> Option<String> {

@@ -141,6 +141,9 @@ pub struct ResumeState {
     /// Uniforms the sequence had drawn from its seeded RNG (one per sampled
     /// step): a resumed sequence skips that many.
     pub rng_draws: u64,
+    /// With `prompt_logprobs`: the prompt tokens whose logprobs were already
+    /// reported (from the second on), not reported again.
+    pub prompt_scored: usize,
 }
 
 impl SequenceRequest {
@@ -236,6 +239,19 @@ pub struct AdmissionCost {
     pub cached_tokens: usize,
 }
 
+/// Logprobs of consecutive prompt tokens of one sequence (its
+/// `prompt_logprobs`), as one prefill step computed them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PromptLogprobs {
+    pub id: SeqId,
+    /// Prompt index of the first token scored (1 or more: the first prompt
+    /// token has no logprob).
+    pub first: usize,
+    /// One per token from `first` on: its logprob given the tokens before it
+    /// and the most likely alternatives at its position.
+    pub logprobs: Vec<TokenLogprobs>,
+}
+
 /// What a prefill or decode step produced.
 #[derive(Debug, Default)]
 pub struct StepOutput {
@@ -243,4 +259,7 @@ pub struct StepOutput {
     pub tokens: Vec<SampledToken>,
     /// Sequences that finished in this step, in batch order.
     pub finished: Vec<FinishedSeq>,
+    /// Prompt logprobs computed in this step (prefill steps of sequences
+    /// that asked), in batch order.
+    pub prompt_logprobs: Vec<PromptLogprobs>,
 }

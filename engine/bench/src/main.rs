@@ -15,7 +15,9 @@
 //! the instruction set the kernels use, and gives the bytes of weights a
 //! decode step reads; `--membw-mib N` first measures the machine's
 //! streaming-read bandwidth ([`membw`]), so that the step can be set against
-//! its weight-read floor (`bench/run_cpu.sh` does).
+//! its weight-read floor (`bench/run_cpu.sh` does), and `--gemv-bw N` times
+//! the projection kernels alone over the model's weight matrices
+//! ([`gemv_bw`]).
 
 use std::path::PathBuf;
 
@@ -31,6 +33,7 @@ use serde_json::json;
 
 #[cfg(feature = "cuda")]
 mod check_data;
+mod gemv_bw;
 mod kernel_check;
 #[cfg(feature = "cuda")]
 mod kv_write_check;
@@ -100,6 +103,10 @@ struct Args {
     /// MiB (0: skip).
     #[arg(long, default_value_t = 0)]
     membw_mib: usize,
+    /// CPU: first time the projection kernels alone, this many passes over
+    /// the --preset's weight matrices at each batch size (0: skip).
+    #[arg(long, default_value_t = 0)]
+    gemv_bw: usize,
     /// Where to write the JSON report.
     #[arg(long, default_value = "engine_bench.json")]
     json: PathBuf,
@@ -154,6 +161,18 @@ fn run(args: &Args, device: EngineDevice) -> anyhow::Result<serde_json::Value> {
     // Before the model exists, so the probe's buffer and the weights are
     // never resident at once.
     let memory = (args.membw_mib > 0).then(|| membw::measure(args.membw_mib));
+    let on_cpu = ember_engine::ops::cpu::pool::is_cpu(&device.device);
+    let kernels_alone = (args.gemv_bw > 0 && on_cpu).then(|| {
+        let best = memory.as_ref().and_then(|m| m["best_gb_s"].as_f64());
+        let config = args.preset.config();
+        gemv_bw::measure(
+            device.ops.cpu_kernels(),
+            &config,
+            &args.batch_sizes,
+            args.gemv_bw,
+            best,
+        )
+    });
     let (mut engine, config, max_new) = build_engine(args, device)?;
     let weight_bytes = machine::decode_weight_bytes(&config, weight_bytes_each);
     let warmup = if args.server_warmup {
@@ -203,6 +222,7 @@ fn run(args: &Args, device: EngineDevice) -> anyhow::Result<serde_json::Value> {
         "device": device_name,
         "cpu": cpu,
         "memory_read": memory,
+        "projection_kernels_alone": kernels_alone,
         "weight_bytes_per_step": weight_bytes,
         "model": {"n_layer": config.n_layer, "n_head": config.n_head, "n_embd": config.n_embd, "vocab_size": config.vocab_size},
         "context": args.context,

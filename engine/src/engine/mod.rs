@@ -34,13 +34,18 @@ pub mod config;
 mod impl_step_engine;
 pub mod kv_sizing;
 mod prefill;
+mod prompt_scoring;
 mod sequence;
 mod sequences;
 mod startup;
+mod token_stats;
+mod tools;
 pub mod warmup;
 
 #[cfg(test)]
 mod control_tests;
+#[cfg(test)]
+mod logit_controls_tests;
 #[cfg(test)]
 mod preempt_tests;
 #[cfg(test)]
@@ -50,15 +55,12 @@ mod tests;
 
 use std::collections::HashSet;
 
-use burn::prelude::*;
-
 use crate::device::EngineDevice;
 use crate::error::EngineError;
 use crate::limits::RequestLimits;
 use crate::model::Gpt2Config;
-use crate::ops::TunedShape;
 use crate::sampling::SamplingTable;
-use crate::step::{DecodeRow, PrefillSeq, StepRunner};
+use crate::step::{DecodeRow, StepRunner};
 use crate::types::*;
 use config::EngineConfig;
 use sequence::{Sequence, Verdict};
@@ -161,9 +163,17 @@ impl Engine {
     /// Checks a request against the model's limits (not against free blocks).
     pub fn validate(&self, req: &SequenceRequest) -> Result<(), EngineError> {
         let limits = self.limits();
+        let options = crate::limits::Options {
+            max_new_tokens: req.max_new_tokens,
+            penalties: req.penalties,
+            logit_bias: &req.logit_bias,
+            min_tokens: req.min_tokens,
+            prompt_logprobs: req.prompt_logprobs,
+        };
         limits
             .check(&req.prompt, req.max_new_tokens)
             .and_then(|()| limits.check_controls(&req.stop_token_ids, req.logprobs))
+            .and_then(|()| crate::limits::check_options(&options, limits.vocab_size))
             .map_err(|v| {
                 let field = v.field.name("prompt");
                 EngineError::InvalidRequest(format!("sequence {}: {field} {}", req.id, v.message))
@@ -229,21 +239,33 @@ impl Engine {
             return Ok(StepOutput::default());
         }
         let rows = prefill::plan(chunks, &self.seqs)?;
-        let sampled = rows.iter().filter(|r| r.completes).count();
+        let sampled = rows.iter().filter(|r| r.samples).count();
         let table = self.sampling_table(rows[..sampled].iter().map(|r| r.id));
+        let (score_requests, scored) = prompt_scoring::plan(&rows, &self.seqs);
         let views = prefill::views(&rows, &self.seqs);
-        let (tokens, mut lps) = self.runner.prefill(&views, &table)?;
+        let ((tokens, mut lps), scores) = self.runner.prefill(&views, &table, &score_requests)?;
 
-        let mut out = StepOutput::default();
+        let mut out = StepOutput {
+            prompt_logprobs: prompt_scoring::collect(&scored, scores, &mut self.seqs),
+            ..StepOutput::default()
+        };
         for (i, row) in rows.iter().enumerate() {
             let Some(seq) = self.seqs.get_mut(row.id) else {
                 continue;
             };
             seq.cached += row.tokens;
             self.seqs.key_full_blocks(row.id);
-            if let (true, Some(&token)) = (row.completes, tokens.get(i)) {
+            if let (true, Some(&token)) = (row.samples, tokens.get(i)) {
                 let lp = lps.get_mut(i).and_then(Option::take);
                 self.judge_and_record(row.id, token, lp, &mut out);
+            } else if row.completes {
+                // Its prompt scored, nothing to generate (max_new_tokens 0).
+                self.seqs.release(row.id);
+                out.finished.push(FinishedSeq {
+                    id: row.id,
+                    reason: FinishReason::Length,
+                    generated: 0,
+                });
             }
         }
         Ok(out)
@@ -279,30 +301,6 @@ impl Engine {
         }
         self.prefill_step(&chunks)
             .inspect_err(|_| self.abandon(&chunks))
-    }
-
-    /// Logits `[B, vocab]` at the last position of each prompt, computed
-    /// through the paged cache (blocks taken and given back): the check
-    /// against transformers' numbers.
-    pub fn prompt_logits(&mut self, prompts: &[Vec<u32>]) -> Result<Tensor<2>, EngineError> {
-        for (i, p) in prompts.iter().enumerate() {
-            self.validate(&SequenceRequest::greedy(i as SeqId, p.clone(), 1))?;
-        }
-        let bs = self.block_size();
-        let counts: Vec<usize> = prompts.iter().map(|p| p.len().div_ceil(bs)).collect();
-        let tables = self.seqs.reserve_tables(&counts)?;
-        let rows: Vec<PrefillSeq<'_>> = prompts
-            .iter()
-            .zip(&tables)
-            .map(|(p, t)| PrefillSeq {
-                tokens: p,
-                start: 0,
-                table: t,
-            })
-            .collect();
-        let logits = self.runner.logits(&rows);
-        self.seqs.release_tables(&tables);
-        Ok(logits)
     }
 
     /// One batched decode step for exactly these decoding sequences (each at
@@ -373,47 +371,12 @@ impl Engine {
         warmup::run(&mut self.runner, self.decode_graphs)
     }
 
-    /// Times the projection kernels against each other at the decode
-    /// buckets of `batch_sizes` and records the fastest for each shape (CUDA;
-    /// the warmup does this for every bucket). Returns the timings.
-    pub fn tune_projections(&mut self, batch_sizes: &[usize]) -> Vec<TunedShape> {
-        let buckets = self.decode_buckets(batch_sizes);
-        self.runner.tune_projections(&buckets)
-    }
-
-    /// The distinct decode buckets of `batch_sizes`, ascending.
-    fn decode_buckets(&self, batch_sizes: &[usize]) -> Vec<usize> {
-        let mut buckets: Vec<usize> = batch_sizes
-            .iter()
-            .map(|&n| self.runner.decode_bucket(n))
-            .collect();
-        buckets.sort_unstable();
-        buckets.dedup();
-        buckets
-    }
-
-    /// Milliseconds per back-to-back replay of the captured decode graph of
-    /// `batch` rows (its bucket), over `n` replays: the step's GPU time
-    /// without the host's per-step work (benchmarks). `None` without a
-    /// hardware graph.
-    pub fn time_graph_replays(&mut self, batch: usize, n: usize) -> Option<f64> {
-        self.runner.time_graph_replays(batch, n)
-    }
-
-    /// Captures the decode step of the bucket of each of `batch_sizes` as a
-    /// CUDA graph (`crate::step::graphs`; on the CPU the "graph" re-runs the
-    /// step). Returns the hardware graphs captured.
-    pub fn capture_decode_graphs(&mut self, batch_sizes: &[usize]) -> usize {
-        let buckets = self.decode_buckets(batch_sizes);
-        self.runner.capture_decode_graphs(&buckets)
-    }
-
     /// The sampling table of a step over `ids` (each draws its uniform).
     fn sampling_table(&mut self, ids: impl ExactSizeIterator<Item = SeqId>) -> SamplingTable {
         let mut table = SamplingTable::with_capacity(ids.len());
         for id in ids {
             if let Some(seq) = self.seqs.get_mut(id) {
-                table.push(seq.sampling_row());
+                table.push(seq.sampling_row(self.eos_token_id));
             }
         }
         table

@@ -3,8 +3,8 @@
 //!
 //! A step's rows are `(sequence, next chunk of its prompt)`. Each chunk is
 //! cut to what is left of its prompt; rows whose chunk completes their
-//! prompt go first, because theirs are the logits that get sampled (the
-//! first token). The device step concatenates the rows' tokens into one
+//! prompt and that generate go first, because theirs are the logits that get
+//! sampled (the first token). The device step concatenates the rows' tokens into one
 //! flat sequence; a row that starts after cached positions (a prefix-cache
 //! hit, earlier chunks) attends over its whole context read in place from
 //! the paged cache, like a fresh one; its new K/V go to its own fresh blocks
@@ -23,12 +23,15 @@ pub(super) struct PrefillRow {
     pub id: SeqId,
     /// Prompt tokens this step computes for the sequence.
     pub tokens: usize,
-    /// Whether they complete its prompt (the row is then sampled).
+    /// Whether they complete its prompt.
     pub completes: bool,
+    /// Whether it is sampled: it completes its prompt and generates (a
+    /// prompt-scoring request with `max_new_tokens` 0 does not).
+    pub samples: bool,
 }
 
-/// The rows of a prefill step over `chunks`, completing rows first (in chunk
-/// order within each group). Every chunk must name a distinct prefilling
+/// The rows of a prefill step over `chunks`, sampled rows first, then the
+/// other completing ones (in chunk order within each group). Every chunk must name a distinct prefilling
 /// sequence and be non-empty; otherwise nothing is planned.
 pub(super) fn plan(
     chunks: &[PrefillChunk],
@@ -50,9 +53,10 @@ pub(super) fn plan(
             id: c.id,
             tokens,
             completes: tokens == left,
+            samples: tokens == left && seq.samples(),
         });
     }
-    rows.sort_by_key(|r| !r.completes);
+    rows.sort_by_key(|r| (!r.samples, !r.completes));
     Ok(rows)
 }
 

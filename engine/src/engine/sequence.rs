@@ -18,6 +18,7 @@
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+use super::token_stats::TokenStats;
 use crate::kv::BlockHash;
 use crate::sampling::RowSampling;
 use crate::types::{FinishReason, ResumeState, SequenceRequest};
@@ -53,6 +54,11 @@ pub(crate) struct Sequence {
     rng: StdRng,
     /// Draws taken from `rng` so far (a resumed sequence replays them).
     draws: u64,
+    /// The tokens it has, for its penalties (empty without one).
+    stats: TokenStats,
+    /// With `prompt_logprobs`: the next prompt token whose logprob is to be
+    /// reported (from 1; the first token has none).
+    pub next_scored: usize,
 }
 
 /// What the stop rules made of one sampled token.
@@ -79,16 +85,17 @@ impl Sequence {
     ) -> Self {
         let mut tokens = req.prompt.clone();
         let mut rng = StdRng::seed_from_u64(req.sampling.seed);
-        let (generated, draws) = match &req.resume {
+        let (generated, draws, scored) = match &req.resume {
             Some(r) => {
                 tokens.extend_from_slice(&r.generated);
                 for _ in 0..r.rng_draws {
                     rng.random::<f32>();
                 }
-                (r.generated.len(), r.rng_draws)
+                (r.generated.len(), r.rng_draws, r.prompt_scored)
             }
-            None => (0, 0),
+            None => (0, 0, 0),
         };
+        let stats = TokenStats::new(&req.prompt, &tokens[req.prompt.len()..], req.penalties);
         Self {
             table,
             cached,
@@ -102,9 +109,11 @@ impl Sequence {
             hashes,
             keyed,
             generated,
+            stats,
             request: req.clone(),
             rng,
             draws,
+            next_scored: scored + 1,
         }
     }
 
@@ -116,8 +125,25 @@ impl Sequence {
         req.resume = Some(ResumeState {
             generated: self.tokens[prompt_len..].to_vec(),
             rng_draws: self.draws,
+            prompt_scored: self.next_scored - 1,
         });
         req
+    }
+
+    /// Top-n of the prompt logprobs it asked for (`None`: not asked).
+    pub fn prompt_logprobs(&self) -> Option<usize> {
+        self.request.prompt_logprobs
+    }
+
+    /// The prompt's length.
+    pub fn prompt_len(&self) -> usize {
+        self.request.prompt.len()
+    }
+
+    /// Whether its prompt, once computed, is followed by a sampled token
+    /// (not for a request that only scores its prompt: `max_new_tokens` 0).
+    pub fn samples(&self) -> bool {
+        self.request.max_new_tokens > 0
     }
 
     /// Input tokens still to compute (0 once the prompt, and on resume the
@@ -134,24 +160,59 @@ impl Sequence {
 
     /// How this sequence picks its next token: its sampling row for the
     /// step (a sampled sequence draws its next uniform; a greedy one draws
-    /// nothing, so its RNG stream is the same whatever the batch).
-    pub fn sampling_row(&mut self) -> RowSampling {
-        let params = self.request.sampling;
+    /// nothing, so its RNG stream is the same whatever the batch), with the
+    /// logit edits of its options: bias and penalties, the stop tokens
+    /// banned before `min_tokens` (EOS too unless it ignores EOS), its
+    /// constraint's allowed set.
+    pub fn sampling_row(&mut self, eos_token_id: u32) -> RowSampling {
+        let req = &self.request;
+        let params = req.sampling;
         let uniform = if params.is_greedy() {
             0.5
         } else {
             self.draws += 1;
             self.rng.random::<f32>()
         };
+        let edits = if req.penalties.any() || !req.logit_bias.is_empty() {
+            self.stats.edits(req.penalties, &req.logit_bias)
+        } else {
+            Vec::new()
+        };
+        let mut banned = Vec::new();
+        if self.generated < req.min_tokens {
+            banned.extend_from_slice(&req.stop_token_ids);
+            if !req.ignore_eos {
+                banned.push(eos_token_id);
+            }
+        }
+        let allowed = req.constraint.as_ref().and_then(|c| {
+            let mut c = c.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            c.allowed().unwrap_or_else(|err| {
+                tracing::warn!(%err, "the output constraint failed; the sequence ends");
+                let mut only_eos = vec![0u32; eos_token_id as usize / 32 + 1];
+                only_eos[eos_token_id as usize / 32] |= 1 << (eos_token_id % 32);
+                Some(only_eos)
+            })
+        });
         RowSampling {
             params,
             uniform,
-            logprobs: self.request.logprobs,
+            logprobs: req.logprobs,
+            edits,
+            banned,
+            allowed,
         }
     }
 
-    /// Applies the stop rules to `token` and records it as the next input.
+    /// Applies the stop rules to `token` and records it as the next input
+    /// (and in the sequence's penalties and constraint).
     pub fn judge(&mut self, token: u32, eos_token_id: u32) -> Verdict {
+        if let Some(c) = &self.request.constraint {
+            let mut c = c.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Err(err) = c.accept(token) {
+                tracing::warn!(%err, token, "the output constraint refused a sampled token");
+            }
+        }
         let req = &self.request;
         let finish = if token == eos_token_id && !req.ignore_eos {
             Some(FinishReason::Eos)
@@ -169,6 +230,9 @@ impl Sequence {
         self.last_token = token;
         self.tokens.push(token);
         self.generated += 1;
+        if self.request.penalties.any() {
+            self.stats.record_output(token);
+        }
         Verdict {
             emit: true,
             finish: (self.generated >= self.request.max_new_tokens).then_some(FinishReason::Length),

@@ -115,7 +115,7 @@ impl Sequences {
 
     /// What admitting `req` holding `total_blocks` would take now.
     pub fn admission_cost(&self, req: &SequenceRequest, total_blocks: usize) -> AdmissionCost {
-        let m = self.match_prefix(&input_tokens(req));
+        let m = self.match_prefix(req);
         AdmissionCost {
             blocks: self
                 .blocks
@@ -135,7 +135,7 @@ impl Sequences {
         if self.contains(req.id) {
             return Err(EngineError::DuplicateSequence(req.id));
         }
-        let PrefixMatch { hashes, hits } = self.match_prefix(&input_tokens(req));
+        let PrefixMatch { hashes, hits } = self.match_prefix(req);
         let table = self
             .blocks
             .acquire(&hits, total_blocks.saturating_sub(hits.len()))?;
@@ -218,12 +218,19 @@ impl Sequences {
         }
     }
 
-    /// The prompt's full-block keys and its longest cached prefix, stopping
-    /// before the block of the last token (which must be computed).
-    fn match_prefix(&self, prompt: &[u32]) -> PrefixMatch {
-        let hashes = self.blocks.block_hashes(prompt, self.block_size);
-        let reusable = prompt.len().saturating_sub(1) / self.block_size;
-        let hits = self.blocks.lookup(&hashes[..reusable.min(hashes.len())]);
+    /// The input's full-block keys and its longest cached prefix, stopping
+    /// before the block of the last token (which must be computed). A
+    /// request that scores its prompt (`prompt_logprobs`) takes no hit: the
+    /// logits of every position are computed.
+    fn match_prefix(&self, req: &SequenceRequest) -> PrefixMatch {
+        let input = input_tokens(req);
+        let hashes = self.blocks.block_hashes(&input, self.block_size);
+        let reusable = input.len().saturating_sub(1) / self.block_size;
+        let hits = if req.prompt_logprobs.is_some() {
+            Vec::new()
+        } else {
+            self.blocks.lookup(&hashes[..reusable.min(hashes.len())])
+        };
         PrefixMatch { hashes, hits }
     }
 }

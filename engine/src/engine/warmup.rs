@@ -50,16 +50,13 @@ pub struct WarmupReport {
 /// A step of one sampling row that takes the top-k/top-p threshold path.
 pub(crate) fn filtering_table() -> SamplingTable {
     let mut table = SamplingTable::with_capacity(1);
-    table.push(RowSampling {
-        params: SamplingParams {
-            temperature: 0.8,
-            top_k: 40,
-            top_p: 0.95,
-            seed: 0,
-        },
-        uniform: 0.5,
-        logprobs: None,
-    });
+    let params = SamplingParams {
+        temperature: 0.8,
+        top_k: 40,
+        top_p: 0.95,
+        seed: 0,
+    };
+    table.push(RowSampling::plain(params, 0.5, None));
     table
 }
 

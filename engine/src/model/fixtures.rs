@@ -42,3 +42,42 @@ pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
         .map(|(x, y)| (x - y).abs())
         .fold(0.0, f32::max)
 }
+
+/// One controlled continuation of `controls.json`.
+#[derive(Debug, Deserialize)]
+pub struct ControlCase {
+    pub name: String,
+    pub prompt: Vec<u32>,
+    /// The request's options under their OpenAI / vLLM names.
+    pub options: serde_json::Value,
+    /// The greedy tokens emitted (a stop token or EOS is not).
+    pub tokens: Vec<u32>,
+}
+
+/// One prompt's logprobs in `controls.json`: per position from the second,
+/// the prompt token's logprob and the top alternatives `(id, logprob)`.
+#[derive(Debug, Deserialize)]
+pub struct PromptLogprobCase {
+    pub prompt: Vec<u32>,
+    pub top: usize,
+    pub logprobs: Vec<PromptTokenLogprob>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct PromptTokenLogprob {
+    pub logprob: f32,
+    pub top: Vec<(u32, f32)>,
+}
+
+/// `controls.json`.
+#[derive(Debug, Deserialize)]
+pub struct Controls {
+    pub new_tokens: usize,
+    pub cases: Vec<ControlCase>,
+    pub prompt_logprobs: Vec<PromptLogprobCase>,
+}
+
+pub fn controls() -> Controls {
+    let text = std::fs::read_to_string(tiny_gpt2_dir().join("controls.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}

@@ -347,14 +347,14 @@ impl Ops {
                         None,
                     );
                 }
-                cpu::paged_attention::decode_attention(&qkv, k, v, paged, n_head)
+                cpu::paged_attention::decode_attention(self.cpu.isa, &qkv, k, v, paged, n_head)
             }
             AttentionContext::Segments(seg) => {
                 #[cfg(feature = "cuda")]
                 if cuda::on_cube(&qkv) {
                     return self.cuda_segment_attention(qkv, k, v, n_head, seg);
                 }
-                cpu::paged_attention::segment_attention(&qkv, k, v, seg, n_head)
+                cpu::paged_attention::segment_attention(self.cpu.isa, &qkv, k, v, seg, n_head)
             }
         }
     }

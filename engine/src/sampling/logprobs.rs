@@ -81,7 +81,7 @@ pub fn logprobs(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sampling::sampler::tests::logits;
+    use crate::sampling::test_logits::logits;
 
     #[test]
     fn rows_that_asked_get_their_logprob_and_sorted_alternatives() {

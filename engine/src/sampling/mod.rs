@@ -8,13 +8,19 @@
 //! - [`table`]: a step's sampling as columns ([`SamplingTable`]), and the one
 //!   place that decides which rows may take the argmax a decode graph
 //!   computed.
+//! - [`transforms`]: logit bias, penalties, banned tokens and allowed sets,
+//!   on the device, for the rows that ask.
 //! - [`logprobs`]: log-probabilities of the sampled tokens and their top-n
 //!   alternatives, from the same logits, only for steps where some row asked.
 
 pub mod logprobs;
 pub mod sampler;
 pub mod table;
+pub mod transforms;
+
+#[cfg(test)]
+mod test_logits;
 
 pub use logprobs::logprobs;
 pub use sampler::{sample, SamplingParamsRows};
-pub use table::{RowSampling, SamplingTable};
+pub use table::{RowSampling, SamplingTable, TokenEdit};

@@ -22,6 +22,7 @@ use burn::tensor::activation::softmax;
 use burn::tensor::DType;
 
 use super::table::SamplingTable;
+use super::transforms;
 use crate::error::EngineError;
 use crate::ops::InputBuffer;
 
@@ -46,6 +47,8 @@ pub struct SamplingParamsRows {
     argmax_only: bool,
     /// Some row filters by top-k or top-p (the threshold search runs).
     filtering: bool,
+    /// Some row samples (else every row takes an argmax).
+    any_sampled: bool,
     rows: usize,
     vocab: usize,
 }
@@ -62,6 +65,7 @@ impl SamplingParamsRows {
             greedy: InputBuffer::zeros([rows, 1], device),
             argmax_only: true,
             filtering: false,
+            any_sampled: false,
             rows,
             vocab,
         }
@@ -73,7 +77,8 @@ impl SamplingParamsRows {
     pub fn write(&mut self, table: &SamplingTable) {
         debug_assert!(table.len() <= self.rows);
         self.argmax_only = table.all_take_graph_argmax();
-        if self.argmax_only {
+        self.any_sampled = (0..table.len()).any(|i| !table.is_greedy(i));
+        if self.argmax_only || !self.any_sampled {
             self.filtering = false;
             return;
         }
@@ -115,23 +120,35 @@ impl SamplingParamsRows {
 }
 
 /// Picks one token per row of `logits` (`[B, vocab]`, B = the parameters'
-/// rows, last written from a table of `take` rows) and reads back the first
-/// `take` ids: the step's one device->host read. `argmax` (`[B, 1]`), where
-/// the step already computed it (a replayed decode graph does), stands in for
-/// the argmax of the raw logits.
+/// rows, last written from `table`) and reads back the table's rows' ids:
+/// the step's one device->host read. `argmax` (`[B, 1]`), where the step
+/// already computed it (a replayed decode graph does), stands in for the
+/// argmax of the raw logits. Rows whose logits change first
+/// ([`SamplingTable::changes_logits`]) are chosen from the changed logits
+/// ([`super::transforms`]).
 pub fn sample(
     logits: Tensor<2>,
     argmax: Option<Tensor<2, Int>>,
     params: &SamplingParamsRows,
-    take: usize,
+    table: &SamplingTable,
 ) -> Result<Vec<u32>, EngineError> {
     let [b, _] = logits.dims();
     debug_assert_eq!(b, params.rows);
-    let argmax = argmax.unwrap_or_else(|| logits.clone().argmax(1));
     let ids = if params.argmax_only {
-        argmax
+        argmax.unwrap_or_else(|| logits.argmax(1))
     } else {
-        draw(logits.cast(DType::F32), argmax, params)
+        let (logits, argmax) = if table.any_changes_logits() {
+            let changed = transforms::apply(logits.cast(DType::F32), table);
+            (changed.clone(), changed.argmax(1))
+        } else {
+            let argmax = argmax.unwrap_or_else(|| logits.clone().argmax(1));
+            (logits.cast(DType::F32), argmax)
+        };
+        if params.any_sampled {
+            draw(logits, argmax, params)
+        } else {
+            argmax
+        }
     };
     // The whole `[B, 1]` buffer as it is (no reshape or slice queued before
     // the read: a greedy step's ids come straight from the graph's output);
@@ -141,7 +158,7 @@ pub fn sample(
         .map_err(|e| EngineError::Device(format!("{e:?}")))?;
     Ok(data
         .iter::<i64>()
-        .take(take.min(b))
+        .take(table.len().min(b))
         .map(|x| x.clamp(0, u32::MAX as i64) as u32)
         .collect())
 }
@@ -191,41 +208,33 @@ fn draw(logits: Tensor<2>, argmax: Tensor<2, Int>, params: &SamplingParamsRows) 
 pub(super) mod tests {
     use super::*;
     use crate::sampling::table::RowSampling;
+    use crate::sampling::test_logits::logits;
     use crate::types::SamplingParams;
 
-    /// A Flex `[rows, V]` logits tensor (also used by the logprobs tests).
-    pub(crate) fn logits(rows: &[&[f32]]) -> Tensor<2> {
-        let v = rows[0].len();
-        let flat: Vec<f32> = rows.iter().flat_map(|r| r.iter().copied()).collect();
-        Tensor::from_data(TensorData::new(flat, [rows.len(), v]), &Device::flex())
-    }
-
     fn s(temperature: f32, top_k: usize, top_p: f32, uniform: f32) -> RowSampling {
-        RowSampling {
-            params: SamplingParams {
-                temperature,
-                top_k,
-                top_p,
-                seed: 0,
-            },
-            uniform,
-            logprobs: None,
-        }
+        let params = SamplingParams {
+            temperature,
+            top_k,
+            top_p,
+            seed: 0,
+        };
+        RowSampling::plain(params, uniform, None)
     }
 
     const G: fn() -> RowSampling = RowSampling::greedy;
 
     fn table(rows: &[RowSampling]) -> SamplingTable {
         let mut t = SamplingTable::with_capacity(rows.len());
-        rows.iter().for_each(|&r| t.push(r));
+        rows.iter().for_each(|r| t.push(r.clone()));
         t
     }
 
     fn pick(l: Tensor<2>, rows: &[RowSampling]) -> Vec<u32> {
         let [b, v] = l.dims();
         let mut params = SamplingParamsRows::new(b, v, &Device::flex());
-        params.write(&table(rows));
-        sample(l, None, &params, rows.len()).unwrap()
+        let t = table(rows);
+        params.write(&t);
+        sample(l, None, &params, &t).unwrap()
     }
 
     #[test]
@@ -244,15 +253,17 @@ pub(super) mod tests {
             Tensor::<2, Int>::from_data(TensorData::new(vec![2i64, 1, 0], [3, 1]), &Device::flex())
         };
         let mut params = SamplingParamsRows::new(3, 3, &Device::flex());
-        params.write(&table(&[G(), G()]));
+        let greedy = table(&[G(), G()]);
+        params.write(&greedy);
         assert_eq!(
-            sample(l.clone(), Some(given()), &params, 2).unwrap(),
+            sample(l.clone(), Some(given()), &params, &greedy).unwrap(),
             [2, 1]
         );
         // Row 1 samples with all its mass on token 0; row 0 stays greedy.
         let hot = logits(&[&[0.1, 3.0, 0.2], &[50.0, 0.0, 0.0], &[0.0, 0.0, 9.0]]);
-        params.write(&table(&[G(), s(1.0, 0, 1.0, 0.5)]));
-        assert_eq!(sample(hot, Some(given()), &params, 2).unwrap(), [2, 0]);
+        let mixed = table(&[G(), s(1.0, 0, 1.0, 0.5)]);
+        params.write(&mixed);
+        assert_eq!(sample(hot, Some(given()), &params, &mixed).unwrap(), [2, 0]);
     }
 
     #[test]
@@ -281,6 +292,22 @@ pub(super) mod tests {
             s(1.0, 0, 0.5, 0.99), // nucleus 0.5 -> {1}
         ];
         assert_eq!(pick(l, &rows), [1, 2, 1, 1]);
+    }
+
+    #[test]
+    fn a_greedy_row_with_edits_ignores_the_graphs_argmax_and_others_keep_it() {
+        let l = logits(&[&[0.1, 3.0, 0.2], &[5.0, 1.0, 0.0]]);
+        let given =
+            Tensor::<2, Int>::from_data(TensorData::new(vec![1i64, 0], [2, 1]), &Device::flex());
+        // Row 0: token 1 banned -> token 2; row 1 takes the given argmax.
+        let banned = RowSampling {
+            banned: vec![1],
+            ..G()
+        };
+        let t = table(&[banned, G()]);
+        let mut params = SamplingParamsRows::new(2, 3, &Device::flex());
+        params.write(&t);
+        assert_eq!(sample(l, Some(given), &params, &t).unwrap(), [2, 0]);
     }
 
     #[test]

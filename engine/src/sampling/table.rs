@@ -23,8 +23,20 @@
 
 use crate::types::SamplingParams;
 
-/// One row's sampling for one step.
+/// One token's logit edit in one row, applied before the choice in vLLM's
+/// order: `logit += add`; then the repetition factor (a positive logit is
+/// divided by it, a negative one multiplied; 1 = none); then `logit -=
+/// subtract` (frequency and presence penalties).
 #[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TokenEdit {
+    pub token: u32,
+    pub add: f32,
+    pub repetition: f32,
+    pub subtract: f32,
+}
+
+/// One row's sampling for one step.
+#[derive(Debug, Clone, PartialEq)]
 pub struct RowSampling {
     /// What the row's request asked for.
     pub params: SamplingParams,
@@ -33,15 +45,31 @@ pub struct RowSampling {
     pub uniform: f32,
     /// Top-n of the logprobs to report for the chosen token; `None`: none.
     pub logprobs: Option<usize>,
+    /// Logit bias and penalties, one entry per token they touch (at most
+    /// one per token).
+    pub edits: Vec<TokenEdit>,
+    /// Tokens that may not be chosen this step (`min_tokens` not reached).
+    pub banned: Vec<u32>,
+    /// The only tokens that may be chosen (a constraint's bitset: bit
+    /// `t % 32` of word `t / 32`), or `None`.
+    pub allowed: Option<Vec<u32>>,
 }
 
 impl RowSampling {
-    /// A greedy row without logprobs (warmup, padding, tests).
+    /// A greedy row without logprobs or edits (warmup, padding, tests).
     pub fn greedy() -> Self {
+        Self::plain(SamplingParams::greedy(), 0.5, None)
+    }
+
+    /// A row with these parameters and no logit edits.
+    pub fn plain(params: SamplingParams, uniform: f32, logprobs: Option<usize>) -> Self {
         Self {
-            params: SamplingParams::greedy(),
-            uniform: 0.5,
-            logprobs: None,
+            params,
+            uniform,
+            logprobs,
+            edits: Vec::new(),
+            banned: Vec::new(),
+            allowed: None,
         }
     }
 }
@@ -60,6 +88,12 @@ pub struct SamplingTable {
     pub uniform: Vec<f32>,
     /// Top-n logprobs asked per row.
     pub logprobs: Vec<Option<usize>>,
+    /// Logit bias and penalty edits per row (empty for most).
+    pub edits: Vec<Vec<TokenEdit>>,
+    /// Banned tokens per row (`min_tokens`).
+    pub banned: Vec<Vec<u32>>,
+    /// Allowed-token bitsets per row (structured output).
+    pub allowed: Vec<Option<Vec<u32>>>,
 }
 
 impl SamplingTable {
@@ -70,6 +104,9 @@ impl SamplingTable {
             top_p: Vec::with_capacity(rows),
             uniform: Vec::with_capacity(rows),
             logprobs: Vec::with_capacity(rows),
+            edits: Vec::with_capacity(rows),
+            banned: Vec::with_capacity(rows),
+            allowed: Vec::with_capacity(rows),
         }
     }
 
@@ -90,6 +127,9 @@ impl SamplingTable {
         self.top_p.push(p.top_p);
         self.uniform.push(row.uniform);
         self.logprobs.push(row.logprobs);
+        self.edits.push(row.edits);
+        self.banned.push(row.banned);
+        self.allowed.push(row.allowed);
     }
 
     /// Rows in the table.
@@ -106,12 +146,16 @@ impl SamplingTable {
         self.temperature[i] <= 0.0 || self.top_k[i] == 1
     }
 
-    /// Whether some option of row `i` changes its logits before the choice.
-    /// None does yet: penalties, logit bias, banned tokens and grammar masks
-    /// each add their clause here.
+    /// Whether some option of row `i` changes its logits before the choice:
+    /// a logit bias or a penalty (`edits`), banned tokens (`min_tokens`), an
+    /// allowed set (structured output). The one list of them.
     pub fn changes_logits(&self, i: usize) -> bool {
-        let _ = i;
-        false
+        !self.edits[i].is_empty() || !self.banned[i].is_empty() || self.allowed[i].is_some()
+    }
+
+    /// Whether any row's logits change before the choice.
+    pub fn any_changes_logits(&self) -> bool {
+        (0..self.len()).any(|i| self.changes_logits(i))
     }
 
     /// Whether row `i`'s token may be the argmax a replayed decode graph
@@ -139,16 +183,13 @@ mod tests {
     use super::*;
 
     fn sampled(temperature: f32, top_k: usize) -> RowSampling {
-        RowSampling {
-            params: SamplingParams {
-                temperature,
-                top_k,
-                top_p: 1.0,
-                seed: 1,
-            },
-            uniform: 0.3,
-            logprobs: None,
-        }
+        let params = SamplingParams {
+            temperature,
+            top_k,
+            top_p: 1.0,
+            seed: 1,
+        };
+        RowSampling::plain(params, 0.3, None)
     }
 
     #[test]
@@ -170,5 +211,33 @@ mod tests {
         assert!(!t.all_take_graph_argmax());
         assert!(t.any_logprobs());
         assert!(SamplingTable::greedy(4).all_take_graph_argmax());
+    }
+
+    #[test]
+    fn a_greedy_row_whose_logits_change_cannot_take_the_graph_argmax() {
+        let edited = RowSampling {
+            edits: vec![TokenEdit {
+                token: 3,
+                add: 1.0,
+                repetition: 1.0,
+                subtract: 0.0,
+            }],
+            ..RowSampling::greedy()
+        };
+        let banned = RowSampling {
+            banned: vec![7],
+            ..RowSampling::greedy()
+        };
+        let allowed = RowSampling {
+            allowed: Some(vec![1]),
+            ..RowSampling::greedy()
+        };
+        let mut t = SamplingTable::with_capacity(4);
+        for row in [RowSampling::greedy(), edited, banned, allowed] {
+            t.push(row);
+        }
+        let takes: Vec<bool> = (0..4).map(|i| t.takes_graph_argmax(i)).collect();
+        assert_eq!(takes, [true, false, false, false]);
+        assert!(t.any_changes_logits() && !t.all_take_graph_argmax());
     }
 }

@@ -5,10 +5,12 @@ use burn::prelude::*;
 
 use super::inputs::StepInputs;
 use crate::model::{Gpt2, KvCache};
+use crate::ops::cpu::pool;
 use crate::ops::Ops;
 
 /// Runs `model` over `inputs`, writing the step's K/V into `cache`; returns
-/// the logits `[B, vocab]` of each row's last token.
+/// the logits `[B, vocab]` of each row's last token. On the CPU the pass
+/// runs on the kernels' rayon pool ([`pool::on_pool`]).
 pub fn forward(model: &Gpt2, ops: &Ops, cache: &mut KvCache, inputs: StepInputs) -> Tensor<2> {
     let StepInputs {
         tokens,
@@ -16,5 +18,10 @@ pub fn forward(model: &Gpt2, ops: &Ops, cache: &mut KvCache, inputs: StepInputs)
         last_rows,
         meta,
     } = inputs;
-    model.forward(ops, tokens, positions, last_rows, &meta, cache)
+    let on_cpu = pool::is_cpu(&tokens.device());
+    let pass = || model.forward(ops, tokens, positions, last_rows, &meta, cache);
+    if on_cpu {
+        return pool::on_pool(pass);
+    }
+    pass()
 }

@@ -22,5 +22,5 @@ pub mod shapes;
 
 pub use buffers::DecodeRow;
 pub use inputs::{PrefillSeq, PrefillShape, StepInputs};
-pub use runner::StepRunner;
+pub use runner::{ScoreRequest, StepRunner};
 pub use shapes::{RunnerShape, MIN_PREFILL_BUCKET};

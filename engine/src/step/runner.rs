@@ -194,21 +194,46 @@ impl StepRunner {
 
     /// One prefill step over `rows` (blocks already reserved); the first
     /// `table.len()` rows complete their prompt and are sampled by `table`.
+    /// `scores` asks for the logprobs of tokens at positions of rows (prompt
+    /// logprobs): their logits are computed besides the rows' last ones, and
+    /// each request gets one [`TokenLogprobs`] per target.
     pub fn prefill(
         &mut self,
         rows: &[PrefillSeq<'_>],
         table: &SamplingTable,
-    ) -> Result<Sampled, EngineError> {
-        let (inputs, padded) = self.prefill_batch(rows);
-        let logits = forward(&self.model, &self.ops, &mut self.cache, inputs);
-        if table.is_empty() {
-            return Ok((Vec::new(), Vec::new()));
+        scores: &[ScoreRequest],
+    ) -> Result<(Sampled, Vec<Vec<TokenLogprobs>>), EngineError> {
+        let (mut inputs, padded) = self.prefill_batch(rows);
+        let extra = score_positions(rows, scores);
+        if !extra.is_empty() {
+            // Padded to a power of two on bucketed devices: a bounded set of
+            // LM-head shapes.
+            let n = if self.shape.bucketed {
+                extra.len().max(16).next_power_of_two()
+            } else {
+                extra.len()
+            };
+            let mut at = extra.clone();
+            at.resize(n, 0);
+            let at = Tensor::<1, Int>::from_data(TensorData::new(at, [n]), &self.device);
+            inputs.last_rows = Tensor::cat(vec![inputs.last_rows, at], 0);
         }
-        let mut params = SamplingParamsRows::new(padded, self.config.vocab_size, &self.device);
-        params.write(table);
-        let sampled = sample_step(logits, None, &params, table)?;
+        let logits = forward(&self.model, &self.ops, &mut self.cache, inputs);
+        let scored = (!extra.is_empty()).then(|| logits.clone().narrow(0, padded, extra.len()));
+        let sampled = if table.is_empty() {
+            (Vec::new(), Vec::new())
+        } else {
+            let logits = logits.narrow(0, 0, padded);
+            let mut params = SamplingParamsRows::new(padded, self.config.vocab_size, &self.device);
+            params.write(table);
+            sample_step(logits, None, &params, table)?
+        };
+        let scores = match scored {
+            Some(l) => score(l, scores)?,
+            None => Vec::new(),
+        };
         self.check_library_calls()?;
-        Ok(sampled)
+        Ok((sampled, scores))
     }
 
     /// Fails the step if a library call it queued (cuBLASLt) failed: its
@@ -259,7 +284,7 @@ impl StepRunner {
         let inputs = prefill_inputs(&[], shape, self.tables(), &self.device);
         let logits = forward(&self.model, &self.ops, &mut self.cache, inputs);
         let params = SamplingParamsRows::new(shape.rows, self.config.vocab_size, &self.device);
-        sample(logits, None, &params, 1).map(drop)
+        sample(logits, None, &params, &SamplingTable::greedy(1)).map(drop)
     }
 
     /// Runs a decode step of `bucket` padding rows, sampled by `table`
@@ -267,7 +292,7 @@ impl StepRunner {
     pub fn warm_decode(&mut self, bucket: usize, table: &SamplingTable) -> Result<(), EngineError> {
         let inputs = self.prepare_decode(bucket, &[], table);
         let logits = forward(&self.model, &self.ops, &mut self.cache, inputs);
-        sample(logits, None, &self.decode_buffers[&bucket].sampling, 1).map(drop)
+        sample(logits, None, &self.decode_buffers[&bucket].sampling, table).map(drop)
     }
 
     /// Captures the decode step of each of `buckets` (see
@@ -361,6 +386,59 @@ impl StepRunner {
     }
 }
 
+/// Logprobs of tokens at positions of one prefill row (prompt logprobs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScoreRequest {
+    /// The row, an index into the step's rows.
+    pub row: usize,
+    /// The first position scored, an offset into the row's tokens.
+    pub from: usize,
+    /// The token each position from `from` predicts: its logprob is the
+    /// one reported.
+    pub targets: Vec<u32>,
+    /// Alternatives reported per position.
+    pub top: usize,
+}
+
+/// The flat token indices (into the step's concatenated rows) of every
+/// position `scores` asks for, in order.
+fn score_positions(rows: &[PrefillSeq<'_>], scores: &[ScoreRequest]) -> Vec<i32> {
+    let mut base = Vec::with_capacity(rows.len());
+    let mut n = 0;
+    for r in rows {
+        base.push(n);
+        n += r.tokens.len();
+    }
+    scores
+        .iter()
+        .flat_map(|s| {
+            let b = base[s.row] + s.from;
+            (b..b + s.targets.len()).map(|i| i as i32)
+        })
+        .collect()
+}
+
+/// Each request's logprobs from `logits` (`[positions, V]`, the scored
+/// positions in order).
+fn score(
+    logits: Tensor<2>,
+    scores: &[ScoreRequest],
+) -> Result<Vec<Vec<TokenLogprobs>>, EngineError> {
+    let targets: Vec<u32> = scores
+        .iter()
+        .flat_map(|s| s.targets.iter().copied())
+        .collect();
+    let top: Vec<Option<usize>> = scores
+        .iter()
+        .flat_map(|s| std::iter::repeat_n(Some(s.top), s.targets.len()))
+        .collect();
+    let mut all = logprobs(logits, &targets, &top)?.into_iter();
+    Ok(scores
+        .iter()
+        .map(|s| all.by_ref().take(s.targets.len()).flatten().collect())
+        .collect())
+}
+
 /// Samples the `table.len()` real rows of `logits` with `params` (written
 /// from `table`; `argmax`: the raw logits' argmax, where the step computed
 /// it), then the logprobs of the rows that asked (only when one did).
@@ -371,7 +449,7 @@ fn sample_step(
     table: &SamplingTable,
 ) -> Result<Sampled, EngineError> {
     let kept = table.any_logprobs().then(|| logits.clone());
-    let tokens = sample(logits, argmax, params, table.len())?;
+    let tokens = sample(logits, argmax, params, table)?;
     let lps = kept
         .map(|l| logprobs(l, &tokens, &table.logprobs))
         .transpose()?

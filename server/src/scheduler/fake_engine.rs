@@ -255,6 +255,7 @@ impl StepEngine for FakeEngine {
             // The fake's token at position p is p.
             generated: (prompt_len..prompt_len + seq.generated as u32).collect(),
             rng_draws: 0,
+            prompt_scored: 0,
         });
         Some(req)
     }

@@ -165,6 +165,7 @@ mod tests {
             seq.resume = Some(ResumeState {
                 generated: vec![3],
                 rng_draws: 0,
+                prompt_scored: 0,
             });
         }
         let (events, _) = mpsc::unbounded_channel();

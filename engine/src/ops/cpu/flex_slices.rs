@@ -26,7 +26,9 @@ pub fn values<E: burn::tensor::Element + bytemuck::Pod>(t: &FlexTensor) -> &[E] 
     &t.storage::<E>()[..n]
 }
 
-/// `a . b` with eight independent accumulators (vectorizes).
+/// `a . b` with eight independent accumulators (vectorizes; inlined into
+/// the kernels' `#[target_feature]` entry points).
+#[inline(always)]
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0.0f32; 8];
     let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
@@ -44,7 +46,8 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     acc.iter().sum::<f32>() + tail
 }
 
-/// `out += alpha * x`.
+/// `out += alpha * x` (inlined as [`dot`]).
+#[inline(always)]
 pub fn axpy(alpha: f32, x: &[f32], out: &mut [f32]) {
     for (o, &v) in out.iter_mut().zip(x) {
         *o += alpha * v;

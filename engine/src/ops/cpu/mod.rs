@@ -9,6 +9,8 @@
 //!   sequence, in parallel over (tile, head) on the rayon pool.
 //! - [`isa`]: which instruction set the kernels run on ([`CpuIsa`]), detected
 //!   once when the device is opened.
+//! - [`pool`]: a whole CPU forward pass moved onto the rayon pool once, so
+//!   that each kernel's parallel loop forks from inside it.
 //! - [`flex_slices`]: the `f32` slices of dense Flex tensors those kernels
 //!   work on, and their vector loops.
 //!
@@ -18,6 +20,7 @@ mod flex_slices;
 pub mod gemv;
 pub mod isa;
 pub mod paged_attention;
+pub mod pool;
 pub mod tiled_attention;
 
 pub use isa::CpuIsa;
@@ -43,15 +46,16 @@ pub struct CpuKernels {
 }
 
 impl CpuKernels {
-    /// This CPU's instruction set, the default row cap, f32 weights.
+    /// This CPU's instruction set, the default row cap and weight format.
     pub fn detect() -> Self {
         Self::new(CpuTuning::default())
     }
 
-    /// This CPU's instruction set with the knobs of `tuning`.
+    /// The instruction set `tuning` asks for (the detected one by default)
+    /// with its other knobs.
     pub fn new(tuning: CpuTuning) -> Self {
         Self {
-            isa: CpuIsa::detect(),
+            isa: tuning.cpu_isa.resolve(),
             gemv_max_rows: GEMV_MAX_ROWS,
             weights: tuning.cpu_weights,
         }

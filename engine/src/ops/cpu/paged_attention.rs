@@ -21,12 +21,13 @@ use burn::prelude::*;
 use burn::tensor::DType;
 
 use super::flex_slices::{dense, values};
+use super::isa::CpuIsa;
 use super::tiled_attention::{attend, Geometry, Tile};
 use crate::ops::attention::{PagedContext, SegmentContext};
 use crate::ops::plan::PREFILL_TILE;
 use crate::ops::reference;
 
-/// Attention of one query per sequence over its paged context.
+/// Attention of one query per sequence over its paged context, on `isa`.
 ///
 /// - `qkv`: `[B, 3E]` (its Q third is read, `E = H * D`)
 /// - `k`, `v`: the layer's storage, `[H, S, D]` each
@@ -34,20 +35,21 @@ use crate::ops::reference;
 /// - returns `[B, E]`: the native kernel on f32 Flex tensors with valid
 ///   tables, [`reference::decode_attention`] otherwise
 pub fn decode_attention(
+    isa: CpuIsa,
     qkv: &Tensor<2>,
     k: &Tensor<3>,
     v: &Tensor<3>,
     paged: &PagedContext,
     n_head: usize,
 ) -> Tensor<2> {
-    native_decode(qkv, k, v, paged, n_head).unwrap_or_else(|| {
+    native_decode(isa, qkv, k, v, paged, n_head).unwrap_or_else(|| {
         let [b, e3] = qkv.dims();
         let q = qkv.clone().slice([0..b, 0..e3 / 3]);
         reference::decode_attention(q, k, v, paged, n_head)
     })
 }
 
-/// Prefill attention over a step's segments.
+/// Prefill attention over a step's segments, on `isa`.
 ///
 /// - `qkv`: `[T, 3E]`, the step's flat tokens
 /// - `k`, `v`: the layer's storage, `[H, S, D]` each, already holding the
@@ -55,13 +57,14 @@ pub fn decode_attention(
 /// - returns `[T, E]` (padding tokens 0): the native kernel on f32 Flex
 ///   tensors with valid indices, [`reference::segment_attention`] otherwise
 pub fn segment_attention(
+    isa: CpuIsa,
     qkv: &Tensor<2>,
     k: &Tensor<3>,
     v: &Tensor<3>,
     seg: &SegmentContext,
     n_head: usize,
 ) -> Tensor<2> {
-    native_segments(qkv, k, v, seg, n_head)
+    native_segments(isa, qkv, k, v, seg, n_head)
         .unwrap_or_else(|| reference::segment_attention(qkv.clone(), k, v, n_head, seg))
 }
 
@@ -110,9 +113,10 @@ fn inputs(
 }
 
 /// Runs the kernel over `tiles`; `[N, E]` on `device`.
-fn run(inputs: &Inputs, tiles: &[Tile], device: &Device) -> Option<Tensor<2>> {
+fn run(isa: CpuIsa, inputs: &Inputs, tiles: &[Tile], device: &Device) -> Option<Tensor<2>> {
     let g = inputs.geometry;
     let out = attend(
+        isa,
         values::<f32>(&inputs.qkv),
         values::<f32>(&inputs.k),
         values::<f32>(&inputs.v),
@@ -126,6 +130,7 @@ fn run(inputs: &Inputs, tiles: &[Tile], device: &Device) -> Option<Tensor<2>> {
 
 /// The native decode kernel: one one-query tile per sequence.
 fn native_decode(
+    isa: CpuIsa,
     qkv: &Tensor<2>,
     k: &Tensor<3>,
     v: &Tensor<3>,
@@ -147,11 +152,12 @@ fn native_decode(
             first_len: len as usize,
         })
         .collect();
-    run(&inputs, &tiles, &qkv.device())
+    run(isa, &inputs, &tiles, &qkv.device())
 }
 
 /// The native prefill kernel over the context's tiles.
 fn native_segments(
+    isa: CpuIsa,
     qkv: &Tensor<2>,
     k: &Tensor<3>,
     v: &Tensor<3>,
@@ -164,7 +170,7 @@ fn native_segments(
         &int_values(&seg.starts)?,
         &int_values(&seg.tiles)?,
     )?;
-    run(&inputs, &tiles, &qkv.device())
+    run(isa, &inputs, &tiles, &qkv.device())
 }
 
 /// The kernel's tiles from the context's `(row, first query)` pairs: the
@@ -241,11 +247,13 @@ mod tests {
             max_context: w * bs,
             arrivals: None,
         };
-        let got = native_decode(&qkv, &k, &v, &paged, h).expect("flex path");
-        let q = qkv.slice([0..b, 0..h * d]);
+        let q = qkv.clone().slice([0..b, 0..h * d]);
         let want = reference::decode_attention(q, &k, &v, &paged, h);
-        let worst = max_diff(got, want);
-        assert!(worst < 1e-5, "max diff {worst}");
+        for isa in CpuIsa::available() {
+            let got = native_decode(isa, &qkv, &k, &v, &paged, h).expect("flex path");
+            let worst = max_diff(got, want.clone());
+            assert!(worst < 1e-5, "{isa}: max diff {worst}");
+        }
     }
 
     #[test]
@@ -263,17 +271,17 @@ mod tests {
             max_context: 8,
             arrivals: None,
         };
-        assert!(native_decode(&qkv, &k, &v, &bad, 2).is_none());
+        assert!(native_decode(CpuIsa::detect(), &qkv, &k, &v, &bad, 2).is_none());
         let too_long = PagedContext {
             lens: ints(vec![9], [1], &dev),
             tables: ints(vec![0, 1], [1, 2], &dev),
             ..bad
         };
-        assert!(native_decode(&qkv, &k, &v, &too_long, 2).is_none());
+        assert!(native_decode(CpuIsa::detect(), &qkv, &k, &v, &too_long, 2).is_none());
         let mut seg = segments(&[(5, 0)], 1, 2, &dev);
         seg.tables = ints(vec![0, 9], [1, 2], &dev);
         let qkv = Tensor::<2>::zeros([5, 48], &dev);
-        assert!(native_segments(&qkv, &k, &v, &seg, 2).is_none());
+        assert!(native_segments(CpuIsa::detect(), &qkv, &k, &v, &seg, 2).is_none());
     }
 
     /// Rows `(queries, start)` over scattered tables of `w` blocks of 4
@@ -324,17 +332,19 @@ mod tests {
         for (rows, padded_tokens) in [(spec.len(), tokens), (8, tokens + 11)] {
             let seg = segments(&spec, rows, 24, &dev);
             let qkv = normal([padded_tokens, 3 * h * d], &dev);
-            let got = native_segments(&qkv, &k, &v, &seg, h).expect("flex path");
-            let want = reference::segment_attention(qkv, &k, &v, h, &seg);
-            let pad: Vec<f32> = got
-                .clone()
-                .slice([tokens..padded_tokens, 0..h * d])
-                .into_data()
-                .iter::<f32>()
-                .collect();
-            assert!(pad.iter().all(|&x| x == 0.0), "padding tokens get zeros");
-            let worst = max_diff(got, want);
-            assert!(worst < 1e-5, "{rows} rows: max diff {worst}");
+            let want = reference::segment_attention(qkv.clone(), &k, &v, h, &seg);
+            for isa in CpuIsa::available() {
+                let got = native_segments(isa, &qkv, &k, &v, &seg, h).expect("flex path");
+                let pad: Vec<f32> = got
+                    .clone()
+                    .slice([tokens..padded_tokens, 0..h * d])
+                    .into_data()
+                    .iter::<f32>()
+                    .collect();
+                assert!(pad.iter().all(|&x| x == 0.0), "padding tokens get zeros");
+                let worst = max_diff(got, want.clone());
+                assert!(worst < 1e-5, "{isa}, {rows} rows: max diff {worst}");
+            }
         }
     }
 
@@ -353,8 +363,8 @@ mod tests {
             arrivals: None,
         };
         let qkv = normal([1, 3 * h * d], &dev);
-        let a = segment_attention(&qkv, &k, &v, &seg, h);
-        let b = decode_attention(&qkv, &k, &v, &paged, h);
+        let a = segment_attention(CpuIsa::detect(), &qkv, &k, &v, &seg, h);
+        let b = decode_attention(CpuIsa::detect(), &qkv, &k, &v, &paged, h);
         assert_eq!(max_diff(a, b), 0.0);
     }
 }

@@ -21,6 +21,23 @@ pub struct RowEpilogue<'a> {
     pub residual: Option<&'a [f32]>,
 }
 
+impl RowEpilogue<'_> {
+    /// Checks that the operands cover an `[m, n]` output.
+    ///
+    /// # Panics
+    /// If `bias` is shorter than `n` or `residual` than `m * n`.
+    pub fn check(&self, m: usize, n: usize) {
+        assert!(
+            self.bias.is_none_or(|b| b.len() >= n),
+            "gemv: bias too short"
+        );
+        assert!(
+            self.residual.is_none_or(|r| r.len() >= m * n),
+            "gemv: residual too short"
+        );
+    }
+}
+
 /// Applies `epilogue` to columns `col .. col + n` of the first `m` rows of
 /// `out` (row stride `ldo`).
 ///

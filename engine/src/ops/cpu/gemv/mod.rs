@@ -13,36 +13,40 @@
 //! are in cache ([`epilogue`]). The same kernel serves the LM head (the tied
 //! embedding is `[vocab, E]`, out-major as stored).
 //!
-//! [`project`] works on slices of `f32` or `bf16` weights; [`linear`] takes
-//! Flex tensors and returns `None` for anything else (another backend, other
-//! dtypes), which then goes to the tensor-op path. Which rows come here is
-//! decided in `crate::ops` ([`super::CpuKernels::gemv_max_rows`]).
+//! bf16 weights ([`bf16_weights`]) round `x` to bf16 too, and on a CPU with
+//! AVX512_BF16 run the native kernel [`dot_bf16`] (`vdpbf16ps`: 32 products
+//! per instruction, no widening), elsewhere the same f32-lane kernel on
+//! weights widened to f32. [`split`] cuts a call into the rayon tasks both
+//! kernels run.
+//!
+//! [`project`] (f32 lanes) and [`bf16_weights::project`] work on slices; [`linear`]
+//! takes Flex tensors and returns `None` for anything else (another backend,
+//! other dtypes), which then goes to the tensor-op path. Which rows come
+//! here is decided in `crate::ops` ([`super::CpuKernels::gemv_max_rows`]).
 
+pub mod bf16_weights;
+#[cfg(target_arch = "x86_64")]
+pub mod dot_bf16;
 pub mod epilogue;
 pub mod lanes;
+pub mod split;
 pub mod tile;
 
 use burn::prelude::*;
 use burn::tensor::DType;
 use half::bf16;
-use rayon::prelude::*;
 
 pub use epilogue::RowEpilogue;
 use lanes::WeightElem;
-use tile::Block;
+use split::for_each_block;
 
 use super::flex_slices::{dense, values};
 use super::isa::CpuIsa;
 
-/// Below this many multiply-adds a call runs on the calling thread: a rayon
-/// fork costs more than the work.
-const SERIAL_MACS: usize = 1 << 16;
-
-/// Tasks per rayon thread, so that a slow thread does not hold up the call.
-const TASKS_PER_THREAD: usize = 4;
-
-/// `x W^T + b` with the epilogue: `x` `[m, k]`, `w` `[n, k]` (out-major),
-/// `bias` `[n]`, `residual` `[m, n]`; returns `[m, n]` row-major.
+/// `x W^T + b` with the epilogue on the f32-lane kernel ([`tile`]): `x`
+/// `[m, k]`, `w` `[n, k]` (out-major, f32 or bf16 widened exactly), `bias`
+/// `[n]`, `residual` `[m, n]`; returns `[m, n]` row-major. (bf16 weights
+/// go through [`bf16_weights::project`], which rounds `x` too.)
 ///
 /// # Panics
 /// If a slice is shorter than its shape says (the caller checked the shapes).
@@ -55,87 +59,13 @@ pub fn project<W: WeightElem>(
     n: usize,
     epilogue: &RowEpilogue<'_>,
 ) -> Vec<f32> {
-    assert!(
-        x.len() >= m * k && w.len() >= n * k,
-        "gemv: operand too short"
-    );
-    assert!(
-        epilogue.bias.is_none_or(|b| b.len() >= n),
-        "gemv: bias too short"
-    );
-    assert!(
-        epilogue.residual.is_none_or(|r| r.len() >= m * n),
-        "gemv: residual too short"
-    );
-    let mut out = vec![0.0f32; m * n];
-    let out_ptr = SharedOut(out.as_mut_ptr());
-    let rows = rows_per_task(m, n, k);
-    let task = |first: usize| {
-        let n_rows = rows.min(n - first);
-        let block = Block {
-            x,
-            m,
-            k,
-            w: &w[first * k..(first + n_rows) * k],
-            n: n_rows,
-            col: first,
-            ldo: n,
-        };
-        // SAFETY: every task writes only its own columns `first ..
-        // first + n_rows` of `out` (the ranges are disjoint), `out` outlives
-        // the tasks, the shapes were checked above, and the ISA's features
-        // were detected on this CPU.
-        unsafe { run(isa, block, out_ptr.get(), epilogue) };
-    };
-    if m * n * k < SERIAL_MACS {
-        (0..n).step_by(rows).for_each(task);
-    } else {
-        (0..n).into_par_iter().step_by(rows).for_each(task);
-    }
-    out
-}
-
-/// The output pointer, shared by tasks that write disjoint columns.
-#[derive(Clone, Copy)]
-struct SharedOut(*mut f32);
-
-// SAFETY: tasks only write disjoint columns through it (see `project`).
-unsafe impl Send for SharedOut {}
-// SAFETY: as above.
-unsafe impl Sync for SharedOut {}
-
-impl SharedOut {
-    fn get(self) -> *mut f32 {
-        self.0
-    }
-}
-
-/// Weight rows per task: about [`TASKS_PER_THREAD`] tasks per rayon thread,
-/// whole tiles of 4 rows.
-fn rows_per_task(m: usize, n: usize, k: usize) -> usize {
-    if m * n * k < SERIAL_MACS {
-        return n.max(1);
-    }
-    let tasks = rayon::current_num_threads() * TASKS_PER_THREAD;
-    n.div_ceil(tasks).next_multiple_of(4).max(4)
-}
-
-/// One block on the detected ISA's entry point.
-///
-/// # Safety
-/// As [`tile::run_portable`]; `isa` must have been detected on this CPU.
-unsafe fn run<W: WeightElem>(
-    isa: CpuIsa,
-    block: Block<'_, W>,
-    out: *mut f32,
-    epilogue: &RowEpilogue<'_>,
-) {
-    match isa {
-        #[cfg(target_arch = "x86_64")]
-        CpuIsa::Avx512 => tile::run_avx512(block, out, epilogue),
-        #[cfg(target_arch = "x86_64")]
-        CpuIsa::Avx2 => tile::run_avx2(block, out, epilogue),
-        _ => tile::run_portable(block, out, epilogue),
+    epilogue.check(m, n);
+    // SAFETY: each block writes only its own columns; `isa` was detected on
+    // this CPU.
+    unsafe {
+        for_each_block(x, m, k, w, n, |block, out| {
+            tile::run_on(isa, block, out, epilogue)
+        })
     }
 }
 
@@ -173,7 +103,7 @@ pub fn linear(
     let x = values::<f32>(&xs);
     let y = match w.dtype() {
         DType::F32 => project(isa, x, m, k, values::<f32>(&ws), n, &epilogue),
-        DType::BF16 => project(isa, x, m, k, values::<bf16>(&ws), n, &epilogue),
+        DType::BF16 => bf16_weights::project(isa, x, m, k, values::<bf16>(&ws), n, &epilogue),
         _ => return None,
     };
     Some(Tensor::from_data(TensorData::new(y, [m, n]), &device))
@@ -235,18 +165,19 @@ mod tests {
         }
     }
 
-    /// bf16 weights are widened exactly: the result is the f32 product with
-    /// the bf16-rounded weights.
+    /// bf16 weights round `x` too: on every ISA the result is the f32
+    /// product of the bf16-rounded operands.
     #[test]
-    fn bf16_weights_compute_the_product_of_their_rounded_values() {
+    fn bf16_weights_compute_the_product_of_the_rounded_operands() {
         let dev = Device::flex();
         let (m, k, n) = (3, 96, 9);
         let x = random([m, k], &dev);
         let w = random([n, k], &dev);
         let w16 = w.clone().cast(DType::BF16);
         let rounded = w16.clone().cast(DType::F32);
+        let x_rounded = x.clone().cast(DType::BF16).cast(DType::F32);
         let want = floats(reference::linear(
-            x.clone(),
+            x_rounded,
             &rounded,
             None,
             true,
@@ -257,14 +188,6 @@ mod tests {
             let worst = max_diff(&floats(got), &want);
             assert!(worst < 1e-4, "{isa}: max diff {worst}");
         }
-    }
-
-    #[test]
-    fn large_calls_split_into_whole_tiles_and_small_ones_stay_on_one_thread() {
-        assert_eq!(rows_per_task(1, 8, 8), 8);
-        let rows = rows_per_task(1, 50_257, 768);
-        assert_eq!(rows % 4, 0);
-        assert!(rows * rayon::current_num_threads() * TASKS_PER_THREAD >= 50_257);
     }
 
     #[test]

@@ -27,34 +27,23 @@
 //! `k` is not a multiple of the vector width). The entry points
 //! ([`run_avx512`], [`run_avx2`], [`run_portable`]) are `#[target_feature]`
 //! functions into which everything here, the [`super::lanes`] operations and
-//! the [`super::epilogue`] included, is inlined; the caller picks one by the
-//! detected ISA.
+//! the [`super::epilogue`] included, is inlined; [`run_on`] picks one by the
+//! detected ISA. (bf16 weights on a CPU with AVX512_BF16 take
+//! [`super::dot_bf16`] instead.)
 
 use super::epilogue::{apply_rows, RowEpilogue};
 use super::lanes::{Lanes, Portable, WeightElem};
+use super::split::Block;
+use crate::ops::cpu::isa::CpuIsa;
+
+/// A block of f32 activations against weights of type `W`.
+pub type LaneBlock<'a, W> = Block<'a, f32, W>;
 
 /// Weight rows per tile on the tiled path.
 const NR: usize = 4;
 
 /// Most rows of `x` that take the streaming path.
 pub const STREAM_MAX_ROWS: usize = 4;
-
-/// One block of work: `n` weight rows (of `k`) against all `m` rows of `x`,
-/// written to columns `col .. col + n` of the `[m, ldo]` output.
-#[derive(Clone, Copy)]
-pub struct Block<'a, W> {
-    /// `[m, k]`, row-major.
-    pub x: &'a [f32],
-    pub m: usize,
-    pub k: usize,
-    /// The block's weight rows, `[n, k]`.
-    pub w: &'a [W],
-    pub n: usize,
-    /// First output column of the block.
-    pub col: usize,
-    /// Row stride of the output.
-    pub ldo: usize,
-}
 
 /// Where one tile reads and writes: `MR` rows of `x` (stride `k`) against
 /// `NW` weight rows (stride `k`), into `out` (row stride `ldo`).
@@ -192,7 +181,7 @@ unsafe fn tiled<L: Lanes, W: WeightElem, const NW: usize>(mr: usize, first: bool
 /// `w.len() >= n * k`, `col + n <= ldo`), and `L`'s features must be present.
 #[inline(always)]
 unsafe fn run<L: Lanes, W: WeightElem, const MR_MAX: usize>(
-    b: Block<'_, W>,
+    b: LaneBlock<'_, W>,
     out: *mut f32,
     epilogue: &RowEpilogue<'_>,
 ) {
@@ -237,7 +226,7 @@ unsafe fn run<L: Lanes, W: WeightElem, const MR_MAX: usize>(
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 pub unsafe fn run_avx512<W: WeightElem>(
-    b: Block<'_, W>,
+    b: LaneBlock<'_, W>,
     out: *mut f32,
     epilogue: &RowEpilogue<'_>,
 ) {
@@ -250,7 +239,11 @@ pub unsafe fn run_avx512<W: WeightElem>(
 /// As [`run`]; the CPU must have AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-pub unsafe fn run_avx2<W: WeightElem>(b: Block<'_, W>, out: *mut f32, epilogue: &RowEpilogue<'_>) {
+pub unsafe fn run_avx2<W: WeightElem>(
+    b: LaneBlock<'_, W>,
+    out: *mut f32,
+    epilogue: &RowEpilogue<'_>,
+) {
     run::<super::lanes::Avx2, W, 2>(b, out, epilogue)
 }
 
@@ -259,9 +252,29 @@ pub unsafe fn run_avx2<W: WeightElem>(b: Block<'_, W>, out: *mut f32, epilogue: 
 /// # Safety
 /// As [`run`].
 pub unsafe fn run_portable<W: WeightElem>(
-    b: Block<'_, W>,
+    b: LaneBlock<'_, W>,
     out: *mut f32,
     epilogue: &RowEpilogue<'_>,
 ) {
     run::<Portable, W, 2>(b, out, epilogue)
+}
+
+/// The block on `isa`'s entry point (AVX-512 for [`CpuIsa::Avx512Bf16`]:
+/// its f32 lanes are AVX-512's).
+///
+/// # Safety
+/// As [`run`]; `isa` must be available on this CPU.
+pub unsafe fn run_on<W: WeightElem>(
+    isa: CpuIsa,
+    block: LaneBlock<'_, W>,
+    out: *mut f32,
+    epilogue: &RowEpilogue<'_>,
+) {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        CpuIsa::Avx512 | CpuIsa::Avx512Bf16 => run_avx512(block, out, epilogue),
+        #[cfg(target_arch = "x86_64")]
+        CpuIsa::Avx2 => run_avx2(block, out, epilogue),
+        _ => run_portable(block, out, epilogue),
+    }
 }

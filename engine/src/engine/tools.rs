@@ -1,0 +1,72 @@
+//! The engine's methods for benchmarks and checks, not for serving: the
+//! prompt logits of the transformers check, the projection timing, graph
+//! capture and replay timing outside the warmup.
+
+use burn::prelude::*;
+
+use super::Engine;
+use crate::error::EngineError;
+use crate::ops::TunedShape;
+use crate::step::PrefillSeq;
+use crate::types::{SeqId, SequenceRequest};
+
+impl Engine {
+    /// Logits `[B, vocab]` at the last position of each prompt, computed
+    /// through the paged cache (blocks taken and given back): the check
+    /// against transformers' numbers.
+    pub fn prompt_logits(&mut self, prompts: &[Vec<u32>]) -> Result<Tensor<2>, EngineError> {
+        for (i, p) in prompts.iter().enumerate() {
+            self.validate(&SequenceRequest::greedy(i as SeqId, p.clone(), 1))?;
+        }
+        let bs = self.block_size();
+        let counts: Vec<usize> = prompts.iter().map(|p| p.len().div_ceil(bs)).collect();
+        let tables = self.seqs.reserve_tables(&counts)?;
+        let rows: Vec<PrefillSeq<'_>> = prompts
+            .iter()
+            .zip(&tables)
+            .map(|(p, t)| PrefillSeq {
+                tokens: p,
+                start: 0,
+                table: t,
+            })
+            .collect();
+        let logits = self.runner.logits(&rows);
+        self.seqs.release_tables(&tables);
+        Ok(logits)
+    }
+
+    /// Times the projection kernels against each other at the decode
+    /// buckets of `batch_sizes` and records the fastest for each shape (CUDA;
+    /// the warmup does this for every bucket). Returns the timings.
+    pub fn tune_projections(&mut self, batch_sizes: &[usize]) -> Vec<TunedShape> {
+        let buckets = self.decode_buckets(batch_sizes);
+        self.runner.tune_projections(&buckets)
+    }
+
+    /// The distinct decode buckets of `batch_sizes`, ascending.
+    fn decode_buckets(&self, batch_sizes: &[usize]) -> Vec<usize> {
+        let mut buckets: Vec<usize> = batch_sizes
+            .iter()
+            .map(|&n| self.runner.decode_bucket(n))
+            .collect();
+        buckets.sort_unstable();
+        buckets.dedup();
+        buckets
+    }
+
+    /// Milliseconds per back-to-back replay of the captured decode graph of
+    /// `batch` rows (its bucket), over `n` replays: the step's GPU time
+    /// without the host's per-step work (benchmarks). `None` without a
+    /// hardware graph.
+    pub fn time_graph_replays(&mut self, batch: usize, n: usize) -> Option<f64> {
+        self.runner.time_graph_replays(batch, n)
+    }
+
+    /// Captures the decode step of the bucket of each of `batch_sizes` as a
+    /// CUDA graph (`crate::step::graphs`; on the CPU the "graph" re-runs the
+    /// step). Returns the hardware graphs captured.
+    pub fn capture_decode_graphs(&mut self, batch_sizes: &[usize]) -> usize {
+        let buckets = self.decode_buckets(batch_sizes);
+        self.runner.capture_decode_graphs(&buckets)
+    }
+}
