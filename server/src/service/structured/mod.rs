@@ -28,6 +28,8 @@ mod matcher;
 mod vocab;
 
 #[cfg(test)]
+mod engine_tests;
+#[cfg(test)]
 mod tests;
 
 use std::sync::{Arc, Mutex};
