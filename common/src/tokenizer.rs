@@ -169,6 +169,39 @@ impl Gpt2Tokenizer {
         self.token_bytes.len()
     }
 
+    /// The raw bytes of every token id (index = id), as detokenization
+    /// uses them: what a token-level grammar (structured output) matches
+    /// against.
+    pub fn token_bytes(&self) -> &[Vec<u8>] {
+        &self.token_bytes
+    }
+
+    /// The vocabulary's own spelling of token `id` (byte-level: `Ġworld`
+    /// for " world"), as HF's `convert_ids_to_tokens` gives it.
+    pub fn token_piece(&self, id: u32) -> Option<String> {
+        self.inner.id_to_token(id)
+    }
+
+    /// The ids of the added special tokens (`<|endoftext|>` for GPT-2):
+    /// tokens that stand for no text of their own.
+    pub fn special_token_ids(&self) -> Vec<u32> {
+        let mut ids: Vec<u32> = self
+            .inner
+            .get_added_tokens_decoder()
+            .into_iter()
+            .filter(|(_, t)| t.special)
+            .map(|(id, _)| id)
+            .collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    /// Whether `other` is a clone of this tokenizer (same tables, shared):
+    /// what a cache built from one tokenizer's vocabulary is keyed on.
+    pub fn shares_vocabulary(&self, other: &Gpt2Tokenizer) -> bool {
+        Arc::ptr_eq(&self.token_bytes, &other.token_bytes)
+    }
+
     /// A fresh detokenizer for one request's stream.
     pub fn detokenizer(&self) -> IncrementalDetokenizer {
         IncrementalDetokenizer {
@@ -291,6 +324,11 @@ mod tests {
         assert_eq!(t.vocab_size(), 50257);
         assert_eq!(t.encode("<|endoftext|>").unwrap(), vec![50256]);
         assert_eq!(t.decode(&[15496, 995]), "Hello world");
+        assert_eq!(t.special_token_ids(), vec![50256]);
+        assert_eq!(t.token_piece(995).as_deref(), Some("Ġworld"));
+        assert_eq!(t.token_bytes()[15496], b"Hello");
+        assert!(t.shares_vocabulary(&t.clone()));
+        assert!(!t.shares_vocabulary(&tok()));
     }
 
     #[test]

@@ -3,10 +3,13 @@
 //! `authorization: Bearer KEY` on both. loadgen trusts the CA with
 //! `--tls-ca`, fails to connect without it (the system's roots do not know
 //! it), sends `--api-key` on gRPC and HTTP, and never writes the key out.
+//! A server whose own certificate is self-signed and CA:TRUE (what
+//! `openssl req -x509` makes) is trusted when that certificate is given with
+//! `--tls-ca`, on both backends.
 
 mod common;
 
-use common::{loadgen, self_signed_ca, start, temp_file, u, MockConfig};
+use common::{loadgen, self_signed_ca, start, temp_file, u, MockConfig, TlsIdentity};
 
 const KEY: &str = "sk-test-9f2c";
 
@@ -117,5 +120,85 @@ async fn the_api_key_is_sent_on_both_backends_and_never_written_out() {
     let run = loadgen(&["--backend", "openai", "--base-url", &mock.http_url]).await;
     assert_eq!(run.code(), Some(1));
     assert!(run.stderr.contains("HTTP 401"), "{}", run.stderr);
+    mock.stop().await;
+}
+
+/// A server certificate made as `openssl req -x509 -newkey ... -subj
+/// /CN=localhost -addext subjectAltName=DNS:localhost,IP:127.0.0.1` makes
+/// it: self-signed and CA:TRUE. rustls alone refuses it as a server's own
+/// (`CaUsedAsEndEntity`); curl and Python accept it.
+fn openssl_req_x509() -> TlsIdentity {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
+    let mut params = CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])
+        .expect("params");
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "localhost");
+    let key = KeyPair::generate().expect("key");
+    let cert = params.self_signed(&key).expect("certificate");
+    TlsIdentity {
+        cert_pem: cert.pem(),
+        key_pem: key.serialize_pem(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_self_signed_ca_true_server_certificate_given_with_tls_ca_is_trusted() {
+    let identity = openssl_req_x509();
+    let cert_path = temp_file("openssl-x509.pem", &identity.cert_pem);
+    let cert_s = cert_path.to_str().expect("utf-8");
+    let mock = start(MockConfig {
+        tls: Some(identity),
+        ..Default::default()
+    })
+    .await;
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["--target", &mock.url],
+        vec!["--backend", "openai", "--base-url", &mock.http_url],
+        vec![
+            "--backend",
+            "openai",
+            "--base-url",
+            &mock.http_url,
+            "--http",
+            "2",
+        ],
+    ];
+    for case in &cases {
+        let mut args = case.clone();
+        args.extend([
+            "--tls-ca",
+            cert_s,
+            "--num-requests",
+            "2",
+            "--max-new-tokens",
+            "2",
+        ]);
+        let run = loadgen(&args).await;
+        assert_eq!(run.code(), Some(0), "{case:?}: {}", run.output());
+        assert_eq!(u(&run.summary["runs"][0], "ok"), 2, "{case:?}");
+    }
+    // Another CA's file: refused, and the message says what to do.
+    let (other_ca, _) = self_signed_ca();
+    let other = temp_file("other-ca.pem", &other_ca);
+    let run = loadgen(&[
+        "--backend",
+        "openai",
+        "--base-url",
+        &mock.http_url,
+        "--tls-ca",
+        other.to_str().expect("utf-8"),
+        "--num-requests",
+        "1",
+    ])
+    .await;
+    assert_eq!(run.code(), Some(1), "{}", run.output());
+    assert!(
+        run.stderr
+            .contains("pass that certificate itself with --tls-ca"),
+        "{}",
+        run.stderr
+    );
     mock.stop().await;
 }

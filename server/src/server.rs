@@ -140,6 +140,14 @@ async fn on_ready(
             if matches!(config.engine.model, ModelSource::Preset { .. }) {
                 tracing::warn!("random weights: generated text is meaningless (use --model-dir for real GPT-2 weights)");
             }
+            // llguidance's token trie for structured output, built now so the
+            // first such request does not pay for it.
+            let tokenizer = state.tokenizer.clone();
+            tokio::task::spawn_blocking(move || {
+                if let Err(e) = crate::service::structured::prepare(&tokenizer, eos) {
+                    tracing::warn!(error = %e, "structured output's vocabulary could not be built");
+                }
+            });
             let _ = state.model.set(info);
             set_health(health, ServingStatus::Serving).await;
             Ok(true)

@@ -214,3 +214,46 @@ fn run_aiperf_compare_dry_run_prints_loadgens_rows() {
     assert!(rows[1][7].contains("open loop"), "{table}");
     cleanup_scratch(&out);
 }
+
+/// `bench/run_lmeval.sh --dry-run`: the tiny preset's HTTP door passes the
+/// probe of what lm-evaluation-harness sends and reads (models, tokenizer
+/// routes, the 20-item task), the local tokenizer directory is written, and
+/// the lm_eval command is printed with the local task (not run: no venv).
+#[test]
+fn run_lmeval_dry_run_probes_the_door_and_prints_the_command() {
+    let out = scratch_dir("run-lmeval-dry");
+    let log = dry_run("run_lmeval.sh", &out, &[]);
+    for check in [
+        "ok   models:",
+        "ok   tokenizer_info:",
+        "ok   tokenize: 200: 'Hello world' -> [15496, 995]",
+        "ok   detokenize:",
+        "ok   task: 20 items",
+    ] {
+        assert!(log.contains(check), "no {check:?} in:\n{log}");
+    }
+    let command = log
+        .lines()
+        .find(|l| l.starts_with("command: "))
+        .unwrap_or_else(|| panic!("no command line in:\n{log}"));
+    for part in [
+        "lm_eval --model local-completions",
+        "/v1/completions,model=",
+        "tokenized_requests=False",
+        "tokenizer_backend=huggingface",
+        "--include_path bench/lmeval --tasks ember_mc",
+    ] {
+        assert!(command.contains(part), "no {part:?} in {command}");
+    }
+    for file in ["vocab.json", "merges.txt", "tokenizer_config.json"] {
+        assert!(out.join("tokenizer").join(file).is_file(), "{file}");
+    }
+    let probe: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("probe.json")).expect("probe.json"))
+            .expect("probe.json is JSON");
+    assert!(
+        probe["max_model_len"].as_u64().is_some_and(|n| n > 0),
+        "{probe}"
+    );
+    cleanup_scratch(&out);
+}

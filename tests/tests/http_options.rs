@@ -10,7 +10,10 @@
 //! - `logit_bias` forcing one token, `min_tokens` above `max_tokens`
 //!   refused naming the field, penalties accepted;
 //! - streamed chat with `n: 2`: every chunk names its choice, each choice
-//!   gets its role chunk and exactly one finish reason.
+//!   gets its role chunk and exactly one finish reason;
+//! - `response_format` with a JSON schema: every sampled choice is JSON
+//!   valid against it, ended by the grammar (`stop`); a schema the grammar
+//!   compiler refuses is a 400 naming `response_format.json_schema.schema`.
 //!
 //! The service-level checks (seeds per choice, the gRPC messages) are in
 //! `server/tests/grpc_options.rs`.
@@ -228,6 +231,69 @@ fn streamed_chat_with_n_names_every_choice() {
         ensure!(content[0] >= 4 && content[1] >= 4, "{content:?}");
         let usage = usage.context("the usage chunk")?;
         ensure!(usage["completion_tokens"] == json!(8), "{usage}");
+        Ok(())
+    });
+    assert_idle(&server);
+}
+
+#[test]
+fn response_format_json_schema_constrains_every_choice() {
+    let server = HttpServer::tiny("http-opt-json", &[]);
+    let url = server.url("/v1/chat/completions");
+    run(move || async move {
+        let schema = json!({"type": "object", "required": ["name", "age", "tags"],
+            "additionalProperties": false,
+            "properties": {"name": {"type": "string", "maxLength": 8},
+                           "age": {"type": "integer", "minimum": 0, "maximum": 120},
+                           "tags": {"type": "array", "maxItems": 2,
+                                    "items": {"enum": ["a", "b"]}}}});
+        let format = json!({"type": "json_schema",
+                            "json_schema": {"name": "person", "schema": schema, "strict": true}});
+        let body = json!({"model": "tiny", "n": 3, "temperature": 1.0, "seed": 3,
+                          "max_tokens": 200, "response_format": format,
+                          "messages": [{"role": "user", "content": "A person, as JSON"}]});
+        let (status, v) = post(&url, body).await?;
+        ensure!(status == 200, "{v}");
+        ensure!(choices(&v)?.len() == 3, "{v}");
+        for c in choices(&v)? {
+            let text = c["message"]["content"].as_str().context("content")?;
+            ensure!(
+                c["finish_reason"] == json!("stop"),
+                "the grammar ends it: {c}"
+            );
+            let doc: Value = serde_json::from_str(text).with_context(|| text.to_string())?;
+            let obj = doc.as_object().with_context(|| text.to_string())?;
+            ensure!(obj.len() == 3, "exactly the three properties: {text}");
+            ensure!(
+                obj["name"].as_str().is_some_and(|n| n.chars().count() <= 8),
+                "{text}"
+            );
+            ensure!(obj["age"].as_u64().is_some_and(|a| a <= 120), "{text}");
+            let tags = obj["tags"].as_array().with_context(|| text.to_string())?;
+            ensure!(tags.len() <= 2, "{text}");
+            ensure!(tags.iter().all(|t| t == "a" || t == "b"), "{text}");
+        }
+
+        let body = json!({"model": "tiny", "max_tokens": 50, "response_format": {"type": "json_object"},
+                          "messages": [{"role": "user", "content": "JSON please"}], "seed": 1});
+        let (status, v) = post(&url, body).await?;
+        ensure!(status == 200, "{v}");
+        let c = &choices(&v)?[0];
+        if c["finish_reason"] == json!("stop") {
+            let text = c["message"]["content"].as_str().context("content")?;
+            let doc: Value = serde_json::from_str(text).with_context(|| text.to_string())?;
+            ensure!(doc.is_object(), "{text}");
+        }
+
+        let bad = json!({"type": "json_schema",
+                         "json_schema": {"name": "x", "schema": {"$ref": "#/$defs/missing"}}});
+        let body = json!({"model": "tiny", "response_format": bad,
+                          "messages": [{"role": "user", "content": "x"}]});
+        let (status, v) = post(&url, body).await?;
+        ensure!(
+            status == 400 && v["error"]["param"] == json!("response_format.json_schema.schema"),
+            "{status} {v}"
+        );
         Ok(())
     });
     assert_idle(&server);

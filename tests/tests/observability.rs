@@ -139,6 +139,13 @@ fn text_logs_to_a_file_have_no_colour_codes() {
         .unwrap_or_else(|| panic!("no close line for obs-text-ok:\n{text}"));
     assert!(close.contains("finish_reason=\"length\""), "{close}");
     assert!(close.contains("ttft_ms="), "{close}");
+    // Each field once (a field recorded twice on a span is printed twice).
+    assert_eq!(close.matches("request_id=").count(), 1, "{close}");
+    let rejected = text
+        .lines()
+        .find(|l| l.contains("request_id=\"obs-text-bad\"") && l.contains(" close time.busy"))
+        .unwrap_or_else(|| panic!("no close line for obs-text-bad:\n{text}"));
+    assert_eq!(rejected.matches("request_id=").count(), 1, "{rejected}");
 }
 
 /// A port nobody listens on right now (for `--metrics-port`, which cannot

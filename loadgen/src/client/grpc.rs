@@ -85,11 +85,13 @@ impl GrpcConn {
             .tcp_nodelay(true)
             .initial_connection_window_size(CONNECTION_WINDOW);
         if target.starts_with("https://") {
-            let config = tls::grpc_config(conn.tls_ca.as_deref())?;
-            endpoint = endpoint.tls_config(config).map_err(|e| Error::Connect {
-                target: target.to_string(),
-                reason: format!("TLS: {}", chain(&e)),
-            })?;
+            let (config, verifier) = tls::grpc_config(conn.tls_ca.as_deref())?;
+            endpoint = endpoint
+                .tls_config_with_verifier(config, verifier)
+                .map_err(|e| Error::Connect {
+                    target: target.to_string(),
+                    reason: format!("TLS: {}", chain(&e)),
+                })?;
         }
         let channel = endpoint.connect().await.map_err(|e| Error::Connect {
             target: target.to_string(),

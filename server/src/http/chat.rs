@@ -112,8 +112,9 @@ pub fn translate(obj: &Map<String, Value>, knobs: &SchedulerKnobs) -> Result<Tra
     })
 }
 
-/// `messages`: a non-empty array of `{role, content}`.
-fn messages(f: &Fields) -> Result<Vec<Message>> {
+/// `messages`: a non-empty array of `{role, content}` (also read by
+/// `/tokenize`).
+pub fn messages(f: &Fields) -> Result<Vec<Message>> {
     let Some(list) = f.array("messages")? else {
         return Err(ServiceError::invalid("messages", "is required"));
     };

@@ -189,7 +189,10 @@ fn deadline(headers: &HeaderMap) -> Result<Option<Duration>, ServiceError> {
 
 /// The body, at most [`MAX_BODY_BYTES`]; else why not, and the status
 /// (413 when too large).
-async fn read_body(headers: &HeaderMap, body: Body) -> Result<Vec<u8>, (ServiceError, StatusCode)> {
+pub async fn read_body(
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Vec<u8>, (ServiceError, StatusCode)> {
     let too_large = || {
         let message = format!("larger than {MAX_BODY_BYTES} bytes");
         (

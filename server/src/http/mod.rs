@@ -2,7 +2,8 @@
 //! gRPC (`--http-listen`).
 //!
 //! Routes: `POST /v1/completions`, `POST /v1/chat/completions`,
-//! `GET /v1/models` (these three ask for the API key when keys are set),
+//! `GET /v1/models`, vLLM's `POST /tokenize`, `POST /detokenize` and
+//! `GET /tokenizer_info` (these ask for the API key when keys are set),
 //! `GET /health` (200 only when SERVING) and `GET /version` (always open).
 //! Anything else is a 404 in OpenAI's error shape. docs/http-api.md is the
 //! wire contract, Ember's timeline extension included.
@@ -17,6 +18,7 @@
 //! - [`completions`], [`chat`] (with its template), [`params`] (what both
 //!   share), [`fields`] (typed field access): OpenAI's JSON into the
 //!   service's `GenerateRequest`, wrong types refused by field name.
+//! - [`tokenize`]: the tokenizer routes (the service's `tokens`).
 //! - [`respond`]: the event stream (every prompt's, every choice's) into SSE
 //!   chunks or one JSON body, with `prompt_view` (what a choice's prompt adds:
 //!   `echo`, prompt logprobs), using [`shapes`], the JSON builders.
@@ -34,10 +36,12 @@ mod prompt_view;
 pub mod respond;
 pub mod serve;
 pub mod shapes;
+pub mod tokenize;
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{header, Method, Uri};
 use axum::middleware::{self, Next};
@@ -65,6 +69,9 @@ pub fn router(frontend: Frontend, model_name: String, keys: ApiKeys) -> Router {
         .route("/v1/completions", post(handlers::completions))
         .route("/v1/chat/completions", post(handlers::chat))
         .route("/v1/models", get(handlers::models))
+        .route("/tokenize", post(tokenize::tokenize))
+        .route("/detokenize", post(tokenize::detokenize))
+        .route("/tokenizer_info", get(tokenize::tokenizer_info))
         .route_layer(middleware::from_fn_with_state(
             Arc::clone(&app),
             require_key,
@@ -88,11 +95,27 @@ async fn require_key(State(app): State<Arc<App>>, req: Request, next: Next) -> R
         Err(e) => {
             metrics::rejected("unauthenticated", FrontDoor::Http);
             tracing::debug!(path = %req.uri().path(), reason = %e, "HTTP request refused: API key");
+            drain_small_body(req.into_body()).await;
             HttpError::unauthorized(e).into_response()
         }
     }
 }
 
-async fn no_route(method: Method, uri: Uri) -> Response {
+async fn no_route(method: Method, uri: Uri, body: Body) -> Response {
+    drain_small_body(body).await;
     HttpError::no_route(method.as_str(), uri.path()).into_response()
+}
+
+/// Most of a refused request's body read and dropped.
+const DRAIN_MAX_BYTES: usize = 64 << 10;
+/// How long a refused request's body may take to arrive.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Reads (and drops) the body of a request refused before its handler read
+/// it, up to [`DRAIN_MAX_BYTES`] and [`DRAIN_TIMEOUT`]. Answering first
+/// would make hyper reset an HTTP/2 stream the client is still sending on,
+/// which curl reports as a stream error instead of the refusal; a larger or
+/// slower body is not waited for.
+async fn drain_small_body(body: Body) {
+    let _ = tokio::time::timeout(DRAIN_TIMEOUT, axum::body::to_bytes(body, DRAIN_MAX_BYTES)).await;
 }

@@ -14,11 +14,11 @@
 //! the service's validator, after translation.
 
 use ember_common::pb;
-use serde_json::Value;
 
 use super::error::FieldNames;
 use super::fields::{Fields, Result};
 use crate::service::error::ServiceError;
+use crate::service::structured;
 use crate::service::GenerateOptions;
 
 /// One prompt of a request: text, or token ids.
@@ -148,43 +148,13 @@ fn logit_bias(f: &Fields) -> Result<std::collections::HashMap<u32, f32>> {
         .collect()
 }
 
-/// `response_format`: `{"type": "text" | "json_object" | "json_schema",
-/// "json_schema": {"name", "schema", "strict"}}`; `None` for text.
+/// `response_format` (OpenAI's shapes, read by
+/// [`structured::parse_response_format`]); `None` for text.
 fn response_format(f: &Fields) -> Result<Option<pb::ResponseFormat>> {
-    use pb::response_format::Format;
-    let Some(obj) = f.object("response_format")? else {
-        return Ok(None);
-    };
-    let rf = Fields::nested(obj, "response_format");
-    let format = match rf.str("type")? {
-        None | Some("text") => return Ok(None),
-        Some("json_object") => Format::JsonObject(true),
-        Some("json_schema") => {
-            let Some(js) = rf.object("json_schema")? else {
-                return Err(ServiceError::invalid(
-                    "response_format.json_schema",
-                    "is required with type json_schema",
-                ));
-            };
-            let inner = Fields::nested(js, "response_format.json_schema");
-            let Some(schema) = inner.object("schema")? else {
-                return Err(ServiceError::invalid(
-                    "response_format.json_schema.schema",
-                    "is required (a JSON schema object)",
-                ));
-            };
-            Format::JsonSchema(Value::Object(schema.clone()).to_string())
-        }
-        Some(other) => {
-            return Err(ServiceError::invalid(
-                "response_format.type",
-                format!("must be text, json_object or json_schema, got {other:?}"),
-            ))
-        }
-    };
-    Ok(Some(pb::ResponseFormat {
-        format: Some(format),
-    }))
+    match f.get("response_format") {
+        None => Ok(None),
+        Some(v) => Ok(structured::parse_response_format(v, "response_format")?.to_pb()),
+    }
 }
 
 /// `stop`: a string or a list of strings.

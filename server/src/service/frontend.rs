@@ -21,6 +21,7 @@ use tracing::{Instrument, Span};
 use super::arrival::{request_span, Arrival, EventStream};
 use super::error::ServiceError;
 use super::state::ServiceState;
+use super::structured_output;
 use super::submit::{submit, Accepted};
 use super::validate::{self, PromptInput};
 use crate::metrics::{self, FrontDoor};
@@ -148,12 +149,17 @@ impl Frontend {
             );
         }
         validate::check_prompt(&prompt, field, checked.max_new_tokens, model)?;
+        let tokenized = Instant::now();
+        let eos = model.config.eos_token_id;
+        let constraints =
+            structured_output::constraints(&checked.options, &self.state, eos).await?;
         let accepted = Accepted {
             checked,
             prompt,
-            tokenized: Instant::now(),
+            tokenized,
             arrival,
             first_choice: options.first_choice,
+            constraints,
         };
         submit(&self.scheduler, &self.state, accepted, span)
     }

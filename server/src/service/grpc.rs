@@ -3,7 +3,8 @@
 //! `Generate` only translates: the `grpc-timeout` header becomes the
 //! request's deadline, the request goes to [`Frontend::generate`] as it is,
 //! and the stream's errors become statuses ([`StreamError::to_status`]).
-//! `GetServerInfo` reads the scheduler's live counters. The API key check, if
+//! `GetServerInfo` reads the scheduler's live counters; `Tokenize` and
+//! `Detokenize` are [`super::tokens`]. The API key check, if
 //! any, is an interceptor in front of this service ([`super::auth`]).
 
 use std::pin::Pin;
@@ -16,6 +17,7 @@ use tonic::{Request, Response, Status};
 use super::arrival::Arrival;
 use super::error::StreamError;
 use super::frontend::{Frontend, GenerateOptions};
+use super::tokens;
 use crate::metrics::FrontDoor;
 use crate::scheduler::SchedulerStats;
 
@@ -109,6 +111,20 @@ impl Inference for InferenceService {
             info.vocab_size = m.config.vocab_size as u32;
         }
         Ok(Response::new(info))
+    }
+
+    async fn tokenize(
+        &self,
+        request: Request<pb::TokenizeRequest>,
+    ) -> Result<Response<pb::TokenizeResponse>, Status> {
+        tokens::grpc_tokenize(self.frontend.state(), request).await
+    }
+
+    async fn detokenize(
+        &self,
+        request: Request<pb::DetokenizeRequest>,
+    ) -> Result<Response<pb::DetokenizeResponse>, Status> {
+        tokens::grpc_detokenize(self.frontend.state(), request)
     }
 }
 

@@ -17,6 +17,10 @@
 //!   from it).
 //! - [`auth`], [`tls`]: API keys and TLS, shared by both doors; [`doors`]:
 //!   their flags (and `--http-listen`), flattened into `cli::Args`.
+//! - [`structured`]: structured output (`response_format`): a JSON schema
+//!   compiled by llguidance into each sequence's token constraint.
+//! - [`tokens`]: the tokenizer on its own (`/tokenize`, `/detokenize` and
+//!   the gRPC `Tokenize` / `Detokenize`).
 //! - [`in_flight`]: the count of accepted requests whose stream has not
 //!   ended, which the shutdown drain waits on (signalled, not polled).
 //!
@@ -40,9 +44,11 @@ pub mod output;
 mod state;
 pub mod stop_strings;
 pub mod stream;
+pub mod structured;
 mod structured_output;
 mod submit;
 pub mod tls;
+pub mod tokens;
 pub mod validate;
 
 pub use arrival::{Arrival, EventStream};

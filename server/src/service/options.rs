@@ -10,6 +10,7 @@ use ember_engine::limits::{self, LimitViolation, Options};
 use ember_engine::Penalties;
 
 use super::error::ServiceError;
+use super::structured::ResponseFormat;
 
 /// Most sequences one request may ask for (`n`).
 pub const MAX_N: u32 = 16;
@@ -24,8 +25,8 @@ pub struct GenerationOptions {
     pub prompt_logprobs: Option<usize>,
     /// Sequences to generate from the prompt (1 or more).
     pub n: u32,
-    /// Structured output, if asked.
-    pub response_format: Option<pb::ResponseFormat>,
+    /// Structured output ([`ResponseFormat::Text`] when not asked).
+    pub response_format: ResponseFormat,
 }
 
 /// Reads the options of `req` (shape checks only; [`check`] needs the model).
@@ -43,7 +44,10 @@ pub fn read(req: &pb::GenerateRequest) -> Result<GenerationOptions, ServiceError
     };
     let mut logit_bias: Vec<(u32, f32)> = s.logit_bias.iter().map(|(&t, &b)| (t, b)).collect();
     logit_bias.sort_unstable_by_key(|e| e.0);
-    let response_format = req.response_format.clone().filter(|f| f.format.is_some());
+    let response_format = match &req.response_format {
+        Some(f) => ResponseFormat::from_pb(f)?,
+        None => ResponseFormat::Text,
+    };
     Ok(GenerationOptions {
         penalties: Penalties {
             repetition: s.repetition_penalty.unwrap_or(1.0),

@@ -24,7 +24,7 @@ use super::state::ServiceState;
 use super::stream::{self, Received, RequestStream};
 use super::validate::CheckedRequest;
 use crate::scheduler::{QueuedRequest, SchedulerHandle};
-use ember_engine::{SeqId, SequenceRequest};
+use ember_engine::{SeqId, SequenceRequest, SharedConstraint};
 
 /// What [`submit`] hands to the scheduler: the checked request, its prompt,
 /// when it was tokenized, how it arrived, and the choice index of its first
@@ -35,6 +35,8 @@ pub struct Accepted {
     pub tokenized: Instant,
     pub arrival: Arrival,
     pub first_choice: u32,
+    /// Each choice's structured-output constraint (`None` for free text).
+    pub constraints: Vec<Option<SharedConstraint>>,
 }
 
 /// Queues every choice of `a` and spawns their stream tasks (module docs).
@@ -56,12 +58,14 @@ pub fn submit(
         seed = state.seed ^ ids[0].wrapping_mul(0x9E37_79B9_7F4A_7C15);
     }
     let request_id = if c.request_id.is_empty() {
-        format!("ember-{}", ids[0])
+        let made = format!("ember-{}", ids[0]);
+        // (A client's id was recorded on arrival: twice prints it twice.)
+        span.record("request_id", made.as_str());
+        made
     } else {
         c.request_id.clone()
     };
     let prompt_tokens = a.prompt.len() as u32;
-    span.record("request_id", request_id.as_str());
     span.record("seq", ids[0]);
     span.record("prompt_tokens", prompt_tokens);
     let (out, out_rx) = mpsc::channel(stream::OUT_BUFFER);
@@ -129,7 +133,7 @@ impl Shared<'_> {
             penalties: c.options.penalties,
             logit_bias: c.options.logit_bias.clone(),
             min_tokens: c.options.min_tokens,
-            constraint: super::structured_output::constraint(&c.options, self.state)?,
+            constraint: a.constraints.get(j as usize).cloned().flatten(),
             prompt_logprobs: c.options.prompt_logprobs.filter(|_| leader),
             resume: None,
         };

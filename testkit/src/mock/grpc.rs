@@ -184,6 +184,22 @@ impl Inference for Mock {
             ..Default::default()
         }))
     }
+
+    /// The mock has no tokenizer.
+    async fn tokenize(
+        &self,
+        _request: Request<ember_common::pb::TokenizeRequest>,
+    ) -> Result<Response<ember_common::pb::TokenizeResponse>, Status> {
+        Err(Status::unimplemented("mock: no tokenizer"))
+    }
+
+    /// The mock has no tokenizer.
+    async fn detokenize(
+        &self,
+        _request: Request<ember_common::pb::DetokenizeRequest>,
+    ) -> Result<Response<ember_common::pb::DetokenizeResponse>, Status> {
+        Err(Status::unimplemented("mock: no tokenizer"))
+    }
 }
 
 /// Rejects a call without the configured `authorization: Bearer KEY`.
