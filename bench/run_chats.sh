@@ -140,4 +140,6 @@ print(f"loadgen submit lag p99 {r['metrics']['submit_lag_ms']['p99']} ms (the cl
 print(f"server: running max {m.get('max_running')}, waiting max {m.get('max_waiting')}, KV usage max {m.get('max_kv_cache_usage')}; "
       f"GPU: {m.get('gpu_note') or str(m.get('gpu_util_mean_pct')) + '% mean utilization'}")
 PY
+PREEMPTIONS=$(curl -s "http://127.0.0.1:$MPORT/metrics" | awk '/^vllm:num_preemptions_total/ {s += $NF} END {print s + 0}')
+echo "server: preemptions (vllm:num_preemptions_total, both runs) $PREEMPTIONS; KV: $(grep -m1 -o 'KV cache sized.*' "$OUT/server.log" || true)" >>"$OUT/result.md"
 cat "$OUT/result.md"
