@@ -135,6 +135,9 @@ pub struct ConnConfig {
     pub channels: usize,
     /// How requests spread over the targets.
     pub balance: Balance,
+    /// `--extra-inputs`: body fields added to every OpenAI request (last
+    /// wins over loadgen's own).
+    pub extra_inputs: Vec<(String, serde_json::Value)>,
 }
 
 impl ConnConfig {

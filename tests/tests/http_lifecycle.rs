@@ -137,7 +137,7 @@ fn metrics_and_log_lines_name_the_front_door() {
         let r = http
             .post(&completions)
             .header("x-request-id", "door-http-bad")
-            .json(&json!({"prompt": "Hello there", "n": 4}))
+            .json(&json!({"prompt": "Hello there", "n": 17}))
             .send()
             .await?;
         ensure!(r.status() == 400);

@@ -7,6 +7,10 @@
 //! - `--backend openai`: any OpenAI-compatible server at `--base-url URL`,
 //!   `--endpoint completions|chat`, `--model`, HTTP/1.1 or HTTP/2 (`--http`).
 //!
+//! `--extra-inputs key:value` (AIPerf's flag) adds fields to every OpenAI
+//! request body (penalties, `response_format`, ...): the value is JSON when
+//! it parses as JSON, else a string.
+//!
 //! Both take `--api-key` (sent as `authorization: Bearer KEY`) and TLS
 //! (`https://` targets; `--tls-ca FILE` or the system's roots), and spread
 //! requests over several targets round-robin or to the least busy one
@@ -88,6 +92,29 @@ pub struct ConnArgs {
     /// target with the fewest requests in flight).
     #[arg(long, env = "LOADGEN_BALANCE", value_enum, default_value_t = Balance::Rr)]
     pub balance: Balance,
+
+    /// --backend openai: a field added to every request body, `key:value`
+    /// (AIPerf's flag); the value is JSON if it parses (`0.5`, `true`,
+    /// `{"type":"json_object"}`), else a string; repeatable; overrides
+    /// loadgen's own fields of the same name.
+    #[arg(long = "extra-inputs", value_name = "KEY:VALUE", value_parser = parse_extra_input)]
+    pub extra_inputs: Vec<(String, serde_json::Value)>,
+}
+
+/// One `--extra-inputs` value: `key:value`, the value JSON if it parses.
+pub fn parse_extra_input(s: &str) -> Result<(String, serde_json::Value), String> {
+    let Some((key, value)) = s.split_once(':') else {
+        return Err(format!(
+            "{s:?}: expected KEY:VALUE, e.g. frequency_penalty:0.5"
+        ));
+    };
+    let key = key.trim();
+    if key.is_empty() {
+        return Err(format!("{s:?}: the key is empty"));
+    }
+    let value = serde_json::from_str(value)
+        .unwrap_or_else(|_| serde_json::Value::String(value.to_string()));
+    Ok((key.to_string(), value))
 }
 
 fn redact<S: Serializer>(key: &Option<String>, s: S) -> Result<S::Ok, S::Error> {
@@ -136,6 +163,7 @@ impl ConnArgs {
             http: self.http,
             channels: self.channels,
             balance: self.balance,
+            extra_inputs: self.extra_inputs.clone(),
         }
     }
 
@@ -203,6 +231,12 @@ impl ConnArgs {
                 "applies to --backend openai (gRPC is always HTTP/2)",
             ));
         }
+        if !openai && !self.extra_inputs.is_empty() {
+            return Err(Error::invalid(
+                "--extra-inputs",
+                "applies to --backend openai (the gRPC request has typed fields)",
+            ));
+        }
         if !openai && self.endpoint != Endpoint::Completions {
             return Err(Error::invalid("--endpoint", "applies to --backend openai"));
         }
@@ -241,5 +275,31 @@ impl ConnArgs {
             ));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_extra_input;
+    use serde_json::json;
+
+    #[test]
+    fn extra_inputs_are_json_when_they_parse() {
+        let cases = [
+            ("frequency_penalty:0.5", json!(0.5)),
+            ("ignore_eos:true", json!(true)),
+            (
+                "response_format:{\"type\":\"json_object\"}",
+                json!({"type": "json_object"}),
+            ),
+            ("user:alice", json!("alice")),
+            ("stop:a:b", json!("a:b")),
+        ];
+        for (arg, want) in cases {
+            let (_, got) = parse_extra_input(arg).expect(arg);
+            assert_eq!(got, want, "{arg}");
+        }
+        assert!(parse_extra_input("no-colon").is_err());
+        assert!(parse_extra_input(":1").is_err());
     }
 }

@@ -300,6 +300,7 @@ fn metrics_dialer(url: &str) -> Result<Dialer, String> {
         http: HttpVersion::Http1,
         channels: 1,
         balance: Balance::Rr,
+        extra_inputs: Vec::new(),
     };
     Dialer::new(url, &conn).map_err(|e| e.to_string())
 }

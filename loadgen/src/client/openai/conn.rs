@@ -373,6 +373,7 @@ mod tests {
             http,
             channels: 1,
             balance: Balance::Rr,
+            extra_inputs: Vec::new(),
         };
         Dialer::new(url, &conn).expect("dialer")
     }

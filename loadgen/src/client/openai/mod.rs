@@ -63,6 +63,8 @@ pub struct HttpConn {
     pub model: String,
     /// `authorization: Bearer KEY`, if `--api-key`.
     auth: Option<HeaderValue>,
+    /// `--extra-inputs`, added to every body.
+    extra: Vec<(String, serde_json::Value)>,
 }
 
 impl HttpConn {
@@ -93,6 +95,7 @@ impl HttpConn {
             path,
             model: String::new(),
             auth,
+            extra: conn.extra_inputs.clone(),
         };
         me.model = match &conn.model {
             Some(m) => m.clone(),
@@ -176,7 +179,7 @@ impl HttpConn {
             streamed: prepared.stream,
             keep_reply: prepared.keep_reply,
         };
-        let body = wire::body(&prepared, self.endpoint, &self.model);
+        let body = wire::body(&prepared, self.endpoint, &self.model, &self.extra);
         let accept = if prepared.stream {
             "text/event-stream"
         } else {

@@ -7,7 +7,7 @@
 //!   `stream` (with `stream_options.include_usage` when true),
 //!   sampling (`temperature` 0 unless given, so the default is greedy as on
 //!   gRPC; `top_p`, `top_k`, `seed`), and `ignore_eos` (vLLM's extension,
-//!   only with `--no-stop-on-eos`);
+//!   only with `--no-stop-on-eos`), then `--extra-inputs` (which win);
 //! - chunk: `choices[0]` (`text` or `delta.content`, `finish_reason`),
 //!   `usage`, `error`, and Ember's `ember` (per token: `server_time_ns`) and
 //!   `ember_timing` (the `ServerTiming` fields by name) when the server sends
@@ -21,8 +21,13 @@ use crate::record::ServerRecord;
 use crate::workload::turns::flatten;
 use crate::workload::{PreparedRequest, Prompt};
 
-/// The JSON body of one request.
-pub fn body(p: &PreparedRequest, endpoint: Endpoint, model: &str) -> Vec<u8> {
+/// The JSON body of one request; `extra` (`--extra-inputs`) last.
+pub fn body(
+    p: &PreparedRequest,
+    endpoint: Endpoint,
+    model: &str,
+    extra: &[(String, Value)],
+) -> Vec<u8> {
     let mut v = json!({"model": model, "stream": p.stream});
     if p.stream {
         v["stream_options"] = json!({"include_usage": true});
@@ -64,6 +69,9 @@ pub fn body(p: &PreparedRequest, endpoint: Endpoint, model: &str) -> Vec<u8> {
     }
     if p.ignore_eos {
         v["ignore_eos"] = json!(true);
+    }
+    for (key, value) in extra {
+        v[key.as_str()] = value.clone();
     }
     v.to_string().into_bytes()
 }
@@ -263,6 +271,7 @@ mod tests {
             &prepared(Prompt::Ids(vec![1, 2])),
             Endpoint::Completions,
             "m",
+            &[],
         ))
         .expect("json");
         assert_eq!(v["prompt"], json!([1, 2]));
@@ -281,7 +290,7 @@ mod tests {
             top_p: None,
             seed: Some(7),
         });
-        let v: Value = serde_json::from_slice(&body(&p, Endpoint::Chat, "m")).expect("json");
+        let v: Value = serde_json::from_slice(&body(&p, Endpoint::Chat, "m", &[])).expect("json");
         assert_eq!(v["messages"], json!([{"role": "user", "content": "hi"}]));
         assert_eq!(
             (v["top_k"].as_i64(), v["seed"].as_u64()),
@@ -291,13 +300,24 @@ mod tests {
         assert!(v.get("prompt").is_none());
         p.max_new_tokens = None;
         p.stream = false;
-        let v: Value = serde_json::from_slice(&body(&p, Endpoint::Chat, "m")).expect("json");
+        let v: Value = serde_json::from_slice(&body(&p, Endpoint::Chat, "m", &[])).expect("json");
         assert!(
             v.get("max_tokens").is_none(),
             "no limit: the server decides"
         );
         assert_eq!(v["stream"], false);
         assert!(v.get("stream_options").is_none());
+        let extra = [
+            ("frequency_penalty".to_string(), json!(0.5)),
+            ("temperature".to_string(), json!(0.7)),
+        ];
+        let v: Value =
+            serde_json::from_slice(&body(&p, Endpoint::Chat, "m", &extra)).expect("json");
+        assert_eq!(v["frequency_penalty"], 0.5);
+        assert_eq!(
+            v["temperature"], 0.7,
+            "--extra-inputs win over loadgen's own"
+        );
     }
 
     #[test]
