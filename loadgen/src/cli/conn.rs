@@ -280,7 +280,7 @@ impl ConnArgs {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_extra_input;
+    use super::*;
     use serde_json::json;
 
     #[test]
