@@ -179,6 +179,36 @@ fn run_chats_dry_run_prints_curl_and_loadgen() {
     cleanup_scratch(&out);
 }
 
+/// `bench/run_options.sh --dry-run`: the four option loads (plain, penalty
+/// on all, on half, one json_object request) against the tiny preset; every
+/// group's TPOT is a number, no request failed, and the three ratios print.
+#[test]
+fn run_options_dry_run_prints_every_group() {
+    let out = scratch_dir("run-options-dry");
+    let log = dry_run("run_options.sh", &out, &[]);
+    let result = std::fs::read_to_string(out.join("result.md")).expect("result.md written");
+    let rows = table_rows(&result);
+    assert_eq!(rows.len(), 6, "{result}");
+    for row in &rows {
+        assert!(row[1].parse::<f64>().is_ok_and(|t| t > 0.0), "{result}");
+        assert_eq!(row[3], "0", "no request failed: {result}");
+    }
+    for line in [
+        "penalty on every request",
+        "penalty on half",
+        "beside 1 json_object",
+    ] {
+        assert!(result.contains(line), "{line}: {result}");
+    }
+    let json: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("json_one.json.json")).expect("json"),
+    )
+    .expect("loadgen's JSON");
+    assert_eq!(json["runs"][0]["ok"], 1, "the structured request finished");
+    assert!(log.contains(&result), "the script prints the result");
+    cleanup_scratch(&out);
+}
+
 /// `bench/run_aiperf_compare.sh --dry-run` without AIPerf (CI has no
 /// PyPI): the pinned server, loadgen's three loads and the table, with the
 /// server's own TTFT and the closed loops' re-issue delay from its log.
