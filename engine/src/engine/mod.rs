@@ -330,7 +330,15 @@ impl Engine {
         }
         // Before anything is drawn or computed: on OutOfBlocks nothing changed.
         self.seqs.grow(ids)?;
+        let started = std::time::Instant::now();
         let table = self.sampling_table(ids.iter().copied());
+        // The host's share of options (`RUST_LOG=ember_engine::engine=trace`).
+        tracing::trace!(
+            rows = ids.len(),
+            changes_logits = table.any_changes_logits(),
+            table_us = started.elapsed().as_micros() as u64,
+            "decode step sampling table built"
+        );
         let rows = decode_rows(&self.seqs, ids);
         let (tokens, mut lps) = self.runner.decode(&rows, &table)?;
 

@@ -49,8 +49,12 @@ pub struct SamplingParamsRows {
     filtering: bool,
     /// Some row samples (else every row takes an argmax).
     any_sampled: bool,
+    /// The last write's logit transforms, uploaded with it (before the
+    /// forward: [`transforms`]); `None` when no row changes its logits.
+    transforms: Option<transforms::Prepared>,
     rows: usize,
     vocab: usize,
+    device: Device,
 }
 
 impl SamplingParamsRows {
@@ -66,17 +70,22 @@ impl SamplingParamsRows {
             argmax_only: true,
             filtering: false,
             any_sampled: false,
+            transforms: None,
             rows,
             vocab,
+            device: device.clone(),
         }
     }
 
-    /// Writes `table`'s rows (rows past them are greedy padding). When every
-    /// row takes the argmax nothing is uploaded: that path reads no
-    /// parameters.
+    /// Writes `table`'s rows (rows past them are greedy padding), and uploads
+    /// the logit transforms of rows that change their logits. When every row
+    /// takes the argmax nothing is uploaded: that path reads no parameters.
     pub fn write(&mut self, table: &SamplingTable) {
         debug_assert!(table.len() <= self.rows);
         self.argmax_only = table.all_take_graph_argmax();
+        self.transforms = table
+            .any_changes_logits()
+            .then(|| transforms::Prepared::new(table, self.rows, self.vocab, &self.device));
         self.any_sampled = (0..table.len()).any(|i| !table.is_greedy(i));
         if self.argmax_only || !self.any_sampled {
             self.filtering = false;
@@ -137,8 +146,8 @@ pub fn sample(
     let ids = if params.argmax_only {
         argmax.unwrap_or_else(|| logits.argmax(1))
     } else {
-        let (logits, argmax) = if table.any_changes_logits() {
-            let changed = transforms::apply(logits.cast(DType::F32), table);
+        let (logits, argmax) = if let Some(prepared) = &params.transforms {
+            let changed = transforms::apply(logits.cast(DType::F32), prepared);
             (changed.clone(), changed.argmax(1))
         } else {
             let argmax = argmax.unwrap_or_else(|| logits.clone().argmax(1));

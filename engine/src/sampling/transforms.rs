@@ -7,9 +7,13 @@
 //!
 //! Only steps where some row asks run any of it ([`super::SamplingTable::
 //! any_changes_logits`]), and only the entries the rows name are touched: a
-//! row without options keeps its logits. The host builds each step's lists
-//! (a few hundred entries a row: the tokens a penalized sequence has), and
-//! they go up in one upload per list.
+//! row without options keeps its logits. Two halves, so the host never waits
+//! on the device in the middle of a step: [`Prepared::new`] builds the
+//! step's lists on the host (the tokens a penalized sequence has, the bans)
+//! and uploads them with the step's other inputs, before the forward is
+//! launched; [`apply`] then only queues device work on the forward's logits.
+//! An allowed set goes up as its bitmask (`V / 32` words a row, every bit
+//! set for a row without one) and is expanded on the device.
 
 use burn::prelude::*;
 use burn::tensor::{DType, IndexingUpdateOp};
@@ -19,31 +23,82 @@ use super::table::SamplingTable;
 /// What a token that may not be chosen gets: far below any logit, finite.
 pub const EXCLUDED: f32 = -1.0e30;
 
-/// `logits` (`[B, V]`, f32, `B >=` the table's rows) with every row's
-/// edits, bans and allowed set applied.
-pub fn apply(logits: Tensor<2>, table: &SamplingTable) -> Tensor<2> {
+/// One step's transform inputs, on the device (see the module docs).
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    /// Flat indices `row * V + token` of the edited entries, and their
+    /// `add`, repetition factor and `subtract`.
+    edits: Option<(Tensor<1, Int>, Tensor<1>, Tensor<1>, Tensor<1>)>,
+    /// Flat indices of banned entries (rows without an allowed set).
+    banned: Option<Tensor<1, Int>>,
+    /// `[rows, ceil(V / 32)]` allowed-token bitmasks (bit `t % 32` of word
+    /// `t / 32`), when some row has one.
+    allowed: Option<Tensor<2, Int>>,
+}
+
+impl Prepared {
+    /// The inputs of `table`'s rows for logits of `rows` rows (`>=` the
+    /// table's; the rest are padding) over `v` tokens, uploaded to `device`.
+    pub fn new(table: &SamplingTable, rows: usize, v: usize, device: &Device) -> Self {
+        let lists = Lists::of(table, rows, v);
+        let floats = |x: Vec<f32>| {
+            let n = x.len();
+            Tensor::<1>::from_data(TensorData::new(x, [n]), (device, DType::F32))
+        };
+        let edits = (!lists.idx.is_empty()).then(|| {
+            (
+                ints(lists.idx, device),
+                floats(lists.add),
+                floats(lists.rep),
+                floats(lists.sub),
+            )
+        });
+        let banned = (!lists.banned.is_empty()).then(|| ints(lists.banned, device));
+        let allowed = lists.words.map(|words| {
+            let w = words.len() / rows.max(1);
+            Tensor::<2, Int>::from_data(TensorData::new(words, [rows, w]), device)
+        });
+        Prepared {
+            edits,
+            banned,
+            allowed,
+        }
+    }
+}
+
+/// `logits` (`[B, V]`, f32, `B` = the rows [`Prepared::new`] was given)
+/// with every row's edits, bans and allowed set applied.
+pub fn apply(logits: Tensor<2>, prepared: &Prepared) -> Tensor<2> {
     let [b, v] = logits.dims();
-    let device = logits.device();
     let mut flat = logits.reshape([b * v]);
-    let lists = Lists::of(table, v);
-    if !lists.idx.is_empty() {
-        let n = lists.idx.len();
-        let idx = ints(lists.idx, &device);
-        let f =
-            |x: Vec<f32>| Tensor::<1>::from_data(TensorData::new(x, [n]), (&device, DType::F32));
-        let (add, rep, sub) = (f(lists.add), f(lists.rep), f(lists.sub));
+    if let Some((idx, add, rep, sub)) = prepared.edits.clone() {
         let vals = flat.clone().select(0, idx.clone()) + add;
         let positive = vals.clone().greater_elem(0.0);
         let vals = (vals.clone() * rep.clone()).mask_where(positive, vals / rep) - sub;
         flat = flat.select_assign(0, idx, vals, IndexingUpdateOp::Assign);
     }
-    if !lists.excluded.is_empty() {
-        let n = lists.excluded.len();
-        let idx = ints(lists.excluded, &device);
-        let vals = Tensor::<1>::full([n], EXCLUDED, (&device, DType::F32));
+    if let Some(idx) = prepared.banned.clone() {
+        let n = idx.dims()[0];
+        let vals = Tensor::<1>::full([n], EXCLUDED, (&flat.device(), DType::F32));
         flat = flat.select_assign(0, idx, vals, IndexingUpdateOp::Assign);
     }
-    flat.reshape([b, v])
+    let logits = flat.reshape([b, v]);
+    match prepared.allowed.clone() {
+        Some(words) => {
+            let device = logits.device();
+            let tokens = Tensor::<1, Int>::arange(0..v as i64, &device);
+            let word = tokens
+                .clone()
+                .div_scalar(32)
+                .unsqueeze::<2>()
+                .expand([b, v]);
+            let shift = tokens.remainder_scalar(32).unsqueeze::<2>().expand([b, v]);
+            let bits = words.gather(1, word).bitwise_right_shift(shift);
+            let disallowed = bits.bitwise_and_scalar(1).equal_elem(0);
+            logits.mask_fill(disallowed, EXCLUDED)
+        }
+        None => logits,
+    }
 }
 
 /// One step's host-side lists, flat indices `row * V + token`.
@@ -54,13 +109,20 @@ struct Lists {
     add: Vec<f32>,
     rep: Vec<f32>,
     sub: Vec<f32>,
-    /// Entries that may not be chosen (banned, or outside an allowed set).
-    excluded: Vec<i32>,
+    /// Banned entries of rows without an allowed set.
+    banned: Vec<i32>,
+    /// Every row's allowed bitmask (all bits set: no constraint), when some
+    /// row has one; a row's bans are cleared from its own words.
+    words: Option<Vec<i32>>,
 }
 
 impl Lists {
-    fn of(table: &SamplingTable, v: usize) -> Self {
+    fn of(table: &SamplingTable, rows: usize, v: usize) -> Self {
         let mut l = Lists::default();
+        let w = v.div_ceil(32);
+        if (0..table.len()).any(|i| table.allowed[i].is_some()) {
+            l.words = Some(vec![-1; rows * w]);
+        }
         for i in 0..table.len() {
             let base = (i * v) as i32;
             for e in table.edits[i].iter().filter(|e| (e.token as usize) < v) {
@@ -69,26 +131,27 @@ impl Lists {
                 l.rep.push(e.repetition.max(f32::MIN_POSITIVE));
                 l.sub.push(e.subtract);
             }
-            let banned = &table.banned[i];
-            match &table.allowed[i] {
-                Some(bits) => {
-                    let allowed =
-                        |t: usize| bits.get(t / 32).is_some_and(|w| w >> (t % 32) & 1 == 1);
+            let banned = table.banned[i].iter().filter(|&&t| (t as usize) < v);
+            match (&table.allowed[i], l.words.as_mut()) {
+                (Some(bits), Some(words)) => {
+                    let row = &mut words[i * w..(i + 1) * w];
+                    for (k, word) in row.iter_mut().enumerate() {
+                        *word = bits.get(k).copied().unwrap_or(0) as i32;
+                    }
+                    if let Some(last) = row.last_mut().filter(|_| v % 32 != 0) {
+                        *last &= ((1u32 << (v % 32)) - 1) as i32;
+                    }
                     // A ban that would leave nothing allowed yields to the
                     // constraint (it knows what may come next).
-                    let keep_ban = (0..v).any(|t| allowed(t) && !banned.contains(&(t as u32)));
-                    l.excluded.extend(
-                        (0..v)
-                            .filter(|&t| !allowed(t) || (keep_ban && banned.contains(&(t as u32))))
-                            .map(|t| base + t as i32),
-                    );
+                    let mut kept = row.to_vec();
+                    for &t in banned {
+                        kept[t as usize / 32] &= !(1i32 << (t % 32));
+                    }
+                    if kept.iter().any(|&x| x != 0) {
+                        row.copy_from_slice(&kept);
+                    }
                 }
-                None => l.excluded.extend(
-                    banned
-                        .iter()
-                        .filter(|&&t| (t as usize) < v)
-                        .map(|&t| base + t as i32),
-                ),
+                _ => l.banned.extend(banned.map(|&t| base + t as i32)),
             }
         }
         l
@@ -124,6 +187,12 @@ mod tests {
         }
     }
 
+    fn applied(l: Tensor<2>, t: &SamplingTable) -> Tensor<2> {
+        let [b, v] = l.dims();
+        let prepared = Prepared::new(t, b, v, &l.device());
+        apply(l, &prepared)
+    }
+
     fn values(t: Tensor<2>) -> Vec<Vec<f32>> {
         let [_, v] = t.dims();
         let flat: Vec<f32> = t.into_data().iter::<f32>().collect();
@@ -146,7 +215,7 @@ mod tests {
             None,
         ));
         t.push(RowSampling::greedy());
-        let got = values(apply(l, &t));
+        let got = values(applied(l, &t));
         assert_eq!(got[0], [1.75, -4.0, -6.0, 0.5]);
         assert_eq!(
             got[1],
@@ -165,9 +234,37 @@ mod tests {
         t.push(row(vec![], vec![2], Some(vec![0b0101])));
         // Allowed {3} only, and 3 banned: the ban yields.
         t.push(row(vec![], vec![3], Some(vec![0b1000])));
-        let got = values(apply(l, &t));
+        let got = values(applied(l, &t));
         assert_eq!(got[0], [1.0, EXCLUDED, 3.0, EXCLUDED]);
         assert_eq!(got[1], [1.0, EXCLUDED, EXCLUDED, EXCLUDED]);
         assert_eq!(got[2], [EXCLUDED, EXCLUDED, EXCLUDED, 4.0]);
+    }
+
+    #[test]
+    fn an_allowed_set_across_words_and_padding_rows() {
+        // 70 tokens: three words, the last partly past the vocabulary.
+        let v = 70;
+        let r: Vec<f32> = (0..v).map(|t| t as f32).collect();
+        let l = logits(&[&r, &r, &r]);
+        let mut t = SamplingTable::with_capacity(2);
+        let mut bits = vec![0u32; 3];
+        for tok in [0usize, 33, 69] {
+            bits[tok / 32] |= 1 << (tok % 32);
+        }
+        bits[2] |= 1 << 31; // a bit past the vocabulary is ignored
+        t.push(row(vec![], vec![], Some(bits)));
+        t.push(RowSampling::greedy());
+        // Three rows of logits, two in the table: the third is padding.
+        let got = values(applied(l, &t));
+        for (tok, x) in got[0].iter().enumerate() {
+            let want = if [0, 33, 69].contains(&tok) {
+                tok as f32
+            } else {
+                EXCLUDED
+            };
+            assert_eq!(*x, want, "token {tok}");
+        }
+        assert_eq!(got[1], r, "a row without a constraint keeps every token");
+        assert_eq!(got[2], r, "padding rows are untouched");
     }
 }
