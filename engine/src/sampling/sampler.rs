@@ -52,6 +52,9 @@ pub struct SamplingParamsRows {
     /// The last write's logit transforms, uploaded with it (before the
     /// forward: [`transforms`]); `None` when no row changes its logits.
     transforms: Option<transforms::Prepared>,
+    /// The vocabulary's bitmask positions, made on the first step with an
+    /// allowed set.
+    token_bits: Option<transforms::TokenBits>,
     rows: usize,
     vocab: usize,
     device: Device,
@@ -71,6 +74,7 @@ impl SamplingParamsRows {
             filtering: false,
             any_sampled: false,
             transforms: None,
+            token_bits: None,
             rows,
             vocab,
             device: device.clone(),
@@ -83,9 +87,13 @@ impl SamplingParamsRows {
     pub fn write(&mut self, table: &SamplingTable) {
         debug_assert!(table.len() <= self.rows);
         self.argmax_only = table.all_take_graph_argmax();
-        self.transforms = table
-            .any_changes_logits()
-            .then(|| transforms::Prepared::new(table, self.rows, self.vocab, &self.device));
+        self.transforms = table.any_changes_logits().then(|| {
+            let (v, device) = (self.vocab, &self.device);
+            let bits = self
+                .token_bits
+                .get_or_insert_with(|| transforms::TokenBits::new(v, device));
+            transforms::Prepared::new(table, self.rows, v, bits, device)
+        });
         self.any_sampled = (0..table.len()).any(|i| !table.is_greedy(i));
         if self.argmax_only || !self.any_sampled {
             self.filtering = false;

@@ -32,15 +32,50 @@ pub struct Prepared {
     /// Flat indices of banned entries (rows without an allowed set).
     banned: Option<Tensor<1, Int>>,
     /// `[rows, ceil(V / 32)]` allowed-token bitmasks (bit `t % 32` of word
-    /// `t / 32`), when some row has one.
-    allowed: Option<Tensor<2, Int>>,
+    /// `t / 32`), when some row has one, with the vocabulary's [`TokenBits`].
+    allowed: Option<(Tensor<2, Int>, TokenBits)>,
+}
+
+/// Each token's word (`t / 32`) and bit (`t % 32`) in a bitmask row, as
+/// `[1, V]` device tensors: made once per vocabulary and device and kept by
+/// the caller (no per-step upload).
+#[derive(Debug, Clone)]
+pub struct TokenBits {
+    word: Tensor<2, Int>,
+    shift: Tensor<2, Int>,
+}
+
+impl TokenBits {
+    pub fn new(v: usize, device: &Device) -> Self {
+        let word: Vec<i32> = (0..v as i32).map(|t| t / 32).collect();
+        let shift: Vec<i32> = (0..v as i32).map(|t| t % 32).collect();
+        let row = |x: Vec<i32>| Tensor::<2, Int>::from_data(TensorData::new(x, [1, v]), device);
+        TokenBits {
+            word: row(word),
+            shift: row(shift),
+        }
+    }
+}
+
+/// Pads `n` entries to a bucket (a power of two, at least 64), so a
+/// step's list shapes repeat from step to step and the device's compiled
+/// kernels are reused.
+fn bucket(n: usize) -> usize {
+    n.max(64).next_power_of_two()
 }
 
 impl Prepared {
     /// The inputs of `table`'s rows for logits of `rows` rows (`>=` the
     /// table's; the rest are padding) over `v` tokens, uploaded to `device`.
-    pub fn new(table: &SamplingTable, rows: usize, v: usize, device: &Device) -> Self {
-        let lists = Lists::of(table, rows, v);
+    pub fn new(
+        table: &SamplingTable,
+        rows: usize,
+        v: usize,
+        bits: &TokenBits,
+        device: &Device,
+    ) -> Self {
+        let mut lists = Lists::of(table, rows, v);
+        lists.pad();
         let floats = |x: Vec<f32>| {
             let n = x.len();
             Tensor::<1>::from_data(TensorData::new(x, [n]), (device, DType::F32))
@@ -56,7 +91,8 @@ impl Prepared {
         let banned = (!lists.banned.is_empty()).then(|| ints(lists.banned, device));
         let allowed = lists.words.map(|words| {
             let w = words.len() / rows.max(1);
-            Tensor::<2, Int>::from_data(TensorData::new(words, [rows, w]), device)
+            let words = Tensor::<2, Int>::from_data(TensorData::new(words, [rows, w]), device);
+            (words, bits.clone())
         });
         Prepared {
             edits,
@@ -84,15 +120,9 @@ pub fn apply(logits: Tensor<2>, prepared: &Prepared) -> Tensor<2> {
     }
     let logits = flat.reshape([b, v]);
     match prepared.allowed.clone() {
-        Some(words) => {
-            let device = logits.device();
-            let tokens = Tensor::<1, Int>::arange(0..v as i64, &device);
-            let word = tokens
-                .clone()
-                .div_scalar(32)
-                .unsqueeze::<2>()
-                .expand([b, v]);
-            let shift = tokens.remainder_scalar(32).unsqueeze::<2>().expand([b, v]);
+        Some((words, bits)) => {
+            let word = bits.word.expand([b, v]);
+            let shift = bits.shift.expand([b, v]);
             let bits = words.gather(1, word).bitwise_right_shift(shift);
             let disallowed = bits.bitwise_and_scalar(1).equal_elem(0);
             logits.mask_fill(disallowed, EXCLUDED)
@@ -158,6 +188,24 @@ impl Lists {
     }
 }
 
+impl Lists {
+    /// Pads the edit and ban lists to their [`bucket`]s by repeating their
+    /// first entry: the same entry assigned the same value twice.
+    fn pad(&mut self) {
+        if let Some(&i) = self.idx.first() {
+            let n = bucket(self.idx.len());
+            let (a, r, s) = (self.add[0], self.rep[0], self.sub[0]);
+            self.idx.resize(n, i);
+            self.add.resize(n, a);
+            self.rep.resize(n, r);
+            self.sub.resize(n, s);
+        }
+        if let Some(&i) = self.banned.first() {
+            self.banned.resize(bucket(self.banned.len()), i);
+        }
+    }
+}
+
 fn ints(values: Vec<i32>, device: &Device) -> Tensor<1, Int> {
     let n = values.len();
     Tensor::from_data(TensorData::new(values, [n]), device)
@@ -189,7 +237,8 @@ mod tests {
 
     fn applied(l: Tensor<2>, t: &SamplingTable) -> Tensor<2> {
         let [b, v] = l.dims();
-        let prepared = Prepared::new(t, b, v, &l.device());
+        let device = l.device();
+        let prepared = Prepared::new(t, b, v, &TokenBits::new(v, &device), &device);
         apply(l, &prepared)
     }
 
