@@ -58,8 +58,8 @@ impl TokenBits {
 }
 
 /// Pads `n` entries to a bucket (a power of two, at least 64), so a
-/// step's list shapes repeat from step to step and the device's compiled
-/// kernels are reused.
+/// step's edit-list shapes repeat from step to step and the device's
+/// compiled kernels are reused.
 fn bucket(n: usize) -> usize {
     n.max(64).next_power_of_two()
 }
@@ -75,7 +75,7 @@ impl Prepared {
         device: &Device,
     ) -> Self {
         let mut lists = Lists::of(table, rows, v);
-        lists.pad();
+        lists.pad(rows * v);
         let floats = |x: Vec<f32>| {
             let n = x.len();
             Tensor::<1>::from_data(TensorData::new(x, [n]), (device, DType::F32))
@@ -111,12 +111,12 @@ pub fn apply(logits: Tensor<2>, prepared: &Prepared) -> Tensor<2> {
         let vals = flat.clone().select(0, idx.clone()) + add;
         let positive = vals.clone().greater_elem(0.0);
         let vals = (vals.clone() * rep.clone()).mask_where(positive, vals / rep) - sub;
-        flat = flat.select_assign(0, idx, vals, IndexingUpdateOp::Assign);
+        flat = scatter(flat, idx, vals);
     }
     if let Some(idx) = prepared.banned.clone() {
         let n = idx.dims()[0];
         let vals = Tensor::<1>::full([n], EXCLUDED, (&flat.device(), DType::F32));
-        flat = flat.select_assign(0, idx, vals, IndexingUpdateOp::Assign);
+        flat = scatter(flat, idx, vals);
     }
     let logits = flat.reshape([b, v]);
     match prepared.allowed.clone() {
@@ -129,6 +129,13 @@ pub fn apply(logits: Tensor<2>, prepared: &Prepared) -> Tensor<2> {
         }
         None => logits,
     }
+}
+
+/// `flat` with `vals` assigned at the (distinct) indices `idx`: one thread
+/// an entry (`select_assign` on a 1-D tensor runs one thread over them all).
+fn scatter(flat: Tensor<1>, idx: Tensor<1, Int>, vals: Tensor<1>) -> Tensor<1> {
+    let n = idx.dims()[0];
+    flat.scatter_nd(idx.reshape([n, 1]), vals, IndexingUpdateOp::Assign)
 }
 
 /// One step's host-side lists, flat indices `row * V + token`.
@@ -189,20 +196,25 @@ impl Lists {
 }
 
 impl Lists {
-    /// Pads the edit and ban lists to their [`bucket`]s by repeating their
-    /// first entry: the same entry assigned the same value twice.
-    fn pad(&mut self) {
-        if let Some(&i) = self.idx.first() {
-            let n = bucket(self.idx.len());
-            let (a, r, s) = (self.add[0], self.rep[0], self.sub[0]);
-            self.idx.resize(n, i);
-            self.add.resize(n, a);
-            self.rep.resize(n, r);
-            self.sub.resize(n, s);
+    /// Pads the edit list to its [`bucket`] with no-op edits (add 0,
+    /// factor 1, subtract 0) of entries it does not name, from the last of
+    /// the `total` entries down, so every index stays distinct; drops
+    /// duplicate bans.
+    fn pad(&mut self, total: usize) {
+        if !self.idx.is_empty() {
+            let n = bucket(self.idx.len()).min(total);
+            let taken: std::collections::HashSet<i32> = self.idx.iter().copied().collect();
+            let mut free = (0..total as i32).rev().filter(|i| !taken.contains(i));
+            while self.idx.len() < n {
+                let Some(i) = free.next() else { break };
+                self.idx.push(i);
+                self.add.push(0.0);
+                self.rep.push(1.0);
+                self.sub.push(0.0);
+            }
         }
-        if let Some(&i) = self.banned.first() {
-            self.banned.resize(bucket(self.banned.len()), i);
-        }
+        self.banned.sort_unstable();
+        self.banned.dedup();
     }
 }
 
