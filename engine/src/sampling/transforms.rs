@@ -175,7 +175,7 @@ impl Lists {
                     for (k, word) in row.iter_mut().enumerate() {
                         *word = bits.get(k).copied().unwrap_or(0) as i32;
                     }
-                    if let Some(last) = row.last_mut().filter(|_| v % 32 != 0) {
+                    if let Some(last) = row.last_mut().filter(|_| !v.is_multiple_of(32)) {
                         *last &= ((1u32 << (v % 32)) - 1) as i32;
                     }
                     // A ban that would leave nothing allowed yields to the
