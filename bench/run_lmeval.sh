@@ -76,6 +76,7 @@ mkdir -p "$OUT"
 cd "$REPO" || exit 1
 SERVER_PID=
 
+# shellcheck disable=SC2329 # invoked by the trap
 stop_server() {
     if [[ -n $SERVER_PID ]]; then
         kill "$SERVER_PID" 2>/dev/null
