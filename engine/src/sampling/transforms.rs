@@ -75,7 +75,7 @@ impl Prepared {
         device: &Device,
     ) -> Self {
         let mut lists = Lists::of(table, rows, v);
-        lists.pad(rows * v);
+        lists.pad(rows, v);
         let floats = |x: Vec<f32>| {
             let n = x.len();
             Tensor::<1>::from_data(TensorData::new(x, [n]), (device, DType::F32))
@@ -193,20 +193,28 @@ impl Lists {
         }
         l
     }
-}
 
-impl Lists {
     /// Pads the edit list to its [`bucket`] with no-op edits (add 0,
-    /// factor 1, subtract 0) of entries it does not name, from the last of
-    /// the `total` entries down, so every index stays distinct; drops
-    /// duplicate bans.
-    fn pad(&mut self, total: usize) {
-        if !self.idx.is_empty() {
-            let n = bucket(self.idx.len()).min(total);
-            let taken: std::collections::HashSet<i32> = self.idx.iter().copied().collect();
-            let mut free = (0..total as i32).rev().filter(|i| !taken.contains(i));
-            while self.idx.len() < n {
-                let Some(i) = free.next() else { break };
+    /// factor 1, subtract 0) of entries it does not name, taken from the last
+    /// of `rows` rows of `v` entries backwards (a row names a few hundred of
+    /// its `v`, so the last row nearly always suffices), every index
+    /// distinct; drops duplicate bans.
+    fn pad(&mut self, rows: usize, v: usize) {
+        let n = bucket(self.idx.len());
+        for row in (0..rows).rev() {
+            if self.idx.is_empty() || self.idx.len() >= n {
+                break;
+            }
+            let span = (row * v) as i32..((row + 1) * v) as i32;
+            let mut named: Vec<i32> = self
+                .idx
+                .iter()
+                .copied()
+                .filter(|i| span.contains(i))
+                .collect();
+            named.sort_unstable();
+            let free = span.rev().filter(|i| named.binary_search(i).is_err());
+            for i in free.take(n - self.idx.len()) {
                 self.idx.push(i);
                 self.add.push(0.0);
                 self.rep.push(1.0);
@@ -327,5 +335,36 @@ mod tests {
         }
         assert_eq!(got[1], r, "a row without a constraint keeps every token");
         assert_eq!(got[2], r, "padding rows are untouched");
+    }
+
+    #[test]
+    fn padding_edits_are_distinct_no_ops() {
+        let named = || Lists {
+            idx: vec![0, 39, 41, 79],
+            add: vec![1.0; 4],
+            rep: vec![2.0; 4],
+            sub: vec![0.5; 4],
+            ..Lists::default()
+        };
+        // 2 rows of 40: 80 entries, the bucket is 64.
+        let mut l = named();
+        l.pad(2, 40);
+        assert_eq!(l.idx.len(), 64);
+        let distinct: std::collections::HashSet<i32> = l.idx.iter().copied().collect();
+        assert_eq!(distinct.len(), 64, "{:?}", l.idx);
+        assert!(l.idx[4..].iter().all(|&i| (0..80).contains(&i)));
+        assert!(l.add[4..].iter().all(|&a| a == 0.0));
+        assert!(l.rep[4..].iter().all(|&r| r == 1.0));
+        assert!(l.sub[4..].iter().all(|&x| x == 0.0));
+        // Fewer entries than the bucket: every one named once.
+        let mut l = named();
+        l.idx.truncate(2); // 0 and 39: both in row 0
+        l.add.truncate(2);
+        l.rep.truncate(2);
+        l.sub.truncate(2);
+        l.pad(1, 40);
+        assert_eq!(l.idx.len(), 40);
+        let distinct: std::collections::HashSet<i32> = l.idx.iter().copied().collect();
+        assert_eq!(distinct.len(), l.idx.len());
     }
 }

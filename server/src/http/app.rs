@@ -24,14 +24,3 @@ pub struct App {
     /// Unix seconds at startup (`created` of the model in `/v1/models`).
     pub started: u64,
 }
-
-impl App {
-    /// The model's context (`max_model_len`), once it is loaded.
-    pub fn max_model_len(&self) -> Option<usize> {
-        self.frontend
-            .state()
-            .model
-            .get()
-            .map(|m| m.config.n_positions)
-    }
-}

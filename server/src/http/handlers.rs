@@ -221,7 +221,7 @@ pub async fn read_body(
 
 /// `GET /v1/models`: the one served model.
 pub async fn models(State(app): State<Arc<App>>) -> Response {
-    let max_len = app.max_model_len();
+    let max_len = app.frontend.state().max_model_len();
     Json(json!({
         "object": "list",
         "data": [{

@@ -49,7 +49,7 @@ pub async fn detokenize(State(app): State<Arc<App>>, headers: HeaderMap, body: B
 
 /// `GET /tokenizer_info`.
 pub async fn tokenizer_info(State(app): State<Arc<App>>) -> Response {
-    let max_len = app.max_model_len();
+    let max_len = app.frontend.state().max_model_len();
     Json(json!({
         "tokenizer_class": "GPT2TokenizerFast",
         "eos_token": GPT2_EOS_TOKEN,

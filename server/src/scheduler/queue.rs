@@ -136,8 +136,12 @@ impl WaitQueue {
         self.items.iter()
     }
 
-    /// Keeps the requests `keep` says yes to; returns the others.
+    /// Keeps the requests `keep` says yes to; returns the others. Runs every
+    /// scheduler iteration: when every request stays, nothing is moved.
     pub fn take_unless(&mut self, keep: impl Fn(&Waiting) -> bool) -> Vec<Waiting> {
+        if self.items.iter().all(&keep) {
+            return Vec::new();
+        }
         let (kept, gone): (VecDeque<_>, VecDeque<_>) =
             std::mem::take(&mut self.items).into_iter().partition(&keep);
         self.items = kept;

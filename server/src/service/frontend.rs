@@ -21,7 +21,7 @@ use tracing::{Instrument, Span};
 use super::arrival::{request_span, Arrival, EventStream};
 use super::error::ServiceError;
 use super::state::ServiceState;
-use super::structured_output;
+use super::structured;
 use super::submit::{submit, Accepted};
 use super::validate::{self, PromptInput};
 use crate::metrics::{self, FrontDoor};
@@ -151,8 +151,9 @@ impl Frontend {
         validate::check_prompt(&prompt, field, checked.max_new_tokens, model)?;
         let tokenized = Instant::now();
         let eos = model.config.eos_token_id;
+        let (format, n) = (&checked.options.response_format, checked.options.n.max(1));
         let constraints =
-            structured_output::constraints(&checked.options, &self.state, eos).await?;
+            structured::constraints(format, n as usize, &self.state.tokenizer, eos).await?;
         let accepted = Accepted {
             checked,
             prompt,

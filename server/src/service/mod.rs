@@ -45,7 +45,6 @@ mod state;
 pub mod stop_strings;
 pub mod stream;
 pub mod structured;
-mod structured_output;
 mod submit;
 pub mod tls;
 pub mod tokens;

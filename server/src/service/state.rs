@@ -28,3 +28,10 @@ pub struct ServiceState {
     /// Accepted requests whose stream has not ended (the drain waits on it).
     pub in_flight: InFlightTracker,
 }
+
+impl ServiceState {
+    /// The model's context (`max_model_len`), once it is loaded.
+    pub fn max_model_len(&self) -> Option<usize> {
+        self.model.get().map(|m| m.config.n_positions)
+    }
+}

@@ -31,7 +31,7 @@ pub async fn tokenize(state: &ServiceState, text: String) -> Result<Tokenized, S
         .map_err(|e| ServiceError::Tokenizer(e.to_string()))?;
     Ok(Tokenized {
         ids,
-        max_model_len: state.model.get().map(|m| m.config.n_positions),
+        max_model_len: state.max_model_len(),
     })
 }
 

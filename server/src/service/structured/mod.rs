@@ -67,6 +67,29 @@ pub fn constraint(
     Ok(Some(Arc::new(Mutex::new(matcher))))
 }
 
+/// The constraints of a request's `n` sequences (all `None` for free text),
+/// compiled on tokio's blocking pool (a new schema takes milliseconds of
+/// CPU), before anything is queued: a schema llguidance refuses is
+/// INVALID_ARGUMENT naming [`SCHEMA_FIELD`] and no sequence starts.
+pub async fn constraints(
+    format: &ResponseFormat,
+    n: usize,
+    tokenizer: &Gpt2Tokenizer,
+    eos: u32,
+) -> Result<Vec<Option<SharedConstraint>>, ServiceError> {
+    if *format == ResponseFormat::Text {
+        return Ok(vec![None; n]);
+    }
+    let (format, tokenizer) = (format.clone(), tokenizer.clone());
+    tokio::task::spawn_blocking(move || {
+        (0..n)
+            .map(|_| constraint(&format, &tokenizer, eos))
+            .collect()
+    })
+    .await
+    .map_err(|e| ServiceError::Tokenizer(format!("the grammar compiler failed: {e}")))?
+}
+
 /// Builds the token environment for `tokenizer` and `eos` now, so the first
 /// structured request does not pay for it (tens of milliseconds).
 pub fn prepare(tokenizer: &Gpt2Tokenizer, eos: u32) -> Result<(), ServiceError> {
