@@ -32,6 +32,15 @@ with vLLM's semantics on transformers' logits (greedy, float32):
     before it (log_softmax of the raw logits) and the top-5 alternatives.
 
     python3 scripts/make_reference_fixtures.py --controls --out engine/tests/fixtures/tiny-gpt2
+
+`--filters` writes filters.json beside it: for each reference case's
+last-position logits (reference.json's `last_logits`, so the tests read the
+same numbers), the tokens transformers' sampling warpers keep, in the order
+`generate` applies them (TemperatureLogitsWarper, TopKLogitsWarper,
+TopPLogitsWarper, MinPLogitsWarper; so top-k and top-p keep their
+intersection):
+
+    python3 scripts/make_reference_fixtures.py --filters --out engine/tests/fixtures/tiny-gpt2
 """
 
 import argparse
@@ -133,6 +142,56 @@ def write_controls(out_dir, new_tokens):
         print(c["name"], len(c["prompt"]), c["tokens"])
 
 
+FILTER_SETTINGS = [
+    {"temperature": 1.0, "min_p": 0.05},
+    {"temperature": 0.7, "min_p": 0.1},
+    {"temperature": 1.5, "min_p": 0.02},
+    {"temperature": 1.0, "top_k": 50, "min_p": 0.05},
+    {"temperature": 1.0, "top_p": 0.8, "min_p": 0.02},
+    {"temperature": 1.0, "top_k": 3, "top_p": 0.9},
+    {"temperature": 0.8, "top_k": 20, "top_p": 0.5},
+    {"temperature": 1.2, "top_p": 0.9},
+    {"temperature": 1.0, "top_k": 10},
+]
+
+
+def kept_by_warpers(logits, opts):
+    """Token ids transformers' warpers keep for `opts`."""
+    from transformers.generation.logits_process import (
+        MinPLogitsWarper, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper)
+    warpers = [TemperatureLogitsWarper(opts["temperature"])]
+    if opts.get("top_k"):
+        warpers.append(TopKLogitsWarper(opts["top_k"]))
+    if opts.get("top_p", 1.0) < 1.0:
+        warpers.append(TopPLogitsWarper(opts["top_p"]))
+    if opts.get("min_p"):
+        warpers.append(MinPLogitsWarper(opts["min_p"]))
+    scores = logits.clone().unsqueeze(0)
+    ids = torch.zeros((1, 1), dtype=torch.long)
+    for w in warpers:
+        scores = w(ids, scores)
+    return torch.nonzero(torch.isfinite(scores[0])).flatten().tolist()
+
+
+def write_filters(out_dir):
+    """filters.json for the reference cases in `out_dir` (see the docs)."""
+    with open(os.path.join(out_dir, "reference.json")) as f:
+        cases = json.load(f)["cases"]
+    filters = []
+    for i, case in enumerate(cases):
+        logits = torch.tensor(case["last_logits"], dtype=torch.float32)
+        for opts in FILTER_SETTINGS:
+            kept = kept_by_warpers(logits, opts)
+            filters.append({"case": i, "options": opts, "kept": kept})
+    doc = {"generator": "scripts/make_reference_fixtures.py --filters",
+           "torch": torch.__version__, "transformers": transformers.__version__,
+           "filters": filters}
+    with open(os.path.join(out_dir, "filters.json"), "w") as f:
+        json.dump(doc, f)
+    for c in filters:
+        print(c["case"], c["options"], len(c["kept"]))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="engine/tests/fixtures/tiny-gpt2")
@@ -142,7 +201,12 @@ def main():
                     help="tiny (2 layers, 64 wide; the committed fixture) or gpt2 (124M shape)")
     ap.add_argument("--controls", action="store_true",
                     help="write controls.json for the model already in --out (see the docs)")
+    ap.add_argument("--filters", action="store_true",
+                    help="write filters.json for the reference cases in --out (see the docs)")
     args = ap.parse_args()
+    if args.filters:
+        write_filters(args.out)
+        return
     if args.controls:
         write_controls(args.out, args.new_tokens)
         return

@@ -44,6 +44,7 @@ fn every_message_round_trips() {
         temperature: Some(0.7),
         top_k: Some(40),
         top_p: Some(0.9),
+        min_p: Some(0.05),
         seed: Some(42),
         repetition_penalty: Some(1.1),
         frequency_penalty: Some(0.5),

@@ -6,9 +6,11 @@
 //!
 //! Layout, lowest layer first (a folder imports only the layers above it in
 //! this list; `docs/architecture.md` has the table):
-//! - [`types`], [`error`], [`limits`], [`tuning`], [`cpu_tuning`],
-//!   [`panics`]: the vocabulary (requests, outputs, errors), the request
-//!   limits, the CUDA and CPU kernel knobs, caught panics.
+//! - [`types`], [`params`], [`error`], [`limits`], [`tuning`],
+//!   [`cpu_tuning`], [`panics`]: the vocabulary (requests, outputs, errors),
+//!   what a request asks of generation ([`GenerationParams`], validated in
+//!   one place), the request limits, the CUDA and CPU kernel knobs, caught
+//!   panics.
 //! - [`ops`]: every operation the model runs, each choosing CPU or CUDA in
 //!   one place; all CUDA code lives in `ops/cuda/` (kernels, in-place
 //!   writes, runtime setup).
@@ -31,6 +33,7 @@ pub mod limits;
 pub mod model;
 pub mod ops;
 pub mod panics;
+pub mod params;
 pub mod sampling;
 pub mod step;
 pub mod step_engine;
@@ -44,10 +47,13 @@ pub use engine::warmup::WarmupReport;
 pub use engine::Engine;
 pub use error::EngineError;
 pub use limits::RequestLimits;
+pub use params::{
+    GenerationParams, LogitTransforms, Outputs, ParamLimits, Penalties, SamplingParams,
+    SharedConstraint, StopRules, TokenConstraint,
+};
 pub use step_engine::StepEngine;
 pub use tuning::KernelTuning;
 pub use types::{
-    AdmissionCost, FinishReason, FinishedSeq, Penalties, PrefillChunk, PromptLogprobs, ResumeState,
-    SampledToken, SamplingParams, SeqId, SequenceRequest, SharedConstraint, StepOutput,
-    TokenConstraint, TokenLogprobs,
+    AdmissionCost, FinishReason, FinishedSeq, PrefillChunk, PromptLogprobs, ResumeState,
+    SampledToken, SeqId, SequenceRequest, StepOutput, TokenLogprobs,
 };

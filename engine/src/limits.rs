@@ -1,15 +1,12 @@
-//! The one check of a request against the model's and the cache's limits.
+//! A request's prompt against the model's and the cache's limits
+//! ([`RequestLimits::check`]: ids inside the vocabulary, prompt + budget
+//! within the context and the KV cache), the fixed bounds of the generation
+//! parameters (which `crate::params` checks), and how a violation names the
+//! field at fault ([`LimitField`]).
 //!
-//! The service runs it before queueing (so a client gets INVALID_ARGUMENT
-//! naming the field) and the engine runs it again at prefill (so no caller can
-//! get an impossible sequence into the batch). Both use [`RequestLimits`].
-//!
-//! The optional generation controls have fixed limits here too: stop strings
-//! (checked by the service only: they are matched on the text, which the
-//! engine never sees), stop token ids and the logprobs top-n count (checked by
-//! both).
-
-use crate::types::Penalties;
+//! The service runs the checks before queueing (so a client gets
+//! INVALID_ARGUMENT naming the field) and the engine runs them again when it
+//! admits a sequence (so no caller can get an impossible one into the batch).
 
 /// Most stop strings one request may give.
 pub const MAX_STOP_STRINGS: usize = 16;
@@ -52,19 +49,18 @@ pub enum LimitField {
     StopTokenIds(Option<usize>),
     /// The logprobs top-n count.
     Logprobs,
-    /// The penalties.
-    RepetitionPenalty,
-    FrequencyPenalty,
-    PresencePenalty,
+    /// A field of the request's `sampling` message, by its name
+    /// (`temperature`, `min_p`, `frequency_penalty`, `min_tokens`...).
+    Sampling(&'static str),
     /// The logit bias: the map (`None`) or the entry of a token.
     LogitBias(Option<u32>),
-    MinTokens,
     /// The prompt logprobs top-n count.
     PromptLogprobs,
 }
 
 impl LimitField {
-    /// The request field's name as a client sees it (`stop[3]`). The prompt
+    /// The request field's name as the gRPC request spells it (`stop[3]`,
+    /// `sampling.top_p`; the HTTP door renames them to OpenAI's). The prompt
     /// is `prompt_field`: the caller knows whether it came as text or ids.
     pub fn name(&self, prompt_field: &str) -> String {
         let indexed = |list: &str, i: &Option<usize>| match i {
@@ -77,12 +73,9 @@ impl LimitField {
             Self::Stop(i) => indexed("stop", i),
             Self::StopTokenIds(i) => indexed("stop_token_ids", i),
             Self::Logprobs => "logprobs".into(),
-            Self::RepetitionPenalty => "repetition_penalty".into(),
-            Self::FrequencyPenalty => "frequency_penalty".into(),
-            Self::PresencePenalty => "presence_penalty".into(),
-            Self::LogitBias(None) => "logit_bias".into(),
-            Self::LogitBias(Some(t)) => format!("logit_bias[{t}]"),
-            Self::MinTokens => "min_tokens".into(),
+            Self::Sampling(name) => format!("sampling.{name}"),
+            Self::LogitBias(None) => "sampling.logit_bias".into(),
+            Self::LogitBias(Some(t)) => format!("sampling.logit_bias[{t}]"),
             Self::PromptLogprobs => "prompt_logprobs".into(),
         }
     }
@@ -159,159 +152,6 @@ impl RequestLimits {
         }
         Ok(())
     }
-
-    /// Checks the stop token ids (count, each inside the vocabulary) and the
-    /// logprobs top-n count (`None`: no logprobs asked).
-    pub fn check_controls(
-        &self,
-        stop_token_ids: &[u32],
-        top_logprobs: Option<usize>,
-    ) -> Result<(), LimitViolation> {
-        if stop_token_ids.len() > MAX_STOP_TOKEN_IDS {
-            return Err(LimitViolation {
-                field: LimitField::StopTokenIds(None),
-                message: format!(
-                    "{} ids given, at most {MAX_STOP_TOKEN_IDS} allowed",
-                    stop_token_ids.len()
-                ),
-            });
-        }
-        if let Some((i, bad)) = stop_token_ids
-            .iter()
-            .enumerate()
-            .find(|(_, &id)| id as usize >= self.vocab_size)
-        {
-            return Err(LimitViolation {
-                field: LimitField::StopTokenIds(Some(i)),
-                message: format!(
-                    "token id {bad} is outside the vocabulary (size {})",
-                    self.vocab_size
-                ),
-            });
-        }
-        match top_logprobs {
-            Some(n) if n > MAX_TOP_LOGPROBS => Err(LimitViolation {
-                field: LimitField::Logprobs,
-                message: format!("{n} alternatives asked, at most {MAX_TOP_LOGPROBS} allowed"),
-            }),
-            _ => Ok(()),
-        }
-    }
-}
-
-/// A request's logit options and generation length, as
-/// [`check_options`] checks them.
-#[derive(Debug, Clone, Copy)]
-pub struct Options<'a> {
-    pub max_new_tokens: usize,
-    pub penalties: Penalties,
-    pub logit_bias: &'a [(u32, f32)],
-    pub min_tokens: usize,
-    pub prompt_logprobs: Option<usize>,
-}
-
-/// Checks the generation length (at least 1; 0 only to score the prompt
-/// with `prompt_logprobs`), the penalties (repetition > 0, frequency and
-/// presence within ±[`PENALTY_RANGE`]), the logit bias (at most
-/// [`MAX_LOGIT_BIAS`] entries, one per token inside the vocabulary of
-/// `vocab_size`, each within ±[`LOGIT_BIAS_RANGE`]), `min_tokens` (at most
-/// `max_new_tokens`) and the prompt logprobs count.
-pub fn check_options(o: &Options<'_>, vocab_size: usize) -> Result<(), LimitViolation> {
-    let fail = |field, message: String| Err(LimitViolation { field, message });
-    if o.max_new_tokens == 0 && o.prompt_logprobs.is_none() {
-        return fail(
-            LimitField::MaxNewTokens,
-            "must be at least 1 (0 only with prompt_logprobs, to score the prompt)".into(),
-        );
-    }
-    let p = o.penalties;
-    if !(p.repetition.is_finite() && p.repetition > 0.0) {
-        return fail(
-            LimitField::RepetitionPenalty,
-            format!(
-                "must be a finite number > 0 (1 = off), got {}",
-                p.repetition
-            ),
-        );
-    }
-    for (field, v) in [
-        (LimitField::FrequencyPenalty, p.frequency),
-        (LimitField::PresencePenalty, p.presence),
-    ] {
-        if !(v.is_finite() && v.abs() <= PENALTY_RANGE) {
-            return fail(field, format!("must be in [-2, 2], got {v}"));
-        }
-    }
-    if o.logit_bias.len() > MAX_LOGIT_BIAS {
-        return fail(
-            LimitField::LogitBias(None),
-            format!(
-                "{} entries given, at most {MAX_LOGIT_BIAS} allowed",
-                o.logit_bias.len()
-            ),
-        );
-    }
-    let mut seen = std::collections::HashSet::with_capacity(o.logit_bias.len());
-    for &(token, bias) in o.logit_bias {
-        let field = LimitField::LogitBias(Some(token));
-        if token as usize >= vocab_size {
-            return fail(
-                field,
-                format!("token id {token} is outside the vocabulary (size {vocab_size})"),
-            );
-        }
-        if !seen.insert(token) {
-            return fail(field, "given twice".into());
-        }
-        if !(bias.is_finite() && bias.abs() <= LOGIT_BIAS_RANGE) {
-            return fail(field, format!("must be in [-100, 100], got {bias}"));
-        }
-    }
-    if o.min_tokens > o.max_new_tokens {
-        return fail(
-            LimitField::MinTokens,
-            format!(
-                "{} is above max_new_tokens ({})",
-                o.min_tokens, o.max_new_tokens
-            ),
-        );
-    }
-    match o.prompt_logprobs {
-        Some(n) if n > MAX_TOP_LOGPROBS => fail(
-            LimitField::PromptLogprobs,
-            format!("{n} alternatives asked, at most {MAX_TOP_LOGPROBS} allowed"),
-        ),
-        _ => Ok(()),
-    }
-}
-
-/// Checks the stop strings: at most [`MAX_STOP_STRINGS`], each 1 to
-/// [`MAX_STOP_STRING_BYTES`] bytes. Needs no model, so the service runs it
-/// before tokenizing.
-pub fn check_stop_strings(stop: &[String]) -> Result<(), LimitViolation> {
-    if stop.len() > MAX_STOP_STRINGS {
-        return Err(LimitViolation {
-            field: LimitField::Stop(None),
-            message: format!(
-                "{} stop strings given, at most {MAX_STOP_STRINGS} allowed",
-                stop.len()
-            ),
-        });
-    }
-    match stop
-        .iter()
-        .enumerate()
-        .find(|(_, s)| s.is_empty() || s.len() > MAX_STOP_STRING_BYTES)
-    {
-        Some((i, s)) => Err(LimitViolation {
-            field: LimitField::Stop(Some(i)),
-            message: format!(
-                "is {} bytes long; a stop string must be 1 to {MAX_STOP_STRING_BYTES} bytes",
-                s.len()
-            ),
-        }),
-        None => Ok(()),
-    }
 }
 
 #[cfg(test)]
@@ -333,7 +173,7 @@ mod tests {
     fn each_limit_names_its_field() {
         assert_eq!(field(&[1, 2, 3], 4), None);
         assert_eq!(field(&[], 4), Some(LimitField::Prompt));
-        // 0 new tokens is check_options' to judge (it is fine when scoring).
+        // 0 new tokens is GenerationParams::validate's to judge (fine when scoring).
         assert_eq!(field(&[1], 0), None);
         assert_eq!(field(&[1, 100], 4), Some(LimitField::Prompt));
         assert_eq!(field(&[1; 30], 35), Some(LimitField::MaxNewTokens)); // 65 > context 64
@@ -342,136 +182,5 @@ mod tests {
         assert_eq!(field(&[1; 20], 20), None); // exactly 10 blocks
         let msg = LIMITS.check(&[1, 7, 200], 1).unwrap_err().message;
         assert!(msg.contains("200") && msg.contains("position 2"), "{msg}");
-    }
-
-    #[test]
-    fn options_name_the_field_that_breaks_a_limit() {
-        let ok = Options {
-            max_new_tokens: 4,
-            penalties: Penalties::OFF,
-            logit_bias: &[(3, 100.0), (4, -100.0)],
-            min_tokens: 4,
-            prompt_logprobs: None,
-        };
-        let field = |o: Options<'_>| check_options(&o, 100).err().map(|v| v.field.name("prompt"));
-        assert_eq!(field(ok), None);
-        let p = |repetition, frequency, presence| Penalties {
-            repetition,
-            frequency,
-            presence,
-        };
-        for (o, want) in [
-            (
-                Options {
-                    max_new_tokens: 0,
-                    min_tokens: 0,
-                    ..ok
-                },
-                "max_new_tokens",
-            ),
-            (
-                Options {
-                    penalties: p(0.0, 0.0, 0.0),
-                    ..ok
-                },
-                "repetition_penalty",
-            ),
-            (
-                Options {
-                    penalties: p(1.0, 2.5, 0.0),
-                    ..ok
-                },
-                "frequency_penalty",
-            ),
-            (
-                Options {
-                    penalties: p(1.0, 0.0, f32::NAN),
-                    ..ok
-                },
-                "presence_penalty",
-            ),
-            (
-                Options {
-                    logit_bias: &[(100, 1.0)],
-                    ..ok
-                },
-                "logit_bias[100]",
-            ),
-            (
-                Options {
-                    logit_bias: &[(7, 1.0), (7, 2.0)],
-                    ..ok
-                },
-                "logit_bias[7]",
-            ),
-            (
-                Options {
-                    logit_bias: &[(7, -100.5)],
-                    ..ok
-                },
-                "logit_bias[7]",
-            ),
-            (
-                Options {
-                    min_tokens: 5,
-                    ..ok
-                },
-                "min_tokens",
-            ),
-            (
-                Options {
-                    prompt_logprobs: Some(21),
-                    ..ok
-                },
-                "prompt_logprobs",
-            ),
-        ] {
-            assert_eq!(field(o).as_deref(), Some(want));
-        }
-        let scoring = Options {
-            max_new_tokens: 0,
-            min_tokens: 0,
-            prompt_logprobs: Some(0),
-            ..ok
-        };
-        assert_eq!(field(scoring), None);
-    }
-
-    fn control_field(ids: &[u32], top: Option<usize>) -> Option<String> {
-        LIMITS
-            .check_controls(ids, top)
-            .err()
-            .map(|v| v.field.name("prompt"))
-    }
-
-    #[test]
-    fn controls_name_the_entry_that_breaks_a_limit() {
-        assert_eq!(control_field(&[0, 99], Some(20)), None);
-        assert_eq!(control_field(&[], None), None);
-        assert_eq!(
-            control_field(&[5, 100], None).as_deref(),
-            Some("stop_token_ids[1]")
-        );
-        let many = vec![1; MAX_STOP_TOKEN_IDS + 1];
-        assert_eq!(
-            control_field(&many, None).as_deref(),
-            Some("stop_token_ids")
-        );
-        assert_eq!(control_field(&[], Some(21)).as_deref(), Some("logprobs"));
-
-        let strings = |v: &[&str]| {
-            let v: Vec<String> = v.iter().map(|s| s.to_string()).collect();
-            check_stop_strings(&v).err().map(|e| e.field.name("prompt"))
-        };
-        assert_eq!(strings(&["a", "\n\n"]), None);
-        assert_eq!(strings(&["a", "b", "", "c"]).as_deref(), Some("stop[2]"));
-        let long = "x".repeat(MAX_STOP_STRING_BYTES + 1);
-        assert_eq!(strings(&[&long]).as_deref(), Some("stop[0]"));
-        assert_eq!(strings(&[&long[1..]]), None);
-        assert_eq!(strings(&["s"; MAX_STOP_STRINGS]), None);
-        assert_eq!(
-            strings(&["s"; MAX_STOP_STRINGS + 1]).as_deref(),
-            Some("stop")
-        );
     }
 }

@@ -143,8 +143,12 @@ async fn on_ready(
             // llguidance's token trie for structured output, built now so the
             // first such request does not pay for it.
             let tokenizer = state.tokenizer.clone();
+            let tokens = crate::service::structured::ModelTokens {
+                eos,
+                vocab_size: info.limits.vocab_size,
+            };
             tokio::task::spawn_blocking(move || {
-                if let Err(e) = crate::service::structured::prepare(&tokenizer, eos) {
+                if let Err(e) = crate::service::structured::prepare(&tokenizer, tokens) {
                     tracing::warn!(error = %e, "structured output's vocabulary could not be built");
                 }
             });

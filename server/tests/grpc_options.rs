@@ -65,28 +65,28 @@ async fn options_reach_the_engine_and_bad_ones_name_their_field() {
                 repetition_penalty: Some(0.0),
                 ..Default::default()
             }),
-            "repetition_penalty",
+            "sampling.repetition_penalty",
         ),
         (
             with(pb::SamplingParams {
                 frequency_penalty: Some(2.5),
                 ..Default::default()
             }),
-            "frequency_penalty",
+            "sampling.frequency_penalty",
         ),
         (
             with(pb::SamplingParams {
                 logit_bias: [(50257, 1.0)].into_iter().collect(),
                 ..Default::default()
             }),
-            "logit_bias[50257]",
+            "sampling.logit_bias[50257]",
         ),
         (
             with(pb::SamplingParams {
                 min_tokens: 25,
                 ..Default::default()
             }),
-            "min_tokens",
+            "sampling.min_tokens",
         ),
         (
             pb::GenerateRequest {
@@ -110,6 +110,13 @@ async fn options_reach_the_engine_and_bad_ones_name_their_field() {
             "priority",
         ),
         (request("x", 0), "max_new_tokens"),
+        (
+            with(pb::SamplingParams {
+                min_p: Some(1.5),
+                ..Default::default()
+            }),
+            "sampling.min_p",
+        ),
     ] {
         let err = collect(&mut client, req).await.unwrap_err();
         assert_eq!(err.code(), Code::InvalidArgument, "{field}: {err:?}");

@@ -260,9 +260,9 @@ fn malformed_requests_get_invalid_argument() {
             Some(&["top_p"]),
         ),
         (
-            "top_k < 0",
+            "top_k < -1",
             GenerateRequest {
-                sampling: sampling(None, Some(-1), None),
+                sampling: sampling(None, Some(-2), None),
                 ..base()
             },
             Some(&["top_k"]),

@@ -201,6 +201,12 @@ fn bad_requests_get_openais_error_shape_naming_the_field() {
         ),
         (
             completions.clone(),
+            json!({"prompt": "x", "min_p": 1.5}),
+            400,
+            Some("min_p"),
+        ),
+        (
+            completions.clone(),
             json!({"prompt": "x", "n": 17}),
             400,
             Some("n"),

@@ -8,6 +8,7 @@ use super::tests::{engine, req, rows};
 use super::*;
 use crate::limits::MAX_TOP_LOGPROBS;
 use crate::model::fixtures::reference;
+use crate::params::*;
 
 /// Prefills `reqs` together and decodes them together until all finish;
 /// returns every emitted token and every finish, per sequence.
@@ -50,15 +51,17 @@ fn logprobs_match_a_log_softmax_of_the_engines_logits() {
     let prompt = reference.cases[0].prompt.clone();
     let mut engine = engine(4, 64);
     let top_n = 5;
-    let with = |id, sampling, logprobs| SequenceRequest {
-        logprobs,
-        ..req(id, &prompt, 6, sampling)
+    let with = |id, sampling, logprobs| {
+        let mut r = req(id, &prompt, 6, sampling);
+        r.params.outputs.logprobs = logprobs;
+        r
     };
     let sampled = SamplingParams {
         temperature: 0.7,
         top_k: 3,
         top_p: 0.9,
-        seed: 11,
+        seed: Some(11),
+        min_p: 0.0,
     };
     // Greedy with logprobs, greedy without (same batch), sampled with top-0.
     let (tokens, _) = run(
@@ -123,9 +126,10 @@ fn a_stop_token_finishes_the_sequence_without_emitting_it() {
     let mut engine = engine(4, 64);
     let (tokens, finished) = run(
         &mut engine,
-        vec![SequenceRequest {
-            stop_token_ids: vec![stop],
-            ..req(1, &case.prompt, 20, SamplingParams::greedy())
+        vec![{
+            let mut r = req(1, &case.prompt, 20, SamplingParams::greedy());
+            r.params.stop.stop_token_ids = vec![stop];
+            r
         }],
     );
     let ids: Vec<u32> = tokens[&1].iter().map(|t| t.token).collect();
@@ -141,13 +145,15 @@ fn bad_controls_are_invalid_requests() {
     let mut engine = engine(4, 64);
     let vocab = engine.model_config().vocab_size as u32;
     let bad = [
-        SequenceRequest {
-            stop_token_ids: vec![1, vocab],
-            ..req(1, prompt, 4, SamplingParams::greedy())
+        {
+            let mut r = req(1, prompt, 4, SamplingParams::greedy());
+            r.params.stop.stop_token_ids = vec![1, vocab];
+            r
         },
-        SequenceRequest {
-            logprobs: Some(MAX_TOP_LOGPROBS + 1),
-            ..req(2, prompt, 4, SamplingParams::greedy())
+        {
+            let mut r = req(2, prompt, 4, SamplingParams::greedy());
+            r.params.outputs.logprobs = Some(MAX_TOP_LOGPROBS + 1);
+            r
         },
     ];
     for (r, field) in bad.into_iter().zip(["stop_token_ids[1]", "logprobs"]) {
@@ -191,9 +197,10 @@ fn controls_apply_to_chunked_and_cached_prefills() {
         .iter()
         .max_by_key(|c| c.prompt.len())
         .expect("reference cases");
-    let asking = |id| SequenceRequest {
-        logprobs: Some(3),
-        ..req(id, &case.prompt, 4, SamplingParams::greedy())
+    let asking = |id| {
+        let mut r = req(id, &case.prompt, 4, SamplingParams::greedy());
+        r.params.outputs.logprobs = Some(3);
+        r
     };
     let mut engine = engine(4, 64);
     let (whole, _) = run(&mut engine, vec![asking(1)]);
@@ -222,9 +229,10 @@ fn controls_apply_to_chunked_and_cached_prefills() {
 
     // A stop token id judged on the first token of a chunked prefill after
     // a hit (request 3's blocks).
-    let stopping = SequenceRequest {
-        stop_token_ids: vec![want.token],
-        ..req(4, &case.prompt, 4, SamplingParams::greedy())
+    let stopping = {
+        let mut r = req(4, &case.prompt, 4, SamplingParams::greedy());
+        r.params.stop.stop_token_ids = vec![want.token];
+        r
     };
     let (_, out) = prefill_in_chunks(&mut fresh, &stopping, 3);
     assert!(out.tokens.is_empty());

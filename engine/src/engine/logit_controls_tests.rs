@@ -8,6 +8,7 @@ use super::tests::{config, engine, engine_cfg, generate, req};
 use super::*;
 use crate::engine::config::PrefillBounds;
 use crate::model::fixtures::{controls, reference, ControlCase};
+use crate::params::*;
 
 /// The request `case` describes (its options under OpenAI / vLLM names).
 fn request(id: SeqId, case: &ControlCase, n: usize) -> SequenceRequest {
@@ -31,18 +32,19 @@ fn request(id: SeqId, case: &ControlCase, n: usize) -> SequenceRequest {
         .and_then(|v| v.as_array())
         .map(|a| a.iter().map(|x| x.as_u64().unwrap() as u32).collect())
         .unwrap_or_default();
-    SequenceRequest {
+    let mut r = req(id, &case.prompt, n, SamplingParams::greedy());
+    r.params.transforms = LogitTransforms {
         penalties: Penalties {
             repetition: f("repetition_penalty", 1.0),
             frequency: f("frequency_penalty", 0.0),
             presence: f("presence_penalty", 0.0),
         },
         logit_bias,
-        min_tokens: o.get("min_tokens").and_then(|v| v.as_u64()).unwrap_or(0) as usize,
-        stop_token_ids,
-        ignore_eos: false,
-        ..req(id, &case.prompt, n, SamplingParams::greedy())
-    }
+    };
+    r.params.stop.min_tokens = o.get("min_tokens").and_then(|v| v.as_u64()).unwrap_or(0) as usize;
+    r.params.stop.stop_token_ids = stop_token_ids;
+    r.params.stop.ignore_eos = false;
+    r
 }
 
 #[test]
@@ -136,9 +138,10 @@ fn prompt_logprobs_match_transformers_whole_and_in_chunks() {
     for (case, greedy) in c.prompt_logprobs.iter().zip(&plain.cases[1..]) {
         for (chunk, new_tokens) in [(case.prompt.len(), 0), (3, 0), (4, 5)] {
             let mut e = engine(4, 128);
-            let r = SequenceRequest {
-                prompt_logprobs: Some(case.top),
-                ..req(1, &case.prompt, new_tokens, SamplingParams::greedy())
+            let r = {
+                let mut r = req(1, &case.prompt, new_tokens, SamplingParams::greedy());
+                r.params.outputs.prompt_logprobs = Some(case.top);
+                r
             };
             let (got, tokens, finished) = scored_run(&mut e, &r, chunk);
             let what = format!("prompt of {}, chunks of {chunk}", case.prompt.len());
@@ -197,26 +200,29 @@ fn nothing_to_generate_is_only_allowed_when_scoring_the_prompt() {
     }
     let bad = [
         (
-            SequenceRequest {
-                penalties: Penalties {
+            {
+                let mut r = req(2, &[1], 4, SamplingParams::greedy());
+                r.params.transforms.penalties = Penalties {
                     repetition: 0.0,
                     ..Penalties::OFF
-                },
-                ..req(2, &[1], 4, SamplingParams::greedy())
+                };
+                r
             },
             "repetition_penalty",
         ),
         (
-            SequenceRequest {
-                logit_bias: vec![(5, 101.0)],
-                ..req(3, &[1], 4, SamplingParams::greedy())
+            {
+                let mut r = req(3, &[1], 4, SamplingParams::greedy());
+                r.params.transforms.logit_bias = vec![(5, 101.0)];
+                r
             },
             "logit_bias[5]",
         ),
         (
-            SequenceRequest {
-                min_tokens: 5,
-                ..req(4, &[1], 4, SamplingParams::greedy())
+            {
+                let mut r = req(4, &[1], 4, SamplingParams::greedy());
+                r.params.stop.min_tokens = 5;
+                r
             },
             "min_tokens",
         ),
@@ -241,7 +247,14 @@ struct Only {
 
 impl TokenConstraint for Only {
     fn allowed(&mut self) -> Result<Option<Vec<u32>>, String> {
-        let mut bits = vec![0u32; 1000 / 32 + 1];
+        let top = self
+            .tokens
+            .iter()
+            .chain([&self.eos])
+            .max()
+            .copied()
+            .unwrap_or(0);
+        let mut bits = vec![0u32; top as usize / 32 + 1];
         let allowed = if self.accepted.len() < self.len {
             self.tokens.clone()
         } else {
@@ -276,14 +289,16 @@ fn a_constraint_picks_among_its_allowed_tokens_and_ends_the_sequence() {
             temperature: 1.0,
             top_k: 0,
             top_p: 1.0,
-            seed: 3,
+            seed: Some(3),
+            min_p: 0.0,
         },
     ] {
         only.lock().unwrap().accepted.clear();
-        let r = SequenceRequest {
-            constraint: Some(shared.clone()),
-            ignore_eos: false,
-            ..req(1, &case.prompt, 16, sampling)
+        let r = {
+            let mut r = req(1, &case.prompt, 16, sampling);
+            r.params.constraint = Some(shared.clone());
+            r.params.stop.ignore_eos = false;
+            r
         };
         let got = generate(&mut engine(4, 128), vec![r]);
         let tokens = &got[&1];
@@ -297,4 +312,52 @@ fn a_constraint_picks_among_its_allowed_tokens_and_ends_the_sequence() {
         assert_eq!(accepted[..6], tokens[..]);
         assert_eq!(accepted.last(), Some(&999));
     }
+}
+
+#[test]
+fn a_constraint_that_cannot_be_honoured_ends_the_sequence_with_an_error() {
+    let case = &reference().cases[1];
+    // Token 1500 is past the fixture's 1,000 embedding rows: the model can
+    // never sample it, so nothing the constraint allows can come.
+    let beyond: SharedConstraint = std::sync::Arc::new(std::sync::Mutex::new(Only {
+        tokens: vec![1500],
+        len: 4,
+        eos: 1501,
+        accepted: Vec::new(),
+    }));
+    let mut e = engine(4, 128);
+    let mut r = req(1, &case.prompt, 8, SamplingParams::greedy());
+    r.params.constraint = Some(beyond);
+    let out = e.prefill(vec![r]).unwrap();
+    assert!(out.tokens.is_empty(), "{:?}", out.tokens);
+    assert_eq!(out.finished.len(), 1);
+    assert_eq!(out.finished[0].reason, FinishReason::ConstraintFailed);
+    assert_eq!((e.kv_blocks_used(), e.num_active()), (0, 0));
+}
+
+/// A constraint that refuses every token it is told about.
+#[derive(Debug)]
+struct Refusing;
+
+impl TokenConstraint for Refusing {
+    fn allowed(&mut self) -> Result<Option<Vec<u32>>, String> {
+        Ok(None)
+    }
+
+    fn accept(&mut self, token: u32) -> Result<(), String> {
+        Err(format!("token {token} does not fit"))
+    }
+}
+
+#[test]
+fn a_refused_token_is_not_emitted_and_ends_the_sequence_with_an_error() {
+    let case = &reference().cases[2];
+    let mut e = engine(4, 128);
+    let mut r = req(1, &case.prompt, 8, SamplingParams::greedy());
+    r.params.constraint = Some(std::sync::Arc::new(std::sync::Mutex::new(Refusing)));
+    let out = e.prefill(vec![r]).unwrap();
+    assert!(out.tokens.is_empty());
+    assert_eq!(out.finished[0].reason, FinishReason::ConstraintFailed);
+    assert_eq!(out.finished[0].generated, 0);
+    assert_eq!((e.kv_blocks_used(), e.num_active()), (0, 0));
 }

@@ -160,20 +160,18 @@ impl Engine {
         }
     }
 
-    /// Checks a request against the model's limits (not against free blocks).
+    /// Checks a request against the model's limits (not against free
+    /// blocks): its parameters ([`crate::GenerationParams::validate`]) and
+    /// its prompt with its budget ([`RequestLimits::check`]).
     pub fn validate(&self, req: &SequenceRequest) -> Result<(), EngineError> {
         let limits = self.limits();
-        let options = crate::limits::Options {
-            max_new_tokens: req.max_new_tokens,
-            penalties: req.penalties,
-            logit_bias: &req.logit_bias,
-            min_tokens: req.min_tokens,
-            prompt_logprobs: req.prompt_logprobs,
+        let params = crate::params::ParamLimits {
+            vocab_size: limits.vocab_size,
+            max_new_tokens: usize::MAX,
         };
-        limits
-            .check(&req.prompt, req.max_new_tokens)
-            .and_then(|()| limits.check_controls(&req.stop_token_ids, req.logprobs))
-            .and_then(|()| crate::limits::check_options(&options, limits.vocab_size))
+        req.params
+            .validate(&params)
+            .and_then(|()| limits.check(&req.prompt, req.params.stop.max_new_tokens))
             .map_err(|v| {
                 let field = v.field.name("prompt");
                 EngineError::InvalidRequest(format!("sequence {}: {field} {}", req.id, v.message))
@@ -199,8 +197,11 @@ impl Engine {
 
     /// Blocks admitting `req` takes (cached ones included).
     fn blocks_to_admit(&self, req: &SequenceRequest) -> usize {
-        self.limits()
-            .blocks_to_admit(req.input_len(), req.prompt.len(), req.max_new_tokens)
+        self.limits().blocks_to_admit(
+            req.input_len(),
+            req.prompt.len(),
+            req.params.stop.max_new_tokens,
+        )
     }
 
     /// Fresh blocks a decode step over `ids` takes: one for each sequence
@@ -382,9 +383,10 @@ impl Engine {
     /// The sampling table of a step over `ids` (each draws its uniform).
     fn sampling_table(&mut self, ids: impl ExactSizeIterator<Item = SeqId>) -> SamplingTable {
         let mut table = SamplingTable::with_capacity(ids.len());
+        let vocab = self.runner.model_config().vocab_size;
         for id in ids {
             if let Some(seq) = self.seqs.get_mut(id) {
-                table.push(seq.sampling_row(self.eos_token_id));
+                table.push(seq.sampling_row(self.eos_token_id, vocab));
             }
         }
         table

@@ -9,13 +9,15 @@ use std::collections::HashMap;
 use super::tests::{engine, generate, req};
 use super::*;
 use crate::model::fixtures::reference;
+use crate::params::*;
 
 fn sampled(seed: u64) -> SamplingParams {
     SamplingParams {
         temperature: 0.9,
         top_k: 20,
         top_p: 0.95,
-        seed,
+        seed: Some(seed),
+        min_p: 0.0,
     }
 }
 

@@ -8,6 +8,7 @@ use super::tests::{absorb, config, engine, engine_cfg, generate, req};
 use super::*;
 use crate::model::fixtures::reference;
 use crate::model::{ModelSource, Preset};
+use crate::params::*;
 
 /// The tiny preset (1024 positions, random weights) with 16-token blocks.
 fn tiny(prefix_caching: bool, num_blocks: usize) -> Engine {
@@ -176,7 +177,8 @@ fn chunked_and_cached_prefills_sample_like_whole_ones() {
         temperature: 1.2,
         top_k: 40,
         top_p: 0.95,
-        seed: 17,
+        seed: Some(17),
+        min_p: 0.0,
     };
     let mut off = tiny(false, 32);
     let want = generate(&mut off, vec![req(1, &p, 12, sampling)]).remove(&1);

@@ -20,6 +20,7 @@ use rand::{Rng, SeedableRng};
 
 use super::token_stats::TokenStats;
 use crate::kv::BlockHash;
+use crate::params::SharedConstraint;
 use crate::sampling::RowSampling;
 use crate::types::{FinishReason, ResumeState, SequenceRequest};
 
@@ -56,6 +57,9 @@ pub(crate) struct Sequence {
     draws: u64,
     /// The tokens it has, for its penalties (empty without one).
     stats: TokenStats,
+    /// Why its output constraint cannot be honoured, once that happened: the
+    /// sequence ends at its next judged token ([`FinishReason::ConstraintFailed`]).
+    constraint_error: Option<String>,
     /// With `prompt_logprobs`: the next prompt token whose logprob is to be
     /// reported (from 1; the first token has none).
     pub next_scored: usize,
@@ -84,7 +88,7 @@ impl Sequence {
         hashes: Vec<BlockHash>,
     ) -> Self {
         let mut tokens = req.prompt.clone();
-        let mut rng = StdRng::seed_from_u64(req.sampling.seed);
+        let mut rng = StdRng::seed_from_u64(req.params.sampling.seed_or_default());
         let (generated, draws, scored) = match &req.resume {
             Some(r) => {
                 tokens.extend_from_slice(&r.generated);
@@ -95,7 +99,8 @@ impl Sequence {
             }
             None => (0, 0, 0),
         };
-        let stats = TokenStats::new(&req.prompt, &tokens[req.prompt.len()..], req.penalties);
+        let penalties = req.params.transforms.penalties;
+        let stats = TokenStats::new(&req.prompt, &tokens[req.prompt.len()..], penalties);
         Self {
             table,
             cached,
@@ -111,6 +116,7 @@ impl Sequence {
             generated,
             stats,
             request: req.clone(),
+            constraint_error: None,
             rng,
             draws,
             next_scored: scored + 1,
@@ -132,7 +138,7 @@ impl Sequence {
 
     /// Top-n of the prompt logprobs it asked for (`None`: not asked).
     pub fn prompt_logprobs(&self) -> Option<usize> {
-        self.request.prompt_logprobs
+        self.request.params.outputs.prompt_logprobs
     }
 
     /// The prompt's length.
@@ -143,7 +149,7 @@ impl Sequence {
     /// Whether its prompt, once computed, is followed by a sampled token
     /// (not for a request that only scores its prompt: `max_new_tokens` 0).
     pub fn samples(&self) -> bool {
-        self.request.max_new_tokens > 0
+        self.request.params.stop.max_new_tokens > 0
     }
 
     /// Input tokens still to compute (0 once the prompt, and on resume the
@@ -163,41 +169,49 @@ impl Sequence {
     /// nothing, so its RNG stream is the same whatever the batch), with the
     /// logit edits of its options: bias and penalties, the stop tokens
     /// banned before `min_tokens` (EOS too unless it ignores EOS), its
-    /// constraint's allowed set.
-    pub fn sampling_row(&mut self, eos_token_id: u32) -> RowSampling {
-        let req = &self.request;
-        let params = req.sampling;
-        let uniform = if params.is_greedy() {
+    /// constraint's allowed set. A constraint that fails, or allows no token
+    /// of the model's `vocab_size`, is recorded: [`Sequence::judge`] then
+    /// ends the sequence with [`FinishReason::ConstraintFailed`] whatever
+    /// the step samples.
+    pub fn sampling_row(&mut self, eos_token_id: u32, vocab_size: usize) -> RowSampling {
+        let params = &self.request.params;
+        let uniform = if params.sampling.is_greedy() {
             0.5
         } else {
             self.draws += 1;
             self.rng.random::<f32>()
         };
-        let edits = if req.penalties.any() || !req.logit_bias.is_empty() {
-            self.stats.edits(req.penalties, &req.logit_bias)
+        let edits = if params.transforms.any() {
+            let t = &params.transforms;
+            self.stats.edits(t.penalties, &t.logit_bias)
         } else {
             Vec::new()
         };
+        let stop = &params.stop;
         let mut banned = Vec::new();
-        if self.generated < req.min_tokens {
-            banned.extend_from_slice(&req.stop_token_ids);
-            if !req.ignore_eos {
+        if self.generated < stop.min_tokens {
+            banned.extend_from_slice(&stop.stop_token_ids);
+            if !stop.ignore_eos {
                 banned.push(eos_token_id);
             }
         }
-        let allowed = req.constraint.as_ref().and_then(|c| {
-            let mut c = c.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            c.allowed().unwrap_or_else(|err| {
-                tracing::warn!(%err, "the output constraint failed; the sequence ends");
-                let mut only_eos = vec![0u32; eos_token_id as usize / 32 + 1];
-                only_eos[eos_token_id as usize / 32] |= 1 << (eos_token_id % 32);
-                Some(only_eos)
-            })
-        });
+        let allowed = match params
+            .constraint
+            .as_ref()
+            .map(|c| allowed_tokens(c, vocab_size))
+        {
+            Some(Err(err)) => {
+                tracing::warn!(%err, "the output constraint cannot be honoured; the sequence ends");
+                self.constraint_error = Some(err);
+                None
+            }
+            Some(Ok(allowed)) => allowed,
+            None => None,
+        };
         RowSampling {
-            params,
+            params: params.sampling,
             uniform,
-            logprobs: req.logprobs,
+            logprobs: params.outputs.logprobs,
             edits,
             banned,
             allowed,
@@ -207,16 +221,25 @@ impl Sequence {
     /// Applies the stop rules to `token` and records it as the next input
     /// (and in the sequence's penalties and constraint).
     pub fn judge(&mut self, token: u32, eos_token_id: u32) -> Verdict {
-        if let Some(c) = &self.request.constraint {
+        let failed = Verdict {
+            emit: false,
+            finish: Some(FinishReason::ConstraintFailed),
+        };
+        if self.constraint_error.is_some() {
+            return failed;
+        }
+        if let Some(c) = &self.request.params.constraint {
             let mut c = c.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             if let Err(err) = c.accept(token) {
-                tracing::warn!(%err, token, "the output constraint refused a sampled token");
+                tracing::warn!(%err, token, "the output constraint refused the sampled token; the sequence ends");
+                self.constraint_error = Some(err);
+                return failed;
             }
         }
-        let req = &self.request;
-        let finish = if token == eos_token_id && !req.ignore_eos {
+        let stop = &self.request.params.stop;
+        let finish = if token == eos_token_id && !stop.ignore_eos {
             Some(FinishReason::Eos)
-        } else if req.stop_token_ids.contains(&token) {
+        } else if stop.stop_token_ids.contains(&token) {
             Some(FinishReason::StopToken(token))
         } else {
             None
@@ -230,41 +253,54 @@ impl Sequence {
         self.last_token = token;
         self.tokens.push(token);
         self.generated += 1;
-        if self.request.penalties.any() {
+        if self.request.params.transforms.penalties.any() {
             self.stats.record_output(token);
         }
+        let max = self.request.params.stop.max_new_tokens;
         Verdict {
             emit: true,
-            finish: (self.generated >= self.request.max_new_tokens).then_some(FinishReason::Length),
+            finish: (self.generated >= max).then_some(FinishReason::Length),
         }
     }
+}
+
+/// The tokens `constraint` allows next, below `vocab_size` (the model's
+/// embedding rows: a token past them can never be sampled); an error when it
+/// fails or allows none of them.
+fn allowed_tokens(
+    constraint: &SharedConstraint,
+    vocab_size: usize,
+) -> Result<Option<Vec<u32>>, String> {
+    let mut c = constraint
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let Some(mut bits) = c.allowed()? else {
+        return Ok(None);
+    };
+    bits.resize(vocab_size.div_ceil(32), 0);
+    if let Some(last) = bits.last_mut().filter(|_| !vocab_size.is_multiple_of(32)) {
+        *last &= (1u32 << (vocab_size % 32)) - 1;
+    }
+    if bits.iter().all(|&w| w == 0) {
+        return Err(format!(
+            "it allows no token the model can emit (its vocabulary has {vocab_size})"
+        ));
+    }
+    Ok(Some(bits))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::types::SamplingParams;
 
     fn seq(max_new_tokens: usize, ignore_eos: bool) -> Sequence {
         seq_stopping_at(max_new_tokens, ignore_eos, &[])
     }
 
     fn seq_stopping_at(max_new_tokens: usize, ignore_eos: bool, stops: &[u32]) -> Sequence {
-        let req = SequenceRequest {
-            id: 1,
-            prompt: vec![1, 2, 3],
-            max_new_tokens,
-            ignore_eos,
-            sampling: SamplingParams::greedy(),
-            stop_token_ids: stops.to_vec(),
-            logprobs: None,
-            penalties: Default::default(),
-            logit_bias: Vec::new(),
-            min_tokens: 0,
-            constraint: None,
-            prompt_logprobs: None,
-            resume: None,
-        };
+        let mut req = SequenceRequest::greedy(1, vec![1, 2, 3], max_new_tokens);
+        req.params.stop.ignore_eos = ignore_eos;
+        req.params.stop.stop_token_ids = stops.to_vec();
         let mut s = Sequence::new(&req, vec![0], 0, 0, Vec::new());
         s.cached = 3;
         s

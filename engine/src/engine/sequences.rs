@@ -226,7 +226,7 @@ impl Sequences {
         let input = input_tokens(req);
         let hashes = self.blocks.block_hashes(&input, self.block_size);
         let reusable = input.len().saturating_sub(1) / self.block_size;
-        let hits = if req.prompt_logprobs.is_some() {
+        let hits = if req.params.outputs.prompt_logprobs.is_some() {
             Vec::new()
         } else {
             self.blocks.lookup(&hashes[..reusable.min(hashes.len())])

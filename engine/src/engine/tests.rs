@@ -11,6 +11,7 @@ use super::*;
 use crate::engine::config::{KvBudget, PrefillBounds};
 use crate::model::fixtures::{max_abs_diff, reference, tiny_gpt2_dir};
 use crate::model::ModelSource;
+use crate::params::*;
 
 /// The fixture's EOS, from its config.json (its greedy continuations never
 /// produce it).
@@ -66,21 +67,9 @@ pub(super) fn req(
     max_new_tokens: usize,
     sampling: SamplingParams,
 ) -> SequenceRequest {
-    SequenceRequest {
-        id,
-        prompt: prompt.to_vec(),
-        max_new_tokens,
-        ignore_eos: true,
-        sampling,
-        stop_token_ids: Vec::new(),
-        logprobs: None,
-        penalties: Default::default(),
-        logit_bias: Vec::new(),
-        min_tokens: 0,
-        constraint: None,
-        prompt_logprobs: None,
-        resume: None,
-    }
+    let mut r = SequenceRequest::greedy(id, prompt.to_vec(), max_new_tokens);
+    r.params.sampling = sampling;
+    r
 }
 
 pub(super) fn rows(t: Tensor<2>) -> Vec<Vec<f32>> {
@@ -245,7 +234,7 @@ fn stop_rules_eos_and_length() {
     // EOS = the first greedy token: finishes at prefill, not emitted.
     engine.eos_token_id = case.greedy[0];
     let mut r = req(1, &case.prompt, 8, SamplingParams::greedy());
-    r.ignore_eos = false;
+    r.params.stop.ignore_eos = false;
     let out = engine.prefill(vec![r.clone()]).unwrap();
     assert!(out.tokens.is_empty());
     assert_eq!(
@@ -258,7 +247,7 @@ fn stop_rules_eos_and_length() {
     );
     assert_eq!((engine.kv_blocks_used(), engine.num_active()), (0, 0));
     // ignore_eos: emitted like any token.
-    r.ignore_eos = true;
+    r.params.stop.ignore_eos = true;
     let out = engine.prefill(vec![r]).unwrap();
     assert_eq!(
         out.tokens,
@@ -402,7 +391,8 @@ fn seeded_sampling_is_reproducible_and_seeds_differ() {
             temperature: 1.5,
             top_k,
             top_p,
-            seed,
+            seed: Some(seed),
+            min_p: 0.0,
         };
         generate(engine, vec![req(7, &prompt, 12, p)])
             .remove(&7)
@@ -421,7 +411,8 @@ fn seeded_sampling_is_reproducible_and_seeds_differ() {
         temperature: 1.5,
         top_k: 0,
         top_p: 1.0,
-        seed: 1,
+        seed: Some(1),
+        min_p: 0.0,
     };
     let alone = sample(&mut engine, 1, 0, 1.0);
     let mixed = generate(

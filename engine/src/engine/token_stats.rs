@@ -8,8 +8,8 @@
 
 use std::collections::HashMap;
 
+use crate::params::Penalties;
 use crate::sampling::TokenEdit;
-use crate::types::Penalties;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct Stat {

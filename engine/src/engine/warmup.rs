@@ -25,11 +25,11 @@
 use std::time::Instant;
 
 use crate::error::EngineError;
+use crate::params::SamplingParams;
 use crate::sampling::{RowSampling, SamplingTable};
 pub use crate::step::shapes::powers_of_two_up_to;
 use crate::step::shapes::prefill_shapes;
 use crate::step::StepRunner;
-use crate::types::SamplingParams;
 
 /// What a warmup did.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -54,7 +54,8 @@ pub(crate) fn filtering_table() -> SamplingTable {
         temperature: 0.8,
         top_k: 40,
         top_p: 0.95,
-        seed: 0,
+        min_p: 0.05,
+        seed: None,
     };
     table.push(RowSampling::plain(params, 0.5, None));
     table

@@ -81,3 +81,25 @@ pub fn controls() -> Controls {
     let text = std::fs::read_to_string(tiny_gpt2_dir().join("controls.json")).unwrap();
     serde_json::from_str(&text).unwrap()
 }
+
+/// One case of `filters.json`: the tokens transformers' warpers keep for
+/// reference case `case`'s last-position logits under `options`.
+#[derive(Debug, Deserialize)]
+pub struct FilterCase {
+    pub case: usize,
+    /// `temperature`, and `top_k`, `top_p`, `min_p` where set.
+    pub options: serde_json::Value,
+    /// Kept token ids, ascending.
+    pub kept: Vec<u32>,
+}
+
+/// `filters.json`.
+#[derive(Debug, Deserialize)]
+pub struct Filters {
+    pub filters: Vec<FilterCase>,
+}
+
+pub fn filters() -> Filters {
+    let text = std::fs::read_to_string(tiny_gpt2_dir().join("filters.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}

@@ -19,6 +19,8 @@ pub mod table;
 pub mod transforms;
 
 #[cfg(test)]
+mod filter_tests;
+#[cfg(test)]
 mod test_logits;
 
 pub use logprobs::logprobs;

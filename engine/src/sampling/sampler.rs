@@ -6,7 +6,9 @@
 //!   (or the one a replayed decode graph already computed).
 //! - Otherwise (in f32): `probs = softmax(logits / temperature)`; top-k and
 //!   top-p keep `{i : probs_i >= tau}` where `tau` is the largest threshold that
-//!   still keeps at least `k` tokens and at least `top_p` of the mass. `tau` is
+//!   still keeps at least `k` tokens and at least `top_p` of the mass; min-p
+//!   then drops tokens less likely than `min_p` times the row's most likely
+//!   one (transformers' `MinPLogitsWarper`). `tau` is
 //!   found per row by bisection (a fixed number of vectorized compare+sum
 //!   passes), because Burn's sort falls back to a host round trip on CubeCL.
 //!   Then inverse-CDF sampling: `cumsum` of the kept probabilities in vocab
@@ -39,6 +41,9 @@ pub struct SamplingParamsRows {
     top_ks: InputBuffer<2, Float>,
     /// Mass the kept tokens must reach (0 = no top-p).
     top_ps: InputBuffer<2, Float>,
+    /// Least probability relative to the row's most likely token (0 = no
+    /// min-p).
+    min_ps: InputBuffer<2, Float>,
     uniforms: InputBuffer<2, Float>,
     /// 1 for rows that take the argmax, 0 for sampled rows.
     greedy: InputBuffer<2, Int>,
@@ -47,6 +52,8 @@ pub struct SamplingParamsRows {
     argmax_only: bool,
     /// Some row filters by top-k or top-p (the threshold search runs).
     filtering: bool,
+    /// Some row filters by min-p.
+    min_p: bool,
     /// Some row samples (else every row takes an argmax).
     any_sampled: bool,
     /// The last write's logit transforms, uploaded with it (before the
@@ -68,10 +75,12 @@ impl SamplingParamsRows {
             temperatures: f(),
             top_ks: f(),
             top_ps: f(),
+            min_ps: f(),
             uniforms: f(),
             greedy: InputBuffer::zeros([rows, 1], device),
             argmax_only: true,
             filtering: false,
+            min_p: false,
             any_sampled: false,
             transforms: None,
             token_bits: None,
@@ -97,12 +106,14 @@ impl SamplingParamsRows {
         self.any_sampled = (0..table.len()).any(|i| !table.is_greedy(i));
         if self.argmax_only || !self.any_sampled {
             self.filtering = false;
+            self.min_p = false;
             return;
         }
         let (n, v) = (self.rows, self.vocab);
         let mut temps = vec![1.0f32; n];
         let mut ks = vec![v as f32; n];
         let mut ps = vec![0.0f32; n];
+        let mut min_ps = vec![0.0f32; n];
         let mut us = vec![0.5f32; n];
         let mut greedy = vec![1i32; n];
         let mut filtering = false;
@@ -110,26 +121,33 @@ impl SamplingParamsRows {
             if table.is_greedy(i) {
                 continue;
             }
-            let (top_k, top_p) = (table.top_k[i], table.top_p[i]);
-            let top_k_on = top_k > 0 && top_k < v;
-            let p = if top_p >= 1.0 { 0.0 } else { top_p.max(0.0) };
+            let s = &table.sampling[i];
+            let top_k = s.top_k_limit().filter(|&k| k < v);
+            let p = if s.top_p >= 1.0 {
+                0.0
+            } else {
+                s.top_p.max(0.0)
+            };
             // The threshold keeps >= k tokens: with top-k off, k = 1 lets
             // top-p alone decide, and k = V (with p = 0) keeps every token.
-            let k = match (top_k_on, p > 0.0) {
-                (true, _) => top_k,
-                (false, true) => 1,
-                (false, false) => v,
+            let k = match (top_k, p > 0.0) {
+                (Some(k), _) => k,
+                (None, true) => 1,
+                (None, false) => v,
             };
             filtering |= k < v;
-            temps[i] = table.temperature[i].max(1e-6);
+            temps[i] = s.temperature.max(1e-6);
             ks[i] = k as f32;
             ps[i] = p;
+            min_ps[i] = s.min_p;
             us[i] = table.uniform[i].clamp(f32::MIN_POSITIVE, 1.0);
             greedy[i] = 0;
         }
         self.temperatures.write(temps);
         self.top_ks.write(ks);
         self.top_ps.write(ps);
+        self.min_p = min_ps.iter().any(|&m| m > 0.0);
+        self.min_ps.write(min_ps);
         self.uniforms.write(us);
         self.greedy.write(greedy);
         self.filtering = filtering;
@@ -207,6 +225,14 @@ fn draw(logits: Tensor<2>, argmax: Tensor<2, Int>, params: &SamplingParamsRows) 
         }
         probs = probs.clone().mask_fill(probs.lower(lo.expand(shape)), 0.0);
     }
+    if params.min_p {
+        // min-p keeps tokens at least min_p times as likely as the row's most
+        // likely one (always kept by the filters above), after temperature.
+        let floor = probs.clone().max_dim(1) * params.min_ps.tensor();
+        probs = probs
+            .clone()
+            .mask_fill(probs.lower(floor.expand(shape)), 0.0);
+    }
 
     let cum = probs.cumsum(1);
     let total = cum.clone().slice([0..b, v - 1..v]);
@@ -224,16 +250,16 @@ fn draw(logits: Tensor<2>, argmax: Tensor<2, Int>, params: &SamplingParamsRows) 
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
+    use crate::params::SamplingParams;
     use crate::sampling::table::RowSampling;
     use crate::sampling::test_logits::logits;
-    use crate::types::SamplingParams;
 
-    fn s(temperature: f32, top_k: usize, top_p: f32, uniform: f32) -> RowSampling {
+    fn s(temperature: f32, top_k: i32, top_p: f32, uniform: f32) -> RowSampling {
         let params = SamplingParams {
             temperature,
             top_k,
             top_p,
-            seed: 0,
+            ..SamplingParams::greedy()
         };
         RowSampling::plain(params, uniform, None)
     }

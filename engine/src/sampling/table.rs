@@ -15,13 +15,13 @@
 //! the one list of logit-changing options. Rows that cannot take it are
 //! chosen from the logits after the graph, so no option is ever skipped.
 //!
-//! **Adding an option** (docs/architecture.md has the recipe): a field in the
-//! request's [`crate::types::SamplingParams`] with its validation
-//! (`crate::limits`), a column here filled in [`SamplingTable::push`], and,
-//! if it changes logits, its transform in the sampler plus a clause in
+//! **Adding an option** (docs/architecture.md has the recipe,
+//! `crate::params` the kinds): a sampling option is a field of
+//! [`SamplingParams`], which this table carries whole (one column), read by
+//! the sampler; an option that changes logits adds its clause to
 //! [`SamplingTable::changes_logits`].
 
-use crate::types::SamplingParams;
+use crate::params::SamplingParams;
 
 /// One token's logit edit in one row, applied before the choice in vLLM's
 /// order: `logit += add`; then the repetition factor (a positive logit is
@@ -78,12 +78,9 @@ impl RowSampling {
 /// docs). Padding rows are not in the table.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct SamplingTable {
-    /// Softmax temperature; `<= 0` (or `top_k == 1`) is greedy.
-    pub temperature: Vec<f32>,
-    /// Tokens kept by top-k; 0 = off.
-    pub top_k: Vec<usize>,
-    /// Mass kept by top-p; `>= 1` = off.
-    pub top_p: Vec<f32>,
+    /// What each row's request asked of the choice (temperature, top-k,
+    /// top-p, min-p, seed).
+    pub sampling: Vec<SamplingParams>,
     /// This step's uniform draw per row.
     pub uniform: Vec<f32>,
     /// Top-n logprobs asked per row.
@@ -99,9 +96,7 @@ pub struct SamplingTable {
 impl SamplingTable {
     pub fn with_capacity(rows: usize) -> Self {
         Self {
-            temperature: Vec::with_capacity(rows),
-            top_k: Vec::with_capacity(rows),
-            top_p: Vec::with_capacity(rows),
+            sampling: Vec::with_capacity(rows),
             uniform: Vec::with_capacity(rows),
             logprobs: Vec::with_capacity(rows),
             edits: Vec::with_capacity(rows),
@@ -121,10 +116,7 @@ impl SamplingTable {
 
     /// Appends a row.
     pub fn push(&mut self, row: RowSampling) {
-        let p = row.params;
-        self.temperature.push(p.temperature);
-        self.top_k.push(p.top_k);
-        self.top_p.push(p.top_p);
+        self.sampling.push(row.params);
         self.uniform.push(row.uniform);
         self.logprobs.push(row.logprobs);
         self.edits.push(row.edits);
@@ -134,7 +126,7 @@ impl SamplingTable {
 
     /// Rows in the table.
     pub fn len(&self) -> usize {
-        self.temperature.len()
+        self.sampling.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -143,7 +135,7 @@ impl SamplingTable {
 
     /// Whether row `i` picks the argmax (no randomness).
     pub fn is_greedy(&self, i: usize) -> bool {
-        self.temperature[i] <= 0.0 || self.top_k[i] == 1
+        self.sampling[i].is_greedy()
     }
 
     /// Whether some option of row `i` changes its logits before the choice:
@@ -182,12 +174,12 @@ impl SamplingTable {
 mod tests {
     use super::*;
 
-    fn sampled(temperature: f32, top_k: usize) -> RowSampling {
+    fn sampled(temperature: f32, top_k: i32) -> RowSampling {
         let params = SamplingParams {
             temperature,
             top_k,
-            top_p: 1.0,
-            seed: 1,
+            seed: Some(1),
+            ..SamplingParams::greedy()
         };
         RowSampling::plain(params, 0.3, None)
     }

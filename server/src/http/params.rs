@@ -4,7 +4,7 @@
 //!
 //! Sampling follows OpenAI's defaults, not the gRPC API's: `temperature`
 //! unset is 1.0 (gRPC: greedy), `top_p` 1.0; vLLM's `top_k` (-1 or 0: no
-//! limit) and `seed` are taken too, as are OpenAI's `n`, penalties and
+//! limit), `min_p` and `seed` are taken too, as are OpenAI's `n`, penalties and
 //! `logit_bias` (keys are token ids as strings) and vLLM's
 //! `repetition_penalty`, `min_tokens`, `prompt_logprobs` and `priority`;
 //! `response_format` (`text`, `json_object`, `json_schema`) is structured
@@ -77,11 +77,9 @@ pub struct Common {
 /// Reads the shared fields of a completions or chat request.
 pub fn common(f: &Fields) -> Result<Common> {
     refuse_unsupported(f)?;
-    let top_k = match f.integer("top_k", i128::from(i32::MIN), i128::from(i32::MAX))? {
-        // vLLM's "no limit" is -1 (and 0); the gRPC API's is 0.
-        Some(-1) => Some(0),
-        other => other.map(|k| k as i32),
-    };
+    let top_k = f
+        .integer("top_k", i128::from(i32::MIN), i128::from(i32::MAX))?
+        .map(|k| k as i32);
     let seed = f
         .integer("seed", i128::from(i64::MIN), i128::from(u64::MAX))?
         // Negative seeds (OpenAI's seed is an int64) keep their bits.
@@ -90,6 +88,7 @@ pub fn common(f: &Fields) -> Result<Common> {
         temperature: Some(f.f32("temperature")?.unwrap_or(DEFAULT_TEMPERATURE)),
         top_k,
         top_p: f.f32("top_p")?,
+        min_p: f.f32("min_p")?,
         seed,
         repetition_penalty: f.f32("repetition_penalty")?,
         frequency_penalty: f.f32("frequency_penalty")?,
@@ -296,7 +295,7 @@ mod tests {
     #[test]
     fn every_field_is_translated() {
         let c = parse(json!({
-            "model": "gpt2", "temperature": 0, "top_p": 0.5, "top_k": 7, "seed": 42,
+            "model": "gpt2", "temperature": 0, "top_p": 0.5, "top_k": 7, "min_p": 0.1, "seed": 42,
             "stop": ["\n", "END"], "stop_token_ids": [50256, 13], "ignore_eos": true,
             "stream": true, "stream_options": {"include_usage": true}, "n": 1,
             "presence_penalty": 0, "frequency_penalty": 0.0, "repetition_penalty": 1,
@@ -310,6 +309,7 @@ mod tests {
                 temperature: Some(0.0),
                 top_k: Some(7),
                 top_p: Some(0.5),
+                min_p: Some(0.1),
                 seed: Some(42),
                 repetition_penalty: Some(1.0),
                 frequency_penalty: Some(0.0),
@@ -323,7 +323,7 @@ mod tests {
         assert!(c.ignore_eos && c.stream && c.include_usage);
         let s = parse(json!({"stop": "###", "top_k": -1, "seed": -1})).unwrap();
         assert_eq!((s.stop, s.stop_as_string), (vec!["###".to_string()], true));
-        assert_eq!(s.sampling.top_k, Some(0), "vLLM's -1 is no limit");
+        assert_eq!(s.sampling.top_k, Some(-1), "vLLM's -1 (no limit) as it is");
         assert_eq!(s.sampling.seed, Some(u64::MAX));
         // Out-of-range values pass through to the one validator.
         assert_eq!(
@@ -347,6 +347,7 @@ mod tests {
             (json!({"top_p": [1]}), "top_p"),
             (json!({"top_k": 1.5}), "top_k"),
             (json!({"top_k": 1e12}), "top_k"),
+            (json!({"min_p": "low"}), "min_p"),
             (json!({"seed": "1"}), "seed"),
             (json!({"stop": 5}), "stop"),
             (json!({"stop": ["a", 5]}), "stop[1]"),

@@ -64,7 +64,7 @@ impl FakeEngine {
     /// Blocks admitting `req` takes: its input and the next token, within
     /// its whole budget (the real engine's rule).
     fn blocks_to_admit(&self, req: &SequenceRequest) -> usize {
-        let whole = (req.prompt.len() + req.max_new_tokens).div_ceil(self.block_size);
+        let whole = (req.prompt.len() + req.params.stop.max_new_tokens).div_ceil(self.block_size);
         (req.input_len() + 1).div_ceil(self.block_size).min(whole)
     }
 
@@ -172,9 +172,9 @@ impl StepEngine for FakeEngine {
                 computed: 0,
                 cached: 0,
                 generated: req.resumed_tokens(),
-                max_new_tokens: req.max_new_tokens,
+                max_new_tokens: req.params.stop.max_new_tokens,
                 blocks,
-                logprobs: req.logprobs,
+                logprobs: req.params.outputs.logprobs,
             },
         );
         Ok(0)

@@ -13,14 +13,10 @@ use super::*;
 
 /// Request `id`: a prompt of `len` tokens (distinct per id), `n` new tokens.
 fn request(id: SeqId, len: usize, n: usize, sampling: SamplingParams) -> SequenceRequest {
-    SequenceRequest {
-        sampling,
-        ..SequenceRequest::greedy(
-            id,
-            (0..len as u32).map(|i| 200 + 7 * id as u32 + i).collect(),
-            n,
-        )
-    }
+    let prompt = (0..len as u32).map(|i| 200 + 7 * id as u32 + i).collect();
+    let mut r = SequenceRequest::greedy(id, prompt, n);
+    r.params.sampling = sampling;
+    r
 }
 
 fn sampled(seed: u64) -> SamplingParams {
@@ -28,7 +24,8 @@ fn sampled(seed: u64) -> SamplingParams {
         temperature: 0.9,
         top_k: 30,
         top_p: 0.95,
-        seed,
+        seed: Some(seed),
+        min_p: 0.0,
     }
 }
 

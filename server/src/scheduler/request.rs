@@ -69,6 +69,9 @@ pub enum FinishKind {
     /// The sequence sampled this stop token id (not emitted).
     StopToken(u32),
     Cancelled,
+    /// Its output constraint (`response_format`) could not be honoured: the
+    /// client gets an error, never a normal stop.
+    ConstraintFailed,
 }
 
 /// The part of a request's timeline only the scheduler sees.

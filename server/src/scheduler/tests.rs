@@ -89,14 +89,15 @@ impl Harness {
         max_new_tokens: usize,
         logprobs: Option<usize>,
     ) {
-        let seq = SequenceRequest {
-            logprobs,
-            sampling: SamplingParams::greedy(),
-            ..SequenceRequest::greedy(
+        let seq = {
+            let mut r = SequenceRequest::greedy(
                 id,
                 (0..prompt_len as u32).map(|i| 100 + i).collect(),
                 max_new_tokens,
-            )
+            );
+            r.params.outputs.logprobs = logprobs;
+            r.params.sampling = SamplingParams::greedy();
+            r
         };
         let (cmd, events) = self.queued(seq, 0);
         self.tx.send(cmd).unwrap();

@@ -275,9 +275,14 @@ impl<E: StepEngine> Worker<E> {
                     FinishReason::Eos => FinishKind::Eos,
                     FinishReason::Length => FinishKind::Length,
                     FinishReason::StopToken(token) => FinishKind::StopToken(token),
+                    FinishReason::ConstraintFailed => FinishKind::ConstraintFailed,
                 };
                 // Counted before the client can see the end of its stream.
-                SchedulerStats::bump(&self.stats.finished);
+                let counter = match kind {
+                    FinishKind::ConstraintFailed => &self.stats.failed,
+                    _ => &self.stats.finished,
+                };
+                SchedulerStats::bump(counter);
                 c.span
                     .in_scope(|| tracing::debug!(reason = ?kind, tokens = f.generated, "finished"));
                 let _ = c.events.send(Event::Finished {

@@ -42,6 +42,14 @@ impl Ending {
                 Some(Matched::TokenId(id)),
             ),
             FinishKind::Cancelled => (pb::FinishReason::Cancelled, "cancelled", R::Abort, None),
+            // The stream task ends such a request with an error instead (it
+            // never sends `Finished`); labelled for completeness.
+            FinishKind::ConstraintFailed => (
+                pb::FinishReason::Unspecified,
+                "constraint_failed",
+                R::Error,
+                None,
+            ),
         };
         Self {
             reason,

@@ -90,6 +90,11 @@ pub enum StreamError {
     /// The engine failed the batch holding the request.
     #[error("engine failure: {0}")]
     EngineFailed(String),
+    /// The request's `response_format` could not be honoured: its grammar
+    /// allowed no token the model can emit, or failed (the server's log has
+    /// the detail).
+    #[error("response_format: the output could not be kept to the requested format (its grammar allowed no token the model can emit, or failed)")]
+    ConstraintFailed,
     /// The scheduler dropped the request without a final event: it stopped.
     #[error("the scheduler stopped")]
     SchedulerStopped,
@@ -99,7 +104,7 @@ impl StreamError {
     pub fn code(&self) -> Code {
         match self {
             Self::DeadlineExceeded { .. } => Code::DeadlineExceeded,
-            Self::EngineFailed(_) => Code::Internal,
+            Self::EngineFailed(_) | Self::ConstraintFailed => Code::Internal,
             Self::SchedulerStopped => Code::Unavailable,
         }
     }
@@ -120,6 +125,7 @@ impl StreamError {
         match self {
             Self::DeadlineExceeded { .. } => "deadline_exceeded",
             Self::EngineFailed(_) => "engine_failure",
+            Self::ConstraintFailed => "constraint_failed",
             Self::SchedulerStopped => "scheduler_gone",
         }
     }

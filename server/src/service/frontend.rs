@@ -137,23 +137,26 @@ impl Frontend {
         }
         let model = self.state.model.get().ok_or(ServiceError::NotReady)?;
         let mut checked = validate::check_request(req, &self.state.knobs)?;
-        validate::check_controls(&checked, model)?;
         let input = std::mem::replace(&mut checked.input, PromptInput::Ids(Vec::new()));
         let (prompt, field) = self.tokenize(input).await?;
+        let stop = &mut checked.params.stop;
         if options.fit_to_context {
-            checked.max_new_tokens = fit_to_context(
+            stop.max_new_tokens = fit_to_context(
                 prompt.len(),
-                checked.max_new_tokens,
+                stop.max_new_tokens,
                 model.limits.context,
                 model.limits.kv_blocks_total * model.limits.block_size,
             );
         }
-        validate::check_prompt(&prompt, field, checked.max_new_tokens, model)?;
+        validate::check_params(&checked.params, model, &self.state.knobs)?;
+        validate::check_prompt(&prompt, field, checked.params.stop.max_new_tokens, model)?;
         let tokenized = Instant::now();
-        let eos = model.config.eos_token_id;
-        let (format, n) = (&checked.options.response_format, checked.options.n.max(1));
-        let constraints =
-            structured::constraints(format, n as usize, &self.state.tokenizer, eos).await?;
+        let tokens = structured::ModelTokens {
+            eos: model.config.eos_token_id,
+            vocab_size: model.limits.vocab_size,
+        };
+        let (format, n) = (&checked.response_format, checked.n as usize);
+        let constraints = structured::constraints(format, n, &self.state.tokenizer, tokens).await?;
         let accepted = Accepted {
             checked,
             prompt,

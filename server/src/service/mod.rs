@@ -2,8 +2,9 @@
 //!
 //! Layout:
 //! - [`frontend`]: [`Frontend::generate`], the one function both doors call:
-//!   readiness/draining checks, validation ([`validate`], with the generation
-//!   options of [`options`]), tokenization,
+//!   readiness/draining checks, validation ([`validate`]; the generation
+//!   fields become the engine's `GenerationParams` in [`proto_params`], one
+//!   line a field, and are checked once), tokenization,
 //!   prompt checks, a pending-queue permit, the submit to the scheduler, and
 //!   the request's stream task (one per sequence with `n` > 1, all feeding
 //!   one stream); it returns the request's event stream.
@@ -39,8 +40,8 @@ pub mod error;
 pub mod frontend;
 pub mod grpc;
 pub mod in_flight;
-pub mod options;
 pub mod output;
+pub mod proto_params;
 mod state;
 pub mod stop_strings;
 pub mod stream;

@@ -33,7 +33,7 @@ use super::error::StreamError;
 use super::output::{top_logprobs, OutputText};
 use super::stop_strings::Released;
 use crate::metrics::{self, FinishedReason, FrontDoor};
-use crate::scheduler::{Admission, CancelReason, Event, SchedulerHandle};
+use crate::scheduler::{Admission, CancelReason, Event, FinishKind, SchedulerHandle};
 use ember_engine::{SeqId, TokenLogprobs};
 
 /// Messages buffered between this task and the front door. Small: tokens
@@ -217,6 +217,13 @@ impl RequestStream {
                     if let ControlFlow::Break(end) = sent.await {
                         return end;
                     }
+                }
+                Some(Event::Finished {
+                    kind: FinishKind::ConstraintFailed,
+                    ..
+                }) => {
+                    let _ = self.out.send(Err(StreamError::ConstraintFailed)).await;
+                    return End::Failed;
                 }
                 Some(Event::Finished {
                     kind,

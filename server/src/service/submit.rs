@@ -47,16 +47,18 @@ pub fn submit(
     span: &Span,
 ) -> Result<EventStream, ServiceError> {
     let c = &a.checked;
-    let n = c.options.n.max(1);
+    let n = c.n.max(1);
     let permits = (0..n)
         .map(|_| scheduler.reserve())
         .collect::<Result<Vec<OwnedSemaphorePermit>, _>>()?;
     let ids: Vec<SeqId> = (0..n).map(|_| scheduler.next_id()).collect();
-    let mut seed = c.sampling.seed;
-    if !c.seed_given {
-        // Reproducible per server seed and request number, distinct per request.
-        seed = state.seed ^ ids[0].wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
+    // Unset: reproducible per server seed and request number, distinct per
+    // request.
+    let seed = c
+        .params
+        .sampling
+        .seed
+        .unwrap_or_else(|| state.seed ^ ids[0].wrapping_mul(0x9E37_79B9_7F4A_7C15));
     let request_id = if c.request_id.is_empty() {
         let made = format!("ember-{}", ids[0]);
         // (A client's id was recorded on arrival: twice prints it twice.)
@@ -119,22 +121,15 @@ impl Shared<'_> {
         let leader = j == 0;
         let choice = a.first_choice + j;
         span.record("choice", choice);
+        let mut params = c.params.clone();
+        params.sampling.seed = Some(self.seed.wrapping_add(u64::from(j)));
+        params.constraint = a.constraints.get(j as usize).cloned().flatten();
+        params.outputs.prompt_logprobs = params.outputs.prompt_logprobs.filter(|_| leader);
+        let prompt_logprobs = params.outputs.prompt_logprobs.is_some();
         let seq = SequenceRequest {
             id,
             prompt: a.prompt.clone(),
-            max_new_tokens: c.max_new_tokens,
-            ignore_eos: c.ignore_eos,
-            sampling: ember_engine::SamplingParams {
-                seed: self.seed.wrapping_add(u64::from(j)),
-                ..c.sampling
-            },
-            stop_token_ids: c.stop_token_ids.clone(),
-            logprobs: c.logprobs,
-            penalties: c.options.penalties,
-            logit_bias: c.options.logit_bias.clone(),
-            min_tokens: c.options.min_tokens,
-            constraint: a.constraints.get(j as usize).cloned().flatten(),
-            prompt_logprobs: c.options.prompt_logprobs.filter(|_| leader),
+            params,
             resume: None,
         };
         let (events_tx, events) = mpsc::unbounded_channel();
@@ -164,17 +159,13 @@ impl Shared<'_> {
             events,
             out: self.out.clone(),
             door: a.arrival.door,
-            output: OutputText::new(&self.state.tokenizer, c.stop.clone()),
+            output: OutputText::new(&self.state.tokenizer, c.params.stop.stop_strings.clone()),
             tokenizer: self.state.tokenizer.clone(),
             scheduler: self.scheduler.clone(),
             span: span.clone(),
             choice,
             sends_started: leader,
-            prompt_ids: c
-                .options
-                .prompt_logprobs
-                .filter(|_| leader)
-                .map(|_| a.prompt.clone()),
+            prompt_ids: prompt_logprobs.then(|| a.prompt.clone()),
         };
         tokio::spawn(
             async move {

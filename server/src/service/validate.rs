@@ -1,24 +1,30 @@
 //! Request validation: every check that can fail names the field it is about.
 //!
-//! Three checks: [`check_request`] before tokenization (shape of the input,
-//! limits, sampling, stop strings), [`check_controls`] once the model is known,
-//! still before tokenization (stop token ids against the vocabulary, the
-//! logprobs count), [`check_prompt`] after it (token ids, context length, KV
-//! capacity). A prompt longer than `--prefill-max-tokens` is fine: it is
-//! prefilled in chunks. The limits themselves live in
-//! [`ember_engine::limits`], which the engine checks again.
+//! Three steps, each once: [`check_request`] before tokenization (the shape
+//! of the input, the request id, `n`, the priority, the response format; the
+//! generation fields are mapped into [`GenerationParams`] by
+//! `super::proto_params`, unchecked), [`check_params`] once the prompt is
+//! tokenized and the generation budget final (the one
+//! [`GenerationParams::validate`], against the model's vocabulary and the
+//! server's `--max-new-tokens-limit`), [`check_prompt`] with it (token ids,
+//! context length, KV capacity). A prompt longer than `--prefill-max-tokens`
+//! is fine: it is prefilled in chunks. The engine runs the same checks
+//! again when it admits a sequence.
 
 use ember_common::pb;
 
 use super::error::ServiceError;
-use super::options::{self, GenerationOptions};
+use super::proto_params::generation_params;
+use super::structured::ResponseFormat;
 use crate::scheduler::ModelInfo;
 use crate::scheduler::{SchedulerKnobs, SchedulingPolicy};
-use ember_engine::limits::{self, LimitViolation};
-use ember_engine::SamplingParams;
+use ember_engine::limits::LimitViolation;
+use ember_engine::{GenerationParams, ParamLimits};
 
 /// Longest accepted client request id.
 pub const MAX_REQUEST_ID_LEN: usize = 256;
+/// Most sequences one request may ask for (`n`).
+pub const MAX_N: u32 = 16;
 
 /// The request's input before tokenization.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,38 +34,47 @@ pub enum PromptInput {
 }
 
 /// A request that passed [`check_request`].
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct CheckedRequest {
     pub request_id: String,
     pub input: PromptInput,
-    pub max_new_tokens: usize,
-    pub ignore_eos: bool,
-    /// Sampling with the seed still to be filled in when unset.
-    pub sampling: SamplingParams,
-    pub seed_given: bool,
-    /// Stop strings, matched by the stream task on the detokenized text.
-    pub stop: Vec<String>,
-    /// Stop token ids, judged by the engine.
-    pub stop_token_ids: Vec<u32>,
-    /// Top-n of the logprobs to return; `None` = no logprobs.
-    pub logprobs: Option<usize>,
+    /// What it asks of generation, checked by [`check_params`]; its seed is
+    /// still the client's (`None` when unset) and its constraint unset.
+    pub params: GenerationParams,
     /// Scheduling priority (lower first); 0 unless the policy is `priority`.
     pub priority: i32,
-    /// Penalties, logit bias, min_tokens, prompt logprobs, n, response format.
-    pub options: GenerationOptions,
+    /// Sequences to generate from the prompt (1 or more).
+    pub n: u32,
+    /// Structured output ([`ResponseFormat::Text`] when not asked).
+    pub response_format: ResponseFormat,
 }
 
 pub fn check_request(
-    req: pb::GenerateRequest,
+    mut req: pb::GenerateRequest,
     knobs: &SchedulerKnobs,
 ) -> Result<CheckedRequest, ServiceError> {
-    let options = options::read(&req)?;
     if req.request_id.len() > MAX_REQUEST_ID_LEN {
         return Err(ServiceError::invalid(
             "request_id",
             format!("longer than {MAX_REQUEST_ID_LEN} bytes"),
         ));
     }
+    let n = match req.n {
+        0 => 1,
+        n if n > MAX_N => {
+            return Err(ServiceError::invalid(
+                "n",
+                format!("at most {MAX_N} sequences per request, got {n}"),
+            ))
+        }
+        n => n,
+    };
+    let response_format = match &req.response_format {
+        Some(f) => ResponseFormat::from_pb(f)?,
+        None => ResponseFormat::Text,
+    };
+    let priority = check_priority(req.priority, knobs.policy)?;
+    let params = generation_params(&mut req);
     let input = match (req.prompt.is_empty(), req.prompt_token_ids.is_empty()) {
         (false, false) => {
             return Err(ServiceError::invalid(
@@ -76,63 +91,13 @@ pub fn check_request(
         (false, true) => PromptInput::Text(req.prompt),
         (true, false) => PromptInput::Ids(req.prompt_token_ids),
     };
-    let max_new_tokens = req.max_new_tokens as usize;
-    if max_new_tokens == 0 && options.prompt_logprobs.is_none() {
-        return Err(ServiceError::invalid(
-            "max_new_tokens",
-            "must be at least 1 (0 only with prompt_logprobs, to score the prompt)",
-        ));
-    }
-    if max_new_tokens > knobs.max_new_tokens_limit {
-        return Err(ServiceError::invalid(
-            "max_new_tokens",
-            format!(
-                "{max_new_tokens} is above the server's --max-new-tokens-limit {}",
-                knobs.max_new_tokens_limit
-            ),
-        ));
-    }
-    let s = req.sampling.unwrap_or_default();
-    let temperature = s.temperature.unwrap_or(0.0);
-    if !temperature.is_finite() || temperature < 0.0 {
-        return Err(ServiceError::invalid(
-            "sampling.temperature",
-            format!("must be a finite number >= 0, got {temperature}"),
-        ));
-    }
-    let top_k = s.top_k.unwrap_or(0);
-    if top_k < 0 {
-        return Err(ServiceError::invalid(
-            "sampling.top_k",
-            format!("must be >= 0, got {top_k}"),
-        ));
-    }
-    let top_p = s.top_p.unwrap_or(1.0);
-    if !(top_p > 0.0 && top_p <= 1.0) {
-        return Err(ServiceError::invalid(
-            "sampling.top_p",
-            format!("must be in (0, 1], got {top_p}"),
-        ));
-    }
-    limits::check_stop_strings(&req.stop).map_err(|v| invalid_limit(v, "prompt"))?;
-    let priority = check_priority(req.priority, knobs.policy)?;
     Ok(CheckedRequest {
         request_id: req.request_id,
         input,
-        max_new_tokens,
-        ignore_eos: req.ignore_eos,
-        sampling: SamplingParams {
-            temperature,
-            top_k: top_k as usize,
-            top_p,
-            seed: s.seed.unwrap_or(0),
-        },
-        seed_given: s.seed.is_some(),
-        stop: req.stop,
-        stop_token_ids: req.stop_token_ids,
-        logprobs: req.logprobs.map(|n| n as usize),
+        params,
         priority,
-        options,
+        n,
+        response_format,
     })
 }
 
@@ -149,14 +114,20 @@ fn check_priority(priority: i32, policy: SchedulingPolicy) -> Result<i32, Servic
     }
 }
 
-/// Checks the stop token ids, the logprobs count and the generation options
-/// against the model.
-pub fn check_controls(req: &CheckedRequest, model: &ModelInfo) -> Result<(), ServiceError> {
-    model
-        .limits
-        .check_controls(&req.stop_token_ids, req.logprobs)
-        .map_err(|v| invalid_limit(v, "prompt"))?;
-    options::check(&req.options, req.max_new_tokens, model.limits.vocab_size)
+/// Checks the generation parameters (the one [`GenerationParams::validate`])
+/// against the model's vocabulary and the server's `--max-new-tokens-limit`.
+pub fn check_params(
+    params: &GenerationParams,
+    model: &ModelInfo,
+    knobs: &SchedulerKnobs,
+) -> Result<(), ServiceError> {
+    let limits = ParamLimits {
+        vocab_size: model.limits.vocab_size,
+        max_new_tokens: knobs.max_new_tokens_limit,
+    };
+    params
+        .validate(&limits)
+        .map_err(|v| invalid_limit(v, "prompt"))
 }
 
 /// A broken limit as INVALID_ARGUMENT naming its field; `prompt_field` is the
@@ -228,8 +199,19 @@ mod tests {
         }
     }
 
+    /// The field the whole check (request, then parameters) names.
+    fn refused(r: pb::GenerateRequest) -> Option<String> {
+        let checked = match check_request(r, &knobs()) {
+            Ok(c) => c,
+            Err(e) => return Some(field_of(e)),
+        };
+        check_params(&checked.params, &model(), &knobs())
+            .err()
+            .map(field_of)
+    }
+
     #[test]
-    fn each_bad_field_is_named() {
+    fn each_bad_field_is_named_as_the_grpc_request_spells_it() {
         let sampling = |s: pb::SamplingParams| pb::GenerateRequest {
             sampling: Some(s),
             ..req()
@@ -238,6 +220,7 @@ mod tests {
             stop: stop.iter().map(|s| s.to_string()).collect(),
             ..req()
         };
+        let sp = pb::SamplingParams::default;
         let cases: Vec<(pb::GenerateRequest, &str)> = vec![
             (
                 pb::GenerateRequest {
@@ -275,63 +258,78 @@ mod tests {
                 "request_id",
             ),
             (
+                pb::GenerateRequest {
+                    n: MAX_N + 1,
+                    ..req()
+                },
+                "n",
+            ),
+            (
+                pb::GenerateRequest {
+                    priority: 3,
+                    ..req()
+                },
+                "priority",
+            ),
+            (
                 sampling(pb::SamplingParams {
                     temperature: Some(-1.0),
-                    ..Default::default()
+                    ..sp()
                 }),
                 "sampling.temperature",
             ),
             (
                 sampling(pb::SamplingParams {
                     temperature: Some(f32::NAN),
-                    ..Default::default()
+                    ..sp()
                 }),
                 "sampling.temperature",
             ),
             (
                 sampling(pb::SamplingParams {
-                    top_k: Some(-1),
-                    ..Default::default()
+                    top_k: Some(-2),
+                    ..sp()
                 }),
                 "sampling.top_k",
             ),
             (
                 sampling(pb::SamplingParams {
                     top_p: Some(0.0),
-                    ..Default::default()
+                    ..sp()
                 }),
                 "sampling.top_p",
             ),
             (
                 sampling(pb::SamplingParams {
-                    top_p: Some(1.5),
-                    ..Default::default()
+                    min_p: Some(1.5),
+                    ..sp()
                 }),
-                "sampling.top_p",
+                "sampling.min_p",
+            ),
+            (
+                sampling(pb::SamplingParams {
+                    frequency_penalty: Some(3.0),
+                    ..sp()
+                }),
+                "sampling.frequency_penalty",
+            ),
+            (
+                sampling(pb::SamplingParams {
+                    logit_bias: [(50257, 1.0)].into_iter().collect(),
+                    ..sp()
+                }),
+                "sampling.logit_bias[50257]",
+            ),
+            (
+                sampling(pb::SamplingParams {
+                    min_tokens: 5,
+                    ..sp()
+                }),
+                "sampling.min_tokens",
             ),
             (stop(&["ok", "also", "", "fine"]), "stop[2]"),
             (stop(&[&"x".repeat(257)]), "stop[0]"),
             (stop(&["s"; 17]), "stop"),
-        ];
-        for (r, field) in cases {
-            let err = check_request(r.clone(), &knobs()).expect_err(field);
-            assert_eq!(field_of(err), field, "{r:?}");
-        }
-    }
-
-    #[test]
-    fn controls_are_checked_against_the_model() {
-        let m = model();
-        let checked = |r: pb::GenerateRequest| check_request(r, &knobs()).unwrap();
-        let ok = checked(pb::GenerateRequest {
-            stop: vec!["\n".into()],
-            stop_token_ids: vec![0, 50256],
-            logprobs: Some(20),
-            ..req()
-        });
-        assert!(check_controls(&ok, &m).is_ok());
-        assert_eq!((ok.logprobs, ok.stop.len()), (Some(20), 1));
-        let cases = [
             (
                 pb::GenerateRequest {
                     stop_token_ids: vec![50257],
@@ -355,18 +353,29 @@ mod tests {
             ),
         ];
         for (r, field) in cases {
-            let err = check_controls(&checked(r), &m).expect_err(field);
-            assert_eq!(field_of(err), field);
+            assert_eq!(refused(r.clone()).as_deref(), Some(field), "{r:?}");
         }
+        let fine = pb::GenerateRequest {
+            stop: vec!["\n".into()],
+            stop_token_ids: vec![0, 50256],
+            logprobs: Some(20),
+            sampling: Some(pb::SamplingParams {
+                temperature: Some(1.0),
+                top_k: Some(-1),
+                min_p: Some(0.1),
+                ..sp()
+            }),
+            ..req()
+        };
+        assert_eq!(refused(fine), None);
     }
 
     #[test]
-    fn unset_sampling_is_greedy() {
+    fn unset_sampling_is_greedy_and_n_defaults_to_one() {
         let c = check_request(req(), &knobs()).unwrap();
-        assert_eq!(c.sampling.temperature, 0.0);
-        assert_eq!(c.sampling.top_p, 1.0);
-        assert_eq!(c.sampling.top_k, 0);
-        assert!(!c.seed_given);
+        assert_eq!(c.params.sampling, ember_engine::SamplingParams::greedy());
+        assert_eq!((c.n, c.priority), (1, 0));
+        assert_eq!(c.response_format, ResponseFormat::Text);
     }
 
     #[test]

@@ -17,6 +17,11 @@ use serde_json::{json, Value};
 use super::*;
 
 const EOS: u32 = 50256;
+/// GPT-2's tokens as its models emit them.
+const TOKENS: ModelTokens = ModelTokens {
+    eos: EOS,
+    vocab_size: 50257,
+};
 
 fn engine() -> Engine {
     let config = EngineConfig {
@@ -85,14 +90,16 @@ fn every_sequence_of_a_batch_ends_in_valid_json_with_random_weights() {
                     temperature: 1.0,
                     top_k: 0,
                     top_p: 1.0,
-                    seed: s,
+                    seed: Some(s),
+                    min_p: 0.0,
                 }
             };
-            reqs.push(SequenceRequest {
-                ignore_eos: false,
-                sampling,
-                constraint: constraint(format, &tokenizer, EOS).unwrap(),
-                ..SequenceRequest::greedy(id, prompt.clone(), 400)
+            reqs.push({
+                let mut r = SequenceRequest::greedy(id, prompt.clone(), 400);
+                r.params.stop.ignore_eos = false;
+                r.params.sampling = sampling;
+                r.params.constraint = constraint(format, &tokenizer, TOKENS).unwrap();
+                r
             });
             kinds.insert(id, f);
         }

@@ -1,7 +1,8 @@
 //! Compiled grammars, kept so each distinct schema is compiled once.
 //!
 //! Two levels, both bounded, both behind short-held locks:
-//! - per vocabulary (a tokenizer and an end-of-sequence token): llguidance's
+//! - per vocabulary (a tokenizer and the model's tokens: how many, which
+//!   ends a sequence): llguidance's
 //!   [`ParserFactory`] (the token trie and its precomputed slices, tens of
 //!   milliseconds to build), at most [`MAX_VOCABULARIES`], keyed on the
 //!   tokenizer's shared tables ([`Gpt2Tokenizer::shares_vocabulary`]: the
@@ -22,7 +23,7 @@ use ember_common::tokenizer::Gpt2Tokenizer;
 use llguidance::api::TopLevelGrammar;
 use llguidance::{Matcher, ParserFactory};
 
-use super::vocab;
+use super::vocab::{self, ModelTokens};
 
 /// Vocabularies kept (a server has one; tests build a few).
 pub const MAX_VOCABULARIES: usize = 4;
@@ -33,7 +34,7 @@ pub const MAX_GRAMMARS: usize = 64;
 struct Vocabulary {
     /// Holds the tables the key compares by identity.
     tokenizer: Gpt2Tokenizer,
-    eos: u32,
+    model: ModelTokens,
     factory: ParserFactory,
     /// `(grammar JSON, fresh matcher)`, most recently used last.
     grammars: Mutex<Vec<(String, Matcher)>>,
@@ -48,14 +49,15 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// A fresh matcher for `grammar` over `tokenizer`'s vocabulary ending with
-/// `eos`; `Err` carries llguidance's message (a schema it cannot compile).
+/// A fresh matcher for `grammar` over `tokenizer`'s vocabulary as `model`
+/// emits it; `Err` carries llguidance's message (a schema it cannot
+/// compile).
 pub fn matcher(
     tokenizer: &Gpt2Tokenizer,
-    eos: u32,
+    model: ModelTokens,
     grammar: &TopLevelGrammar,
 ) -> Result<Matcher, String> {
-    let vocabulary = vocabulary(tokenizer, eos)?;
+    let vocabulary = vocabulary(tokenizer, model)?;
     let key = serde_json::to_string(grammar).map_err(|e| e.to_string())?;
     if let Some(hit) = vocabulary.cached(&key) {
         return Ok(hit);
@@ -74,26 +76,26 @@ pub fn matcher(
 
 /// Builds the vocabulary's factory now (the first structured request then
 /// pays only for its schema).
-pub fn prepare(tokenizer: &Gpt2Tokenizer, eos: u32) -> Result<(), String> {
-    vocabulary(tokenizer, eos).map(drop)
+pub fn prepare(tokenizer: &Gpt2Tokenizer, model: ModelTokens) -> Result<(), String> {
+    vocabulary(tokenizer, model).map(drop)
 }
 
-fn vocabulary(tokenizer: &Gpt2Tokenizer, eos: u32) -> Result<Arc<Vocabulary>, String> {
+fn vocabulary(tokenizer: &Gpt2Tokenizer, model: ModelTokens) -> Result<Arc<Vocabulary>, String> {
     let mut all = lock(&VOCABULARIES);
     if let Some(i) = all
         .iter()
-        .position(|v| v.eos == eos && v.tokenizer.shares_vocabulary(tokenizer))
+        .position(|v| v.model == model && v.tokenizer.shares_vocabulary(tokenizer))
     {
         let found = all.remove(i);
         all.push(Arc::clone(&found));
         return Ok(found);
     }
-    let env = vocab::tok_env(tokenizer, eos)?;
+    let env = vocab::tok_env(tokenizer, model)?;
     let mut factory = ParserFactory::new_simple(&env).map_err(|e| e.to_string())?;
     factory.quiet();
     let built = Arc::new(Vocabulary {
         tokenizer: tokenizer.clone(),
-        eos,
+        model,
         factory,
         grammars: Mutex::new(Vec::new()),
     });
@@ -133,6 +135,6 @@ impl Vocabulary {
 
 /// How many grammars are cached for this vocabulary (tests).
 #[cfg(test)]
-pub fn cached_grammars(tokenizer: &Gpt2Tokenizer, eos: u32) -> usize {
-    vocabulary(tokenizer, eos).map_or(0, |v| v.len())
+pub fn cached_grammars(tokenizer: &Gpt2Tokenizer, model: ModelTokens) -> usize {
+    vocabulary(tokenizer, model).map_or(0, |v| v.len())
 }

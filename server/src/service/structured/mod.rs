@@ -19,7 +19,7 @@
 //! ahead of the first request.
 //!
 //! Layout: `format` (the OpenAI shapes), `wire` (the proto's form), `vocab` (the GPT-2 vocabulary for
-//! llguidance), `grammars` (the caches), `matcher` (one sequence's state,
+//! llguidance, as far as the model emits it), `grammars` (the caches), `matcher` (one sequence's state,
 //! the engine's `TokenConstraint`).
 
 mod format;
@@ -44,6 +44,7 @@ use serde_json::{json, Value};
 use crate::service::error::ServiceError;
 pub use format::{parse_response_format, ResponseFormat, SCHEMA_FIELD};
 pub use matcher::GrammarMatcher;
+pub use vocab::ModelTokens;
 
 /// A fresh constraint for one sequence (`None` for [`ResponseFormat::Text`]).
 /// A schema that does not compile is [`ServiceError::InvalidArgument`]
@@ -51,19 +52,19 @@ pub use matcher::GrammarMatcher;
 pub fn constraint(
     format: &ResponseFormat,
     tokenizer: &Gpt2Tokenizer,
-    eos: u32,
+    model: ModelTokens,
 ) -> Result<Option<SharedConstraint>, ServiceError> {
     let Some(grammar) = grammar(format) else {
         return Ok(None);
     };
-    let fresh = grammars::matcher(tokenizer, eos, &grammar).map_err(|e| {
+    let fresh = grammars::matcher(tokenizer, model, &grammar).map_err(|e| {
         let field = match format {
             ResponseFormat::JsonSchema { .. } => SCHEMA_FIELD,
             _ => "response_format",
         };
         ServiceError::invalid(field, format!("cannot be compiled: {e}"))
     })?;
-    let matcher = GrammarMatcher::new(fresh, eos, tokenizer.vocab_size());
+    let matcher = GrammarMatcher::new(fresh, model.eos, model.vocab_size);
     Ok(Some(Arc::new(Mutex::new(matcher))))
 }
 
@@ -75,7 +76,7 @@ pub async fn constraints(
     format: &ResponseFormat,
     n: usize,
     tokenizer: &Gpt2Tokenizer,
-    eos: u32,
+    model: ModelTokens,
 ) -> Result<Vec<Option<SharedConstraint>>, ServiceError> {
     if *format == ResponseFormat::Text {
         return Ok(vec![None; n]);
@@ -83,17 +84,17 @@ pub async fn constraints(
     let (format, tokenizer) = (format.clone(), tokenizer.clone());
     tokio::task::spawn_blocking(move || {
         (0..n)
-            .map(|_| constraint(&format, &tokenizer, eos))
+            .map(|_| constraint(&format, &tokenizer, model))
             .collect()
     })
     .await
     .map_err(|e| ServiceError::Tokenizer(format!("the grammar compiler failed: {e}")))?
 }
 
-/// Builds the token environment for `tokenizer` and `eos` now, so the first
-/// structured request does not pay for it (tens of milliseconds).
-pub fn prepare(tokenizer: &Gpt2Tokenizer, eos: u32) -> Result<(), ServiceError> {
-    grammars::prepare(tokenizer, eos).map_err(ServiceError::Tokenizer)
+/// Builds the token environment for `tokenizer` and `model` now, so the
+/// first structured request does not pay for it (tens of milliseconds).
+pub fn prepare(tokenizer: &Gpt2Tokenizer, model: ModelTokens) -> Result<(), ServiceError> {
+    grammars::prepare(tokenizer, model).map_err(ServiceError::Tokenizer)
 }
 
 /// The llguidance grammar of a format: its JSON Schema with compact

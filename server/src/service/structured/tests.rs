@@ -16,6 +16,11 @@ use serde_json::{json, Value};
 use super::*;
 
 const EOS: u32 = 50256;
+/// GPT-2's tokens as its models emit them.
+const TOKENS: ModelTokens = ModelTokens {
+    eos: EOS,
+    vocab_size: 50257,
+};
 /// Steps a drive may take before the test calls it a hang.
 const MAX_STEPS: usize = 4000;
 
@@ -104,7 +109,7 @@ fn check_schema(schema: Value, seeds: std::ops::Range<u64>) {
         schema: schema.clone(),
     };
     for seed in seeds {
-        let c = constraint(&format, tokenizer(), EOS).unwrap().unwrap();
+        let c = constraint(&format, tokenizer(), TOKENS).unwrap().unwrap();
         let text = drive(&c, seed, &uniform);
         let value: Value = serde_json::from_str(&text)
             .unwrap_or_else(|e| panic!("seed {seed}: not JSON ({e}): {text:?}"));
@@ -198,7 +203,7 @@ fn json_object_gives_any_json_object() {
             .flatten()
     };
     for seed in 0..4 {
-        let c = constraint(&ResponseFormat::JsonObject, tokenizer(), EOS)
+        let c = constraint(&ResponseFormat::JsonObject, tokenizer(), TOKENS)
             .unwrap()
             .unwrap();
         let text = drive(&c, seed, &prefer);
@@ -211,7 +216,7 @@ fn json_object_gives_any_json_object() {
 
 #[test]
 fn text_has_no_constraint_and_a_bad_schema_names_its_field() {
-    assert!(constraint(&ResponseFormat::Text, tokenizer(), EOS)
+    assert!(constraint(&ResponseFormat::Text, tokenizer(), TOKENS)
         .unwrap()
         .is_none());
     for bad in [
@@ -222,7 +227,7 @@ fn text_has_no_constraint_and_a_bad_schema_names_its_field() {
         let format = ResponseFormat::JsonSchema {
             schema: bad.clone(),
         };
-        match constraint(&format, tokenizer(), EOS) {
+        match constraint(&format, tokenizer(), TOKENS) {
             Err(ServiceError::InvalidArgument { field, message }) => {
                 assert_eq!(field, SCHEMA_FIELD, "{bad}");
                 assert!(message.starts_with("cannot be compiled"), "{message}");
@@ -239,9 +244,9 @@ fn a_schema_compiles_once_and_each_sequence_has_its_own_state() {
     let format = ResponseFormat::JsonSchema { schema };
     // A tokenizer of its own: a vocabulary no other test compiles into.
     let own = Gpt2Tokenizer::embedded().unwrap();
-    let first = constraint(&format, &own, EOS).unwrap().unwrap();
-    let second = constraint(&format, &own, EOS).unwrap().unwrap();
-    assert_eq!(grammars::cached_grammars(&own, EOS), 1);
+    let first = constraint(&format, &own, TOKENS).unwrap().unwrap();
+    let second = constraint(&format, &own, TOKENS).unwrap().unwrap();
+    assert_eq!(grammars::cached_grammars(&own, TOKENS), 1);
     // Advancing one sequence leaves the other at the start.
     let fresh = allowed_ids(&second);
     let valid = [r#"{"cached":true}"#, r#"{"cached":false}"#];
@@ -273,17 +278,17 @@ fn mask_time() {
     });
     let format = ResponseFormat::JsonSchema { schema };
     let start = Instant::now();
-    let _ = prepare(tokenizer(), EOS);
+    let _ = prepare(tokenizer(), TOKENS);
     println!("vocabulary factory (first use): {:?}", start.elapsed());
     let start = Instant::now();
-    let c = constraint(&format, tokenizer(), EOS).unwrap().unwrap();
+    let c = constraint(&format, tokenizer(), TOKENS).unwrap().unwrap();
     println!("schema compile: {:?}", start.elapsed());
     let (mut wide, mut narrow) = (Vec::new(), Vec::new());
     for seed in 0..5 {
         let c = if seed == 0 {
             c.clone()
         } else {
-            constraint(&format, tokenizer(), EOS).unwrap().unwrap()
+            constraint(&format, tokenizer(), TOKENS).unwrap().unwrap()
         };
         let mut rng = Rng(seed);
         for _ in 0..MAX_STEPS {

@@ -6,6 +6,12 @@
 //! marker byte in front, so no grammar can spell them out as text; the
 //! sequence's end-of-sequence token is the one the engine stops on (the
 //! model's, which may differ from the tokenizer's).
+//!
+//! The trie holds the tokens the *model* can emit ([`ModelTokens`]): a model
+//! whose embedding has fewer rows than the tokenizer has tokens (the tiny
+//! test fixture: 1,000 of GPT-2's 50,257) gets only those, so no grammar
+//! plans with a token the engine can never sample; rows past the
+//! tokenizer's tokens are special placeholders no grammar allows.
 
 use std::sync::Arc;
 
@@ -33,19 +39,34 @@ impl TokenizerEnv for Gpt2TokEnv {
     }
 }
 
-/// The token environment of `tokenizer` with `eos` as the end of sequence.
-pub fn tok_env(tokenizer: &Gpt2Tokenizer, eos: u32) -> Result<TokEnv, String> {
-    let mut words = tokenizer.token_bytes().to_vec();
-    let vocab_size = words.len();
+/// The tokens a model can emit: ids below `vocab_size` (its embedding
+/// rows), ending at `eos`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ModelTokens {
+    pub eos: u32,
+    pub vocab_size: usize,
+}
+
+/// The token environment of `tokenizer` restricted to the tokens the model
+/// emits (see the module docs).
+pub fn tok_env(tokenizer: &Gpt2Tokenizer, model: ModelTokens) -> Result<TokEnv, String> {
+    let ModelTokens { eos, vocab_size } = model;
     if eos as usize >= vocab_size {
         return Err(format!(
-            "the end-of-sequence token {eos} is outside the tokenizer's {vocab_size} tokens"
+            "the end-of-sequence token {eos} is outside the model's {vocab_size} tokens"
         ));
     }
+    let mut words = tokenizer.token_bytes().to_vec();
     for id in tokenizer.special_token_ids() {
         if let Some(word) = words.get_mut(id as usize) {
             word.insert(0, TokTrie::SPECIAL_TOKEN_MARKER);
         }
+    }
+    words.truncate(vocab_size);
+    for id in words.len()..vocab_size {
+        let mut word = vec![TokTrie::SPECIAL_TOKEN_MARKER];
+        word.extend_from_slice(format!("<|row_{id}|>").as_bytes());
+        words.push(word);
     }
     let info = TokRxInfo::new(vocab_size as u32, eos);
     let trie = TokTrie::from(&info, &words);
@@ -62,13 +83,38 @@ mod tests {
     #[test]
     fn special_tokens_are_marked_and_text_tokenizes_as_the_bpe_does() {
         let tokenizer = Gpt2Tokenizer::embedded().unwrap();
-        let env = tok_env(&tokenizer, 50256).unwrap();
+        let gpt2 = ModelTokens {
+            eos: 50256,
+            vocab_size: 50257,
+        };
+        let env = tok_env(&tokenizer, gpt2).unwrap();
         let trie = env.tok_trie();
         assert_eq!(trie.vocab_size(), 50257);
         assert_eq!(trie.eos_token(), 50256);
         assert!(trie.is_special_token(50256));
         assert_eq!(trie.token(15496), b"Hello");
         assert_eq!(env.tokenize("Hello world"), vec![15496, 995]);
-        assert!(tok_env(&tokenizer, 50257).is_err());
+        let outside = ModelTokens { eos: 50257, ..gpt2 };
+        assert!(tok_env(&tokenizer, outside).is_err());
+    }
+
+    #[test]
+    fn the_trie_holds_the_tokens_the_model_emits() {
+        let tokenizer = Gpt2Tokenizer::embedded().unwrap();
+        // The tiny fixture: 1,000 embedding rows, EOS 999.
+        let small = ModelTokens {
+            eos: 999,
+            vocab_size: 1000,
+        };
+        let trie = tok_env(&tokenizer, small).unwrap().tok_trie().clone();
+        assert_eq!((trie.vocab_size(), trie.eos_token()), (1000, 999));
+        // A padded embedding (rows past the tokenizer's tokens): placeholders.
+        let padded = ModelTokens {
+            eos: 50256,
+            vocab_size: 50304,
+        };
+        let trie = tok_env(&tokenizer, padded).unwrap().tok_trie().clone();
+        assert_eq!(trie.vocab_size(), 50304);
+        assert!(trie.is_special_token(50300));
     }
 }
