@@ -28,6 +28,7 @@
 //! test against a reference computed outside Ember. `min_p` went in this
 //! way.
 
+mod bounds;
 mod outputs;
 mod sampling;
 mod stop;
@@ -37,7 +38,8 @@ mod transforms;
 
 use std::sync::{Arc, Mutex};
 
-use crate::limits::{LimitField, LimitViolation};
+use crate::limits::LimitViolation;
+pub use bounds::ParamLimits;
 pub use outputs::Outputs;
 pub use sampling::SamplingParams;
 pub use stop::StopRules;
@@ -56,21 +58,6 @@ pub struct GenerationParams {
     pub constraint: Option<SharedConstraint>,
     /// What is reported besides the tokens.
     pub outputs: Outputs,
-}
-
-/// What the parameters are checked against.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ParamLimits {
-    /// Token ids must be below this (the model's embedding rows).
-    pub vocab_size: usize,
-    /// Most tokens one request may ask for (the server's
-    /// `--max-new-tokens-limit`; `usize::MAX` for none).
-    pub max_new_tokens: usize,
-}
-
-/// A violation of `field`'s limit, explained by `message`.
-fn fail(field: LimitField, message: String) -> Result<(), LimitViolation> {
-    Err(LimitViolation { field, message })
 }
 
 impl GenerationParams {

@@ -1,6 +1,6 @@
 //! [`Outputs`]: what is reported besides the tokens, and its check.
 
-use super::fail;
+use super::bounds::fail;
 use crate::limits::{LimitField, LimitViolation, MAX_TOP_LOGPROBS};
 
 /// What is reported besides the tokens.

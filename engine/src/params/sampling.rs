@@ -1,7 +1,7 @@
 //! [`SamplingParams`]: how the next token is chosen (the sampler's own
 //! options), and their check.
 
-use super::fail;
+use super::bounds::fail;
 use crate::limits::{LimitField, LimitViolation};
 
 /// How to pick each next token (vLLM's semantics, transformers' order:

@@ -1,6 +1,6 @@
 //! [`StopRules`]: when a sequence ends, and their check.
 
-use super::{fail, ParamLimits};
+use super::bounds::{fail, ParamLimits};
 use crate::limits::{
     LimitField, LimitViolation, MAX_STOP_STRINGS, MAX_STOP_STRING_BYTES, MAX_STOP_TOKEN_IDS,
 };

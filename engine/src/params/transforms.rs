@@ -3,7 +3,7 @@
 
 use std::collections::HashSet;
 
-use super::fail;
+use super::bounds::fail;
 use crate::limits::{LimitField, LimitViolation, LOGIT_BIAS_RANGE, MAX_LOGIT_BIAS, PENALTY_RANGE};
 
 /// Changes to the logits before the choice, in vLLM's order: `logit_bias`,

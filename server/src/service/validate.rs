@@ -211,16 +211,7 @@ mod tests {
     }
 
     #[test]
-    fn each_bad_field_is_named_as_the_grpc_request_spells_it() {
-        let sampling = |s: pb::SamplingParams| pb::GenerateRequest {
-            sampling: Some(s),
-            ..req()
-        };
-        let stop = |stop: &[&str]| pb::GenerateRequest {
-            stop: stop.iter().map(|s| s.to_string()).collect(),
-            ..req()
-        };
-        let sp = pb::SamplingParams::default;
+    fn each_bad_request_field_is_named() {
         let cases: Vec<(pb::GenerateRequest, &str)> = vec![
             (
                 pb::GenerateRequest {
@@ -271,6 +262,45 @@ mod tests {
                 },
                 "priority",
             ),
+            (
+                pb::GenerateRequest {
+                    stop_token_ids: vec![50257],
+                    ..req()
+                },
+                "stop_token_ids[0]",
+            ),
+            (
+                pb::GenerateRequest {
+                    stop_token_ids: vec![1; 65],
+                    ..req()
+                },
+                "stop_token_ids",
+            ),
+            (
+                pb::GenerateRequest {
+                    logprobs: Some(21),
+                    ..req()
+                },
+                "logprobs",
+            ),
+        ];
+        for (r, field) in cases {
+            assert_eq!(refused(r.clone()).as_deref(), Some(field), "{r:?}");
+        }
+    }
+
+    #[test]
+    fn each_bad_generation_field_is_named_as_the_grpc_request_spells_it() {
+        let sampling = |s: pb::SamplingParams| pb::GenerateRequest {
+            sampling: Some(s),
+            ..req()
+        };
+        let stop = |stop: &[&str]| pb::GenerateRequest {
+            stop: stop.iter().map(|s| s.to_string()).collect(),
+            ..req()
+        };
+        let sp = pb::SamplingParams::default;
+        let cases: Vec<(pb::GenerateRequest, &str)> = vec![
             (
                 sampling(pb::SamplingParams {
                     temperature: Some(-1.0),
@@ -330,27 +360,6 @@ mod tests {
             (stop(&["ok", "also", "", "fine"]), "stop[2]"),
             (stop(&[&"x".repeat(257)]), "stop[0]"),
             (stop(&["s"; 17]), "stop"),
-            (
-                pb::GenerateRequest {
-                    stop_token_ids: vec![50257],
-                    ..req()
-                },
-                "stop_token_ids[0]",
-            ),
-            (
-                pb::GenerateRequest {
-                    stop_token_ids: vec![1; 65],
-                    ..req()
-                },
-                "stop_token_ids",
-            ),
-            (
-                pb::GenerateRequest {
-                    logprobs: Some(21),
-                    ..req()
-                },
-                "logprobs",
-            ),
         ];
         for (r, field) in cases {
             assert_eq!(refused(r.clone()).as_deref(), Some(field), "{r:?}");
