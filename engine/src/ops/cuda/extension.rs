@@ -98,6 +98,10 @@ use burn_cubecl::tensor::CubeTensor;
 ///   ...: an alias for anything longer). `#[in_place]` comes first where
 ///   both attributes are given.
 /// - Output: `Tensor<D>`, `Tensor<D, Int>`, or a tuple of those.
+/// - `Tensor`, `Int` and `Option` are read as words and written out as full
+///   paths, so they need no import (and cubecl's `Tensor` in scope does not
+///   matter); the `#[fusion(..)]` expression resolves in the kernel's file
+///   (`Shape` imported there).
 /// - `#[launch(expr)]` after `#[fusion(..)]` replaces the call
 ///   `launch(name, ..)`: `expr` sees each argument as the launch gets it,
 ///   under its own name (the projections group their operands this way,
