@@ -1,4 +1,6 @@
-//! Helpers every kernel launch shares: output allocation and vector widths.
+//! Helpers the kernel launches share: output allocation, vector widths, the
+//! stand-in for an absent operand, and the projections' shared declaration
+//! (`projection_kernel!`) and output shape.
 
 use burn::prelude::*;
 use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
@@ -27,3 +29,69 @@ pub fn vector_size(tensor: &CubeTensor, extents: &[usize]) -> usize {
         .max()
         .unwrap_or(1)
 }
+
+/// An optional operand as a kernel argument: the tensor and `true`, or
+/// `stand_in` (unread) and `false` when absent (a `#[cube]` kernel takes
+/// every tensor, and a comptime flag says whether to read it).
+pub fn or_stand_in(operand: Option<CubeTensor>, stand_in: &CubeTensor) -> (CubeTensor, bool) {
+    match operand {
+        Some(tensor) => (tensor, true),
+        None => (stand_in.clone(), false),
+    }
+}
+
+/// The output shape of a projection of `x` `[B, K]` by the out-major `w`
+/// `[N, K]`: `[B, N]` (the `#[fusion]` metadata of the projection kernels).
+pub fn projection_shape(x: &Shape, w: &Shape) -> Shape {
+    let [b, _] = x.dims::<2>();
+    let [n, _] = w.dims::<2>();
+    Shape::new([b, n])
+}
+
+/// A projection's operands as its launch gets them: `x` `[B, K]` times the
+/// out-major weight `w` `[N, K]` transposed, plus `bias` `[N]`, through
+/// tanh-GELU when `gelu`, plus `residual` `[B, N]`; all contiguous. The
+/// GEMV, the tensor-core kernel and cuBLASLt take the same operands
+/// (`projection_kernel!`).
+pub struct Projection {
+    /// `[B, K]`.
+    pub x: CubeTensor,
+    /// `[N, K]`, out-major.
+    pub w: CubeTensor,
+    /// `[N]`, where the projection has a bias.
+    pub bias: Option<CubeTensor>,
+    /// `[B, N]`, added last, where there is one.
+    pub residual: Option<CubeTensor>,
+    /// Whether tanh-GELU follows the bias.
+    pub gelu: bool,
+}
+
+/// Declares a projection kernel with `cuda_kernel!`
+/// (`crate::ops::cuda::extension`): the operands the three projections
+/// share, which their launches get as one [`Projection`], then the
+/// kernel's own plain values (in the parentheses), passed after it.
+macro_rules! projection_kernel {
+    ($(#[doc = $doc:tt])* pub fn $tr:ident :: $name:ident ($($own:ident : $t:ident),* $(,)?)) => {
+        $crate::ops::cuda::extension::cuda_kernel! {
+            /// `x` `[B, K]` times the out-major weight `w` `[N, K]`
+            /// transposed, plus `bias` `[N]`, through tanh-GELU when `gelu`,
+            /// plus `residual` `[B, N]`. Returns `[B, N]`.
+            ///
+            $(#[doc = $doc])*
+            #[fusion(dtype = x, shape = $crate::ops::cuda::launch::projection_shape(x, w))]
+            #[launch(launch(
+                $crate::ops::cuda::launch::Projection { x, w, bias, residual, gelu }
+                $(, $own)*
+            ))]
+            pub fn $tr::$name(
+                x: Tensor<2>,
+                w: Tensor<2>,
+                #[optional(flag = has_bias, stand_in = w)] bias: Option<Tensor<1>>,
+                #[optional(flag = has_residual, stand_in = w)] residual: Option<Tensor<2>>,
+                gelu: bool,
+                $($own: $t,)*
+            ) -> Tensor<2>
+        }
+    };
+}
+pub(crate) use projection_kernel;

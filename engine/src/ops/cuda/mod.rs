@@ -1,11 +1,15 @@
 //! Everything CUDA in the crate (built with the `cuda` feature only).
 //!
-//! - [`extension`]: Ember's CubeCL kernels and the cuBLASLt GEMM as a Burn
-//!   backend extension; [`kernels`]: one file per kernel (the `#[cube]` code
-//!   and its launch); [`cublaslt`]: GEMMs on cuBLASLt, on CubeCL's stream;
+//! - [`kernels`]: one file per kernel: the `#[cube]` code, its launch, and
+//!   its one declaration (`extension::cuda_kernel!`), from which come its
+//!   Burn backend extension (CubeCL and fusion) and its function of plain
+//!   `Tensor`s; [`cublaslt`]: GEMMs on cuBLASLt, on CubeCL's stream,
+//!   declared the same way; [`extension`]: that macro and its helpers;
 //!   [`tune`]: timing the projection kernels against each other at warmup.
-//! - This file: the kernels as functions of plain `Tensor`s, which
-//!   [`crate::ops::Ops`] calls when a tensor lives on CUDA.
+//! - This file: what [`crate::ops::Ops`] calls when a tensor lives on CUDA:
+//!   the kernels' tensor functions, taking the engine's contexts
+//!   ([`PagedContext`], [`SegmentContext`]) and projection plans apart
+//!   where they need to.
 //! - [`inplace`]: host bytes into an existing device buffer (decode inputs
 //!   rewritten before each graph replay).
 //! - [`runtime`]: opening a CUDA device and pointing CubeCL's kernel and
@@ -25,15 +29,16 @@ pub mod launch;
 pub mod runtime;
 pub mod tune;
 
-use burn::backend::{Dispatch, DispatchDevice, DispatchTensor};
+use burn::backend::DispatchDevice;
 use burn::prelude::*;
-
-use extension::CudaOps;
 
 use crate::ops::attention::{PagedContext, SegmentContext};
 use crate::ops::epilogue::Epilogue;
 use crate::ops::plan::LinearPlan;
 use crate::tuning::KernelTuning;
+
+pub use kernels::cache_write::kv_write;
+pub use kernels::layer_norm::layer_norm_rows;
 
 /// Whether `device` is a CubeCL (CUDA) device.
 pub fn is_cube_device(device: &Device) -> bool {
@@ -46,23 +51,6 @@ pub fn on_cube<const D: usize>(tensor: &Tensor<D>) -> bool {
         .clone()
         .try_into_primitive::<burn::backend::Cube>()
         .is_ok()
-}
-
-/// Writes the K/V thirds of `qkv` (`[N, 3E]`) at `slots` (`[N]`) of the
-/// layer's `[H, S, D]` storage, in place; returns the same storage.
-pub fn kv_write(
-    k_cache: Tensor<3>,
-    v_cache: Tensor<3>,
-    qkv: Tensor<2>,
-    slots: Tensor<1, Int>,
-) -> (Tensor<3>, Tensor<3>) {
-    let (k, v) = Dispatch::kv_write(
-        k_cache.into_dispatch(),
-        v_cache.into_dispatch(),
-        qkv.into_dispatch(),
-        slots.into_dispatch(),
-    );
-    (Tensor::from_dispatch(k), Tensor::from_dispatch(v))
 }
 
 /// Decode attention over the paged cache: `qkv` `[B, 3E]` against the
@@ -81,24 +69,18 @@ pub fn paged_decode_attention(
     write_slots: Option<Tensor<1, Int>>,
 ) -> Tensor<2> {
     debug_assert_eq!(k_cache.dims()[0], n_head);
-    // Unread stand-ins when absent: the context lengths.
-    let stand_in = || paged.lens.clone().into_dispatch();
-    let arrivals = Operand::new(paged.arrivals.clone().map(Tensor::into_dispatch), stand_in);
-    let slots = Operand::new(write_slots.map(Tensor::into_dispatch), stand_in);
-    Tensor::from_dispatch(Dispatch::paged_decode_attention(
-        qkv.into_dispatch(),
-        k_cache.clone().into_dispatch(),
-        v_cache.clone().into_dispatch(),
-        paged.tables.clone().into_dispatch(),
-        paged.lens.clone().into_dispatch(),
-        slots.tensor,
-        slots.present,
-        arrivals.tensor,
-        arrivals.present,
+    kernels::attention::paged_decode_attention(
+        qkv,
+        k_cache.clone(),
+        v_cache.clone(),
+        paged.tables.clone(),
+        paged.lens.clone(),
+        write_slots,
+        paged.arrivals.clone(),
         tuning.attention_splits,
         paged.block_size,
         paged.max_context,
-    ))
+    )
 }
 
 /// `x` `[B, K]` times `w` `[N, K]` (out-major) transposed, plus `bias`, then
@@ -113,73 +95,12 @@ pub fn decode_linear(
     residual: Option<Tensor<2>>,
     plan: LinearPlan,
 ) -> Tensor<2> {
-    let (row_tiles, warps) = match plan {
-        LinearPlan::Matmul => return matmul_linear(x, w, bias, Epilogue { gelu, residual }),
-        LinearPlan::Gemv => {
-            let ops = EpilogueOperands::new(w, bias, residual);
-            return Tensor::from_dispatch(Dispatch::gemv_linear(
-                x.into_dispatch(),
-                w.clone().into_dispatch(),
-                ops.bias.tensor,
-                ops.residual.tensor,
-                ops.bias.present,
-                gelu,
-                ops.residual.present,
-            ));
-        }
-        LinearPlan::Mma { row_tiles, warps } => (row_tiles, warps),
-    };
-    let ops = EpilogueOperands::new(w, bias, residual);
-    Tensor::from_dispatch(Dispatch::mma_linear(
-        x.into_dispatch(),
-        w.clone().into_dispatch(),
-        ops.bias.tensor,
-        ops.residual.tensor,
-        ops.bias.present,
-        gelu,
-        ops.residual.present,
-        row_tiles,
-        warps,
-    ))
-}
-
-/// An operand that may be absent, as the backend extension takes it: always
-/// a tensor (`stand_in`, unread, when absent) and whether it is present.
-/// The one form every optional argument crosses the boundary in (the
-/// extension's `present` turns it back into an `Option`).
-struct Operand {
-    tensor: DispatchTensor,
-    present: bool,
-}
-
-impl Operand {
-    fn new(tensor: Option<DispatchTensor>, stand_in: impl FnOnce() -> DispatchTensor) -> Self {
-        match tensor {
-            Some(tensor) => Self {
-                tensor,
-                present: true,
-            },
-            None => Self {
-                tensor: stand_in(),
-                present: false,
-            },
-        }
-    }
-}
-
-/// The optional bias and residual of a projection (the weight stands in for
-/// an absent one).
-struct EpilogueOperands {
-    bias: Operand,
-    residual: Operand,
-}
-
-impl EpilogueOperands {
-    fn new(w: &Tensor<2>, bias: Option<&Tensor<1>>, residual: Option<Tensor<2>>) -> Self {
-        let stand_in = || w.clone().into_dispatch();
-        Self {
-            bias: Operand::new(bias.map(|b| b.clone().into_dispatch()), stand_in),
-            residual: Operand::new(residual.map(Tensor::into_dispatch), stand_in),
+    match plan {
+        LinearPlan::Matmul => matmul_linear(x, w, bias, Epilogue { gelu, residual }),
+        LinearPlan::Gemv => kernels::gemv::gemv_linear(x, w.clone(), bias.cloned(), residual, gelu),
+        LinearPlan::Mma { row_tiles, warps } => {
+            let (w, bias) = (w.clone(), bias.cloned());
+            kernels::mma::mma_linear(x, w, bias, residual, gelu, row_tiles, warps)
         }
     }
 }
@@ -202,16 +123,7 @@ pub fn lt_linear(
         (true, Some(r)) => return lt_linear(x, w, bias, true, None) + r,
         (_, r) => r,
     };
-    let ops = EpilogueOperands::new(w, bias, residual);
-    Tensor::from_dispatch(Dispatch::lt_linear(
-        x.into_dispatch(),
-        w.clone().into_dispatch(),
-        ops.bias.tensor,
-        ops.residual.tensor,
-        ops.bias.present,
-        gelu,
-        ops.residual.present,
-    ))
+    cublaslt::gemm::lt_linear(x, w.clone(), bias.cloned(), residual, gelu)
 }
 
 /// Causal prefill attention over a step's segments: the flat `qkv`
@@ -224,26 +136,16 @@ pub fn prefill_attention(
     v_cache: &Tensor<3>,
     seg: &SegmentContext,
 ) -> Tensor<2> {
-    Tensor::from_dispatch(Dispatch::prefill_attention(
-        qkv.into_dispatch(),
-        k_cache.clone().into_dispatch(),
-        v_cache.clone().into_dispatch(),
-        seg.tables.clone().into_dispatch(),
-        seg.cu_seqlens.clone().into_dispatch(),
-        seg.starts.clone().into_dispatch(),
-        seg.tiles.clone().into_dispatch(),
+    kernels::prefill_attention::prefill_attention(
+        qkv,
+        k_cache.clone(),
+        v_cache.clone(),
+        seg.tables.clone(),
+        seg.cu_seqlens.clone(),
+        seg.starts.clone(),
+        seg.tiles.clone(),
         seg.block_size,
-    ))
-}
-
-/// LayerNorm over the last dimension of `x` `[R, E]` (one kernel).
-pub fn layer_norm_rows(x: Tensor<2>, gamma: Tensor<1>, beta: Tensor<1>, eps: f32) -> Tensor<2> {
-    Tensor::from_dispatch(Dispatch::layer_norm_rows(
-        x.into_dispatch(),
-        gamma.into_dispatch(),
-        beta.into_dispatch(),
-        eps,
-    ))
+    )
 }
 
 /// CubeCL's matmul fallback (no cuBLASLt) of a CUDA projection. A flat

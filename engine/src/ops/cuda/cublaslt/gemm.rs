@@ -18,7 +18,7 @@ use cudarc::cublaslt::sys;
 use super::plans::{self, WORKSPACE_BYTES};
 use super::state;
 use crate::ops::choice::{GemmEpilogue, GemmKey};
-use crate::ops::cuda::launch::empty_like;
+use crate::ops::cuda::launch::{empty_like, projection_kernel, Projection};
 
 /// CubeCL's CUDA server, the service the tasks run on.
 type CudaServer = <cubecl_cuda::CudaRuntime as cubecl::__private::Runtime>::Server;
@@ -33,34 +33,37 @@ struct Bindings {
     workspace: BufferBinding,
 }
 
-/// `x` `[m, k]` times the out-major `w` `[n, k]` transposed, plus `bias`
-/// `[n]`, through tanh-GELU when `gelu`, plus `residual` `[m, n]`; all
-/// contiguous f16. Returns `[m, n]` (written when the queued task runs).
-pub fn launch(
-    x: CubeTensor,
-    w: CubeTensor,
-    bias: Option<CubeTensor>,
-    residual: Option<CubeTensor>,
-    gelu: bool,
-) -> CubeTensor {
-    let [m, k] = x.shape().dims::<2>();
-    let [n, _] = w.shape().dims::<2>();
-    let out = empty_like(&x, [m, n]);
-    let device = x.client.service_id().device;
-    let client = x.client.clone();
+projection_kernel! {
+    /// On cuBLASLt (its epilogues: bias, bias + tanh-GELU; the residual as
+    /// `C` with `beta = 1`, added before the epilogue, so not with `gelu`:
+    /// `crate::ops::cuda::lt_linear` splits that pair), enqueued on CubeCL's
+    /// stream.
+    pub fn LtLinear::lt_linear()
+}
+
+/// `p` on cuBLASLt, f16 (`x` `[m, k]` times the out-major `w` `[n, k]`
+/// transposed, plus `bias` `[n]`, through tanh-GELU when `gelu`, plus
+/// `residual` `[m, n]`). Returns `[m, n]` (written when the queued task
+/// runs).
+pub fn launch(p: Projection) -> CubeTensor {
+    let [m, k] = p.x.shape().dims::<2>();
+    let [n, _] = p.w.shape().dims::<2>();
+    let out = empty_like(&p.x, [m, n]);
+    let device = p.x.client.service_id().device;
+    let client = p.x.client.clone();
     let workspace = state::workspace(device, || client.empty(WORKSPACE_BYTES));
     let key = GemmKey {
         m,
         n,
         k,
-        epilogue: GemmEpilogue::of(bias.is_some(), gelu),
-        residual: residual.is_some(),
+        epilogue: GemmEpilogue::of(p.bias.is_some(), p.gelu),
+        residual: p.residual.is_some(),
     };
     let bindings = Bindings {
-        x: x.handle.clone().binding(),
-        w: w.handle.clone().binding(),
-        bias: bias.map(|b| b.handle.clone().binding()),
-        residual: residual.map(|r| r.handle.clone().binding()),
+        x: p.x.handle.clone().binding(),
+        w: p.w.handle.clone().binding(),
+        bias: p.bias.map(|b| b.handle.clone().binding()),
+        residual: p.residual.map(|r| r.handle.clone().binding()),
         out: out.handle.clone().binding(),
         workspace: workspace.binding(),
     };

@@ -51,7 +51,8 @@ use super::cache_write::write_head_rows;
 use super::decode_passes::{exponentials, scores, weighted_values};
 use super::reduce::{cube_max, cube_sum, sum_warps};
 use super::split_combine::publish_and_combine;
-use crate::ops::cuda::launch::{empty_like, vector_size};
+use crate::ops::cuda::extension::cuda_kernel;
+use crate::ops::cuda::launch::{empty_like, or_stand_in, vector_size};
 use crate::ops::plan::{self, attention_lanes};
 
 /// See the module doc. `qkv` `[B, 3E]`, caches `[H, S, D]`, both read as
@@ -203,14 +204,39 @@ fn load_scaled<F: Float, N: Size>(
     }
 }
 
+cuda_kernel! {
+    /// Decode attention over the paged cache: one query per sequence (the Q
+    /// third of `qkv` `[B, 3E]`) against the layer's `[H, S, D]` storage,
+    /// through `tables` `[B, W]` (blocks of `block_size`) and `lens` `[B]`
+    /// (at most `max_context`). Returns `[B, E]`. With `arrivals` (at least
+    /// `B * H` zeroed 32-bit counters, left at zero afterwards) a context may
+    /// be split across cubes (`fixed_splits` of them, or planned when 0).
+    /// With `slots` (`[B]`) each sequence's new K/V rows (the K and V thirds
+    /// of `qkv`) are first written there, in place (the KV write folded into
+    /// attention); without, the storage must already hold them.
+    #[fusion(dtype = qkv, shape = { let [b, e3] = qkv.dims::<2>(); Shape::new([b, e3 / 3]) })]
+    pub fn PagedDecodeAttention::paged_decode_attention(
+        qkv: Tensor<2>,
+        #[in_place] k_cache: Tensor<3>,
+        #[in_place] v_cache: Tensor<3>,
+        tables: Tensor<2, Int>,
+        lens: Tensor<1, Int>,
+        #[optional(flag = write_new, stand_in = lens)] slots: Option<Tensor<1, Int>>,
+        #[in_place] #[optional(flag = can_split, stand_in = lens)] arrivals: Option<Tensor<1, Int>>,
+        fixed_splits: usize,
+        block_size: usize,
+        max_context: usize,
+    ) -> Tensor<2>
+}
+
 /// Launches [`paged_decode_attention_kernel`]: one query per sequence (the Q
 /// third of contiguous `qkv` `[B, 3E]`) over its paged context (`tables`
-/// `[B, W]`, `lens` `[B]`). With `can_split`, `arrivals` holds at least
-/// `B * H` zeroed 32-bit counters and contexts may be split across cubes
-/// (`fixed_splits`: the `--attention-splits` knob, 0 = planned); the split
-/// also needs device-scope fences from the runtime. With `slots` (`[B]`),
-/// each sequence's new K/V rows (the K and V thirds of `qkv`) are written
-/// there first, in place. Returns `[B, E]`.
+/// `[B, W]`, `lens` `[B]`). With `arrivals` (at least `B * H` zeroed 32-bit
+/// counters) contexts may be split across cubes (`fixed_splits`: the
+/// `--attention-splits` knob, 0 = planned); the split also needs
+/// device-scope fences from the runtime. With `slots` (`[B]`), each
+/// sequence's new K/V rows (the K and V thirds of `qkv`) are written there
+/// first, in place. Returns `[B, E]`.
 #[allow(clippy::too_many_arguments)]
 pub fn launch(
     qkv: CubeTensor,
@@ -219,8 +245,7 @@ pub fn launch(
     tables: CubeTensor,
     lens: CubeTensor,
     slots: Option<CubeTensor>,
-    arrivals: CubeTensor,
-    can_split: bool,
+    arrivals: Option<CubeTensor>,
     fixed_splits: usize,
     block_size: usize,
     max_context: usize,
@@ -231,6 +256,7 @@ pub fn launch(
     let (f, i) = (qkv.dtype, tables.dtype);
     // Splitting hands partials between cubes, which needs device-scope
     // fences (`sync_storage`) the runtime promises.
+    let (arrivals, can_split) = or_stand_in(arrivals, &lens);
     let counters_fit = arrivals.dtype.size() == 4
         && arrivals.is_contiguous()
         && arrivals.shape().num_elements() >= b * h
@@ -253,8 +279,7 @@ pub fn launch(
     );
     let vs = vector_size(&qkv, &[d, e3, cache_strides[0], cache_strides[1]]);
     let (lanes_per_pos, vectors_per_lane) = attention_lanes(d / vs);
-    let write_new = slots.is_some();
-    let slots = slots.unwrap_or_else(|| lens.clone());
+    let (slots, write_new) = or_stand_in(slots, &lens);
     paged_decode_attention_kernel::launch(
         &qkv.client,
         CubeCount::Static(h as u32, b as u32, plan.splits as u32),

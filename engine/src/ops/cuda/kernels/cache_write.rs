@@ -9,6 +9,7 @@ use burn::backend::TensorMetadata;
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 
+use crate::ops::cuda::extension::cuda_kernel;
 use crate::ops::cuda::launch::vector_size;
 
 /// `k_cache[h, slots[n], d..d + vs] = qkv[n, E + h D + d..]`, and the same
@@ -66,6 +67,18 @@ pub fn write_head_rows<F: Float, N: Size>(
         k_cache[dst] = qkv[src];
         v_cache[dst] = qkv[src + e / vs];
     }
+}
+
+cuda_kernel! {
+    /// Writes the K/V thirds of `qkv` (`[N, 3E]`) at `slots` (`[N]`) of the
+    /// layer's `[H, S, D]` storage, in place; returns the same storage.
+    #[fusion(meta = |k_cache, v_cache, _qkv, _slots| (k_cache.clone(), v_cache.clone()))]
+    pub fn KvWrite::kv_write(
+        #[in_place] k_cache: Tensor<3>,
+        #[in_place] v_cache: Tensor<3>,
+        qkv: Tensor<2>,
+        slots: Tensor<1, Int>,
+    ) -> (Tensor<3>, Tensor<3>)
 }
 
 /// Launches [`kv_write_kernel`]: the K/V thirds of contiguous `qkv`

@@ -17,7 +17,9 @@ use burn::backend::TensorMetadata;
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 
-use crate::ops::cuda::launch::{empty_like, vector_size};
+use crate::ops::cuda::launch::{
+    empty_like, or_stand_in, projection_kernel, vector_size, Projection,
+};
 use crate::ops::plan::{gemv_launch, GEMV_WARPS};
 
 /// See the module doc. `x` `[B, K]` and `w` `[N, K]` contiguous, read as
@@ -117,19 +119,23 @@ pub fn epilogue<F: Float>(
     v
 }
 
-/// Launches [`decode_linear_kernel`]: `x` `[B, K]` times `w` `[N, K]`
-/// transposed with the epilogue (unread operands may be any tensor), all
-/// contiguous. Returns `[B, N]`.
-#[allow(clippy::too_many_arguments)]
-pub fn launch(
-    x: CubeTensor,
-    w: CubeTensor,
-    bias: CubeTensor,
-    residual: CubeTensor,
-    has_bias: bool,
-    gelu: bool,
-    has_residual: bool,
-) -> CubeTensor {
+projection_kernel! {
+    /// On the GEMV (decode batches below the tensor-core tile).
+    pub fn GemvLinear::gemv_linear()
+}
+
+/// Launches [`decode_linear_kernel`] for `p` (contiguous operands).
+/// Returns `[B, N]`.
+pub fn launch(p: Projection) -> CubeTensor {
+    let Projection {
+        x,
+        w,
+        bias,
+        residual,
+        gelu,
+    } = p;
+    let (bias, has_bias) = or_stand_in(bias, &w);
+    let (residual, has_residual) = or_stand_in(residual, &w);
     let [b, _] = x.shape().dims::<2>();
     let [n, k] = w.shape().dims::<2>();
     let out = empty_like(&x, [b, n]);

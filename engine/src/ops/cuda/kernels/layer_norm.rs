@@ -12,6 +12,7 @@ use burn::backend::TensorMetadata;
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 
+use crate::ops::cuda::extension::cuda_kernel;
 use crate::ops::cuda::launch::{empty_like, vector_size};
 use crate::ops::plan::GEMV_WARPS;
 
@@ -84,6 +85,18 @@ pub fn layer_norm_kernel<F: Float, V: Size>(
             }
         }
     }
+}
+
+cuda_kernel! {
+    /// LayerNorm over the rows of `x` `[R, E]` with `gamma`, `beta` `[E]`
+    /// (one kernel).
+    #[fusion(dtype = x, shape = x)]
+    pub fn LayerNormRows::layer_norm_rows(
+        x: Tensor<2>,
+        gamma: Tensor<1>,
+        beta: Tensor<1>,
+        eps: f32,
+    ) -> Tensor<2>
 }
 
 /// Launches [`layer_norm_kernel`] over the rows of contiguous `x` `[R, E]`

@@ -23,7 +23,7 @@ use burn::backend::TensorMetadata;
 use burn_cubecl::tensor::CubeTensor;
 
 use super::gemv::epilogue;
-use crate::ops::cuda::launch::empty_like;
+use crate::ops::cuda::launch::{empty_like, or_stand_in, projection_kernel, Projection};
 
 /// See the module doc. `x` `[M, K]`, `w` `[N, K]`, `out` `[M, N]`, all
 /// contiguous; `N % 16 == 0`, `M % (16 m_tiles) == 0` with `m_tiles` 1, 2
@@ -146,21 +146,25 @@ pub(super) fn zeroed_accumulator() -> cmma::Matrix<f32> {
     )
 }
 
-/// Launches [`decode_mma_kernel`] with `row_tiles` 16-row tiles and `warps`
-/// warps per cube (the plan: `crate::ops::plan::linear`): `x` `[B, K]` times
-/// `w` `[N, K]` transposed with the epilogue, all contiguous. Returns `[B, N]`.
-#[allow(clippy::too_many_arguments)]
-pub fn launch(
-    x: CubeTensor,
-    w: CubeTensor,
-    bias: CubeTensor,
-    residual: CubeTensor,
-    has_bias: bool,
-    gelu: bool,
-    has_residual: bool,
-    row_tiles: usize,
-    warps: usize,
-) -> CubeTensor {
+projection_kernel! {
+    /// On the tensor-core kernel: `row_tiles` 16-row tiles (1, 2 or 4) and
+    /// `warps` warps per cube.
+    pub fn MmaLinear::mma_linear(row_tiles: usize, warps: usize)
+}
+
+/// Launches [`decode_mma_kernel`] for `p` (contiguous operands) with
+/// `row_tiles` 16-row tiles and `warps` warps per cube (the plan:
+/// `crate::ops::plan::linear`). Returns `[B, N]`.
+pub fn launch(p: Projection, row_tiles: usize, warps: usize) -> CubeTensor {
+    let Projection {
+        x,
+        w,
+        bias,
+        residual,
+        gelu,
+    } = p;
+    let (bias, has_bias) = or_stand_in(bias, &w);
+    let (residual, has_residual) = or_stand_in(residual, &w);
     let [b, _] = x.shape().dims::<2>();
     let [n, k] = w.shape().dims::<2>();
     let out = empty_like(&x, [b, n]);

@@ -1,5 +1,8 @@
-//! Ember's CubeCL kernels, one file each: the `#[cube]` kernel and the
-//! function that plans and launches it on `CubeTensor`s.
+//! Ember's CubeCL kernels, one file each: the `#[cube]` kernel, the
+//! function that plans and launches it on `CubeTensor`s, and the kernel's
+//! one declaration (`crate::ops::cuda::extension::cuda_kernel!`), which
+//! makes it a Burn backend extension and a function of plain `Tensor`s of
+//! the same name.
 //!
 //! - [`cache_write`]: each new token's K and V rows from the fused `qkv`
 //!   projection into its cache slot, in place.

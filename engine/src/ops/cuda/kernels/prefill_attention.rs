@@ -46,6 +46,7 @@ use burn::prelude::Shape;
 use burn_cubecl::ops::numeric::zeros_client;
 
 use super::mma::{fragment, zeroed_accumulator};
+use crate::ops::cuda::extension::cuda_kernel;
 use crate::ops::cuda::launch::vector_size;
 use crate::ops::plan::PREFILL_TILE;
 
@@ -55,19 +56,6 @@ pub const PREFILL_WARPS: usize = PREFILL_TILE / 16;
 const LD: usize = 72;
 /// Row stride of the f32 score tiles (64 columns + 4 padding).
 const SLD: usize = 68;
-
-/// The step's segments as the kernel reads them (small int tensors, see
-/// [`crate::ops::SegmentContext`]).
-pub struct Segments {
-    /// `[R, W]` block tables.
-    pub tables: CubeTensor,
-    /// `[R + 1]` query offsets into the flat tokens.
-    pub cu_seqlens: CubeTensor,
-    /// `[R]` first position of each row.
-    pub starts: CubeTensor,
-    /// `[n, 2]` `(row, first query)` of each tile.
-    pub tiles: CubeTensor,
-}
 
 /// See the module doc. `qkv` `[T, 3E]` and the caches `[H, S, 64]` read as
 /// vectors of `vs` elements; `out` `[T, E]` contiguous and zeroed; head_dim
@@ -412,14 +400,40 @@ fn store_s(s_s: &mut Shared<[f32]>, at: usize, frag: &cmma::Matrix<f32>) {
     );
 }
 
-/// Launches [`prefill_attention_kernel`]: one cube per tile of `segments`
-/// and head, over contiguous `qkv` `[T, 3E]` and the `[H, S, 64]` caches
-/// (blocks of `block_size`). Returns `[T, E]`, zeroed where no tile writes.
+cuda_kernel! {
+    /// Causal prefill attention over a step's segments of the flat `qkv`
+    /// (`[T, 3E]`, head_dim 64): row `r`'s queries are `cu_seqlens[r] ..
+    /// cu_seqlens[r + 1]` at positions from `starts[r]`, its keys and values
+    /// read from the layer's `[H, S, D]` storage through `tables` (`[R, W]`,
+    /// blocks of `block_size`); one cube per `tiles` entry (`[n, 2]`: row,
+    /// first query) and head. Returns `[T, E]`, padding tokens 0.
+    #[fusion(dtype = qkv, shape = { let [n, e3] = qkv.dims::<2>(); Shape::new([n, e3 / 3]) })]
+    pub fn PrefillAttention::prefill_attention(
+        qkv: Tensor<2>,
+        #[in_place] k_cache: Tensor<3>,
+        #[in_place] v_cache: Tensor<3>,
+        tables: Tensor<2, Int>,
+        cu_seqlens: Tensor<1, Int>,
+        starts: Tensor<1, Int>,
+        tiles: Tensor<2, Int>,
+        block_size: usize,
+    ) -> Tensor<2>
+}
+
+/// Launches [`prefill_attention_kernel`]: one cube per entry of `tiles` and
+/// head, over contiguous `qkv` `[T, 3E]` and the `[H, S, 64]` caches (blocks
+/// of `block_size`), with the segments' `tables`, `cu_seqlens` and `starts`
+/// (see [`prefill_attention`]). Returns `[T, E]`, zeroed where no tile
+/// writes.
+#[allow(clippy::too_many_arguments)]
 pub fn launch(
     qkv: CubeTensor,
     k_cache: CubeTensor,
     v_cache: CubeTensor,
-    segments: Segments,
+    tables: CubeTensor,
+    cu_seqlens: CubeTensor,
+    starts: CubeTensor,
+    tiles: CubeTensor,
     block_size: usize,
 ) -> CubeTensor {
     let [rows, e3] = qkv.shape().dims::<2>();
@@ -435,24 +449,24 @@ pub fn launch(
         cache_strides[2] == 1 && v_cache.meta.strides() == cache_strides,
         "prefill attention: the K/V caches must be row-major [H, S, D] storage"
     );
-    let [tiles, _] = segments.tiles.shape().dims::<2>();
-    if tiles == 0 {
+    let [n_tiles, _] = tiles.shape().dims::<2>();
+    if n_tiles == 0 {
         return out; // padding only (an unbucketed warmup step)
     }
-    let (f, i) = (qkv.dtype, segments.tables.dtype);
+    let (f, i) = (qkv.dtype, tables.dtype);
     let vs = vector_size(&qkv, &[64, e3, cache_strides[0], cache_strides[1]]);
     prefill_attention_kernel::launch(
         &qkv.client,
-        CubeCount::Static(tiles as u32, (e / 64) as u32, 1),
+        CubeCount::Static(n_tiles as u32, (e / 64) as u32, 1),
         CubeDim::new_2d(32, PREFILL_WARPS as u32),
         vs,
         qkv.clone().into_tensor_arg(),
         k_cache.into_tensor_arg(),
         v_cache.into_tensor_arg(),
-        segments.tables.into_tensor_arg(),
-        segments.cu_seqlens.into_tensor_arg(),
-        segments.starts.into_tensor_arg(),
-        segments.tiles.into_tensor_arg(),
+        tables.into_tensor_arg(),
+        cu_seqlens.into_tensor_arg(),
+        starts.into_tensor_arg(),
+        tiles.into_tensor_arg(),
         out.clone().into_tensor_arg(),
         1.0 / 64f32.sqrt(), // head_dim 64
         e,
