@@ -1,8 +1,10 @@
-//! Admission policy: how many requests leave the pending queue this iteration.
+//! Admission planning: how many requests leave the wait queue this iteration.
 //!
-//! Strict FIFO: requests are admitted from the front of the queue until one
-//! does not fit, and nothing behind it jumps ahead (so a large request is never
-//! starved by a stream of small ones). A request fits while all four hold:
+//! In queue order, whatever the order is (the scheduling policy sets it:
+//! arrival under fcfs, priority then arrival under priority): requests are
+//! admitted from the front of the queue until one does not fit, and nothing
+//! behind it jumps ahead (so a large request is never starved by a stream of
+//! small ones). A request fits while all four hold:
 //! - the prefill step has fewer than `--prefill-max-batch-size` rows (prompts
 //!   still being prefilled in chunks take rows first);
 //! - some of the iteration's `--prefill-max-tokens` budget is left: the
@@ -120,7 +122,7 @@ mod tests {
     }
 
     #[test]
-    fn fifo_no_overtaking() {
+    fn nothing_overtakes_the_front() {
         let q = [
             Candidate {
                 prompt_tokens: 1,

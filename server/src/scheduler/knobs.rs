@@ -5,17 +5,17 @@
 use std::time::Duration;
 
 /// Which waiting request is admitted first, and whom a preemption takes
-/// (`--scheduling-policy`, vLLM's names).
+/// (`--scheduling-policy`, vLLM's names): the configuration value only. The
+/// rules are [`super::policy`]'s, and [`super::policy::build`] is the one
+/// place that matches on this.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SchedulingPolicy {
-    /// First come, first served: arrival order (a preempted request first);
-    /// a request's `priority` must be 0.
+    /// First come, first served ([`super::policy::FcfsPolicy`]).
     Fcfs,
-    /// By `priority` (lower first), then arrival. A waiting request that
-    /// cannot get a running slot or its blocks preempts the lowest-priority
-    /// running request, if that one's priority is lower (a larger number).
-    /// A waiting request's priority improves by one every `aging` it has
-    /// waited (the starvation guard; `None`: never).
+    /// By `priority` (lower first), then arrival
+    /// ([`super::policy::PriorityPolicy`]); a waiting request's priority
+    /// improves by one every `aging` it has waited (the starvation guard;
+    /// `None`: never).
     Priority { aging: Option<Duration> },
 }
 

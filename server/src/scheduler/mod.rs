@@ -14,10 +14,16 @@
 //! cancel-all) are at most one per request: its length is bounded by
 //! `--max-pending` plus the number of live requests.
 //!
-//! Layout: [`worker`] (the loop), [`admitting`] and [`admission`] (who
-//! leaves the wait queue, [`queue`]), [`preemption`] (whom to preempt for
-//! whom), [`chunking`] (the prefill token budget), [`rotation`] (decode turns),
+//! Layout: [`worker`] (the loop and the state it owns), [`admitting`] and
+//! [`admission`] (who leaves the wait queue, [`queue`]), [`preemption`]
+//! (preempting, for a decode step or for the front of the queue),
+//! [`policy`] (the scheduling policy: queue order and aging, preemption
+//! victims, which `priority` a request may ask for; [`policy::build`] makes
+//! it from [`SchedulingPolicy`]), [`chunking`] (the prefill token budget),
+//! [`rotation`] (decode turns), [`guarded`] (engine calls that may panic),
 //! [`request`] (what travels to and from the service), [`knobs`], [`stats`].
+//! Admission and preemption are free functions over the state the worker
+//! hands them.
 //!
 //! Startup: [`spawn`] starts the thread, which loads the model, builds the
 //! engine, runs the warmup and then reports [`ModelInfo`] on a oneshot channel
@@ -26,7 +32,9 @@
 pub mod admission;
 mod admitting;
 pub mod chunking;
+mod guarded;
 pub mod knobs;
+pub mod policy;
 mod preemption;
 pub mod queue;
 pub mod request;
@@ -201,6 +209,8 @@ fn build_engine(device: &EngineDevice, config: &SchedulerConfig) -> Result<Engin
 
 #[cfg(test)]
 mod fake_engine;
+#[cfg(test)]
+mod policy_tests;
 #[cfg(test)]
 mod preemption_tests;
 #[cfg(test)]

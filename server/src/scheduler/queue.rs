@@ -1,27 +1,24 @@
 //! The wait queue: requests not running, new or preempted, in the order
-//! admission takes them.
+//! admission takes them, and the running set's type.
 //!
-//! Every waiting request has a key `(priority, class, id)`; the queue is
-//! kept sorted by it and admission takes from the front:
-//! - `priority`: 0 for all under `fcfs`; under `priority` the request's own
-//!   (lower first), improved by one for every `aging` period it has waited
-//!   since it was first enqueued (the starvation guard), so the order is
-//!   refreshed ([`WaitQueue::order`]) before each admission;
-//! - `class`: 0 for a preempted request, 1 for a new one, so a preempted
-//!   request goes back to the front of its priority (vLLM's FCFS prepends
-//!   preempted requests too);
-//! - `id`: arrival order (the scheduler hands out rising ids).
+//! The queue holds the server's scheduling [`Policy`] and is kept sorted by
+//! the key the policy gives each waiting request ([`QueueKey`]: priority as
+//! the policy counts it, preempted before new, then arrival); admission
+//! takes from the front. Under a policy whose keys age
+//! ([`Policy::ages`]) the order is refreshed ([`WaitQueue::order`]) before
+//! each admission. Preemption asks the same policy object for its victims
+//! ([`WaitQueue::policy`]).
 //!
 //! A request's client side ([`Client`]: its event channel, span, priority)
-//! travels with it between this queue and the running set.
+//! travels with it between this queue and the running set ([`RunningSet`]).
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
 
 use ember_engine::{SeqId, SequenceRequest};
 use tokio::sync::{mpsc, OwnedSemaphorePermit};
 
-use super::knobs::SchedulingPolicy;
+use super::policy::{Policy, QueueEntry, QueueKey};
 use super::request::Event;
 
 /// A request's client side, from submission to its end.
@@ -43,6 +40,9 @@ pub struct Client {
     /// The sequence whose prompt it waits for (see `QueuedRequest::follows`).
     pub follows: Option<SeqId>,
 }
+
+/// Admitted and not finished (prefilling or decoding): each one's client.
+pub type RunningSet = HashMap<SeqId, Client>;
 
 /// A request waiting for admission.
 #[derive(Debug)]
@@ -70,33 +70,31 @@ impl Waiting {
 #[derive(Debug)]
 pub struct WaitQueue {
     items: VecDeque<Waiting>,
-    policy: SchedulingPolicy,
+    policy: Box<dyn Policy>,
 }
 
 impl WaitQueue {
-    pub fn new(policy: SchedulingPolicy) -> Self {
+    pub fn new(policy: Box<dyn Policy>) -> Self {
         Self {
             items: VecDeque::new(),
             policy,
         }
     }
 
-    /// The priority admission orders by at `now` (aging applied).
-    pub fn effective_priority(&self, client: &Client, now: Instant) -> i64 {
-        match self.policy {
-            SchedulingPolicy::Fcfs => 0,
-            SchedulingPolicy::Priority { aging } => {
-                let aged = aging
-                    .filter(|a| !a.is_zero())
-                    .map_or(0, |a| (now - client.enqueued_at).as_nanos() / a.as_nanos());
-                i64::from(client.priority) - aged.min(i64::MAX as u128) as i64
-            }
-        }
+    /// The scheduling policy the queue is ordered by.
+    pub fn policy(&self) -> &dyn Policy {
+        self.policy.as_ref()
     }
 
-    fn key(&self, w: &Waiting, now: Instant) -> (i64, u8, SeqId) {
-        let class = u8::from(!w.is_preempted());
-        (self.effective_priority(&w.client, now), class, w.id())
+    /// `w`'s place in the queue at `now` (aging applied).
+    pub fn key(&self, w: &Waiting, now: Instant) -> QueueKey {
+        let entry = QueueEntry {
+            id: w.id(),
+            priority: w.client.priority,
+            enqueued_at: w.client.enqueued_at,
+            preempted: w.is_preempted(),
+        };
+        self.policy.queue_key(&entry, now)
     }
 
     /// Queues `w` at its place.
@@ -107,9 +105,9 @@ impl WaitQueue {
     }
 
     /// Re-sorts by the keys at `now` (aging moves requests forward; nothing
-    /// to do under fcfs, whose keys never change).
+    /// to do under a policy whose keys never change).
     pub fn order(&mut self, now: Instant) {
-        if matches!(self.policy, SchedulingPolicy::Priority { aging: Some(_) }) {
+        if self.policy.ages() {
             let mut items = std::mem::take(&mut self.items);
             items
                 .make_contiguous()
@@ -164,6 +162,7 @@ mod tests {
     use ember_engine::ResumeState;
 
     use super::*;
+    use crate::scheduler::policy::{FcfsPolicy, PriorityPolicy};
 
     fn waiting(id: SeqId, priority: i32, preempted: bool, enqueued_at: Instant) -> Waiting {
         let mut seq = SequenceRequest::greedy(id, vec![1, 2], 4);
@@ -197,7 +196,7 @@ mod tests {
     #[test]
     fn fcfs_is_arrival_order_with_preempted_requests_in_front() {
         let now = Instant::now();
-        let mut q = WaitQueue::new(SchedulingPolicy::Fcfs);
+        let mut q = WaitQueue::new(Box::new(FcfsPolicy));
         for (id, prio, pre) in [(5, 0, false), (3, 0, false), (9, 0, true), (7, 0, true)] {
             q.push(waiting(id, prio, pre, now), now);
         }
@@ -210,7 +209,7 @@ mod tests {
     #[test]
     fn priority_orders_by_priority_then_class_then_arrival() {
         let now = Instant::now();
-        let mut q = WaitQueue::new(SchedulingPolicy::Priority { aging: None });
+        let mut q = WaitQueue::new(Box::new(PriorityPolicy { aging: None }));
         q.push(waiting(1, 10, false, now), now);
         q.push(waiting(2, 0, false, now), now);
         q.push(waiting(3, 10, true, now), now);
@@ -223,7 +222,7 @@ mod tests {
     fn aging_moves_a_long_waiting_request_forward() {
         let t0 = Instant::now();
         let aging = Duration::from_secs(10);
-        let mut q = WaitQueue::new(SchedulingPolicy::Priority { aging: Some(aging) });
+        let mut q = WaitQueue::new(Box::new(PriorityPolicy { aging: Some(aging) }));
         q.push(waiting(1, 5, false, t0), t0);
         let later = t0 + Duration::from_secs(31); // 3 periods: 5 -> 2
         q.push(waiting(2, 3, false, later), later);
@@ -234,6 +233,6 @@ mod tests {
             [1, 3, 2],
             "request 1 aged to 2, ahead of 3 by arrival"
         );
-        assert_eq!(q.effective_priority(&q.front().unwrap().client, later), 2);
+        assert_eq!(q.front().map(|w| q.key(w, later).priority), Some(2));
     }
 }

@@ -5,24 +5,27 @@
 //! 1. take every command waiting on the channel (submit, cancel, cancel-all);
 //! 2. one prefill step of at most `--prefill-max-tokens` tokens: the next
 //!    chunks of prompts already admitted, then requests admitted from the
-//!    wait queue ([`super::admitting`]; under `--scheduling-policy priority`
-//!    a waiting request that does not fit may first preempt lower-priority
-//!    running ones, [`super::preemption`]) with what is left of the budget
-//!    ([`chunking`]); requests whose prompt completes get their first token;
+//!    wait queue ([`admitting`]; the scheduling policy may first let the
+//!    front of the queue preempt running requests, [`preemption`]) with what
+//!    is left of the budget ([`chunking`]); requests whose prompt completes
+//!    get their first token;
 //! 3. one batched decode step over up to `--max-batch-size` decoding
 //!    sequences, rotating through them when there are more; if the step
-//!    needs more fresh blocks than are free, running requests are preempted
-//!    first (lowest priority, then newest);
+//!    needs more fresh blocks than are free, the policy's victims are
+//!    preempted first;
 //! 4. publish gauges.
 //!
 //! The engine is the one owner of sequence state ([`StepEngine`]): which
 //! sequences still prefill, which decode, how many tokens each emitted, which
 //! blocks each holds. The worker keeps what each request's client needs
 //! ([`Client`]: its event channel, span, priority), the wait queue
-//! ([`WaitQueue`]) and the decode rotation cursor. Finished sequences come
-//! back from each engine step as an event list; their KV blocks were
-//! released inside the step. When there is nothing to do the thread blocks
-//! on the command channel: no busy loop, no polling sleep.
+//! ([`WaitQueue`], which holds the scheduling policy built from the knobs)
+//! and the decode rotation cursor. Admission and preemption are free
+//! functions ([`admitting`], [`preemption`]) the loop hands this state to;
+//! the worker's fields are its own. Finished sequences come back from each
+//! engine step as an event list; their KV blocks were released inside the
+//! step. When there is nothing to do the thread blocks on the command
+//! channel: no busy loop, no polling sleep.
 //!
 //! A client that leaves is noticed two ways: its stream task sends
 //! `Command::Cancel` (the usual path, also for requests waiting, preempted
@@ -31,35 +34,38 @@
 //! string matched by the stream task takes the same path
 //! (`CancelReason::StopString`) and is counted as finished.
 
-use std::collections::HashMap;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::Instant;
 
 use ember_engine::{EngineError, FinishReason, PrefillChunk, SeqId, StepEngine, StepOutput};
 use tokio::sync::mpsc;
 
+use super::admitting::{self, Room};
 use super::chunking;
+use super::guarded::guarded;
 use super::knobs::SchedulerKnobs;
-use super::queue::{Client, WaitQueue, Waiting};
+use super::policy;
+use super::preemption;
+use super::queue::{Client, RunningSet, WaitQueue, Waiting};
 use super::request::{CancelReason, Command, Event, FinishKind, QueuedRequest};
 use super::rotation::rotation;
 use super::stats::SchedulerStats;
 
 pub(crate) struct Worker<E: StepEngine> {
-    pub(super) engine: E,
-    pub(super) knobs: SchedulerKnobs,
+    engine: E,
+    knobs: SchedulerKnobs,
     commands: mpsc::UnboundedReceiver<Command>,
-    /// Submitted or preempted, not running; in admission order.
-    pub(super) waiting: WaitQueue,
+    /// Submitted or preempted, not running; in the policy's order.
+    waiting: WaitQueue,
     /// Admitted and not finished (prefilling or decoding): each one's client.
-    pub(super) running: HashMap<SeqId, Client>,
+    running: RunningSet,
     /// Decode rotation: the next step starts at the first decoding id at or
     /// after this one (wrapping), so with more decoding sequences than
     /// `--max-batch-size` every one gets its turn.
     decode_from: SeqId,
-    pub(super) stats: Arc<SchedulerStats>,
-    pub(super) iteration: u64,
+    stats: Arc<SchedulerStats>,
+    /// Iterations run (1 for the first); admissions report theirs.
+    iteration: u64,
 }
 
 impl<E: StepEngine> Worker<E> {
@@ -72,10 +78,10 @@ impl<E: StepEngine> Worker<E> {
         SchedulerStats::set(&stats.kv_blocks_total, engine.kv_blocks_total());
         Self {
             engine,
-            waiting: WaitQueue::new(knobs.policy),
+            waiting: WaitQueue::new(policy::build(knobs.policy)),
             knobs,
             commands,
-            running: HashMap::new(),
+            running: RunningSet::new(),
             decode_from: 0,
             stats,
             iteration: 0,
@@ -107,7 +113,7 @@ impl<E: StepEngine> Worker<E> {
 
     /// Handles every command waiting on the channel. True if every handle is
     /// gone (the server stopped).
-    pub(super) fn drain_commands(&mut self) -> bool {
+    fn drain_commands(&mut self) -> bool {
         loop {
             match self.commands.try_recv() {
                 Ok(cmd) => self.handle(cmd),
@@ -163,15 +169,15 @@ impl<E: StepEngine> Worker<E> {
     fn prefill_step(&mut self) -> bool {
         // Preempting for the front of the queue first, so no chunk of this
         // step belongs to a sequence that leaves.
-        self.make_room_for_front();
-        let mut chunks = self.continuing_chunks();
-        let spent: usize = chunks.iter().map(|c| c.tokens).sum();
-        let admitted = self.admit(
-            self.knobs.prefill_max_tokens.saturating_sub(spent),
-            self.knobs
-                .prefill_max_batch_size
-                .saturating_sub(chunks.len()),
+        preemption::make_room_for_front(
+            &mut self.engine,
+            &mut self.waiting,
+            &mut self.running,
+            &self.stats,
+            self.knobs.max_running(),
         );
+        let mut chunks = self.continuing_chunks();
+        let admitted = self.admit(&chunks);
         let any_admitted = !admitted.is_empty();
         chunks.extend(admitted);
         if chunks.is_empty() {
@@ -184,6 +190,28 @@ impl<E: StepEngine> Worker<E> {
         }
         self.apply(result, &ids);
         any_admitted
+    }
+
+    /// Admits from the wait queue into what `continuing` leaves of the
+    /// prefill step; returns the admitted requests' first chunks.
+    fn admit(&mut self, continuing: &[PrefillChunk]) -> Vec<PrefillChunk> {
+        let spent: usize = continuing.iter().map(|c| c.tokens).sum();
+        let room = Room {
+            tokens: self.knobs.prefill_max_tokens.saturating_sub(spent),
+            rows: self
+                .knobs
+                .prefill_max_batch_size
+                .saturating_sub(continuing.len()),
+            max_running: self.knobs.max_running(),
+        };
+        admitting::admit(
+            &mut self.engine,
+            &mut self.waiting,
+            &mut self.running,
+            room,
+            &self.stats,
+            self.iteration,
+        )
     }
 
     /// Counts a prefill step's chunk for each of `ids` still prefilling its
@@ -224,7 +252,13 @@ impl<E: StepEngine> Worker<E> {
     fn decode_step(&mut self) {
         let decoding = self.engine.decoding();
         let mut ids = rotation(&decoding, self.decode_from, self.knobs.max_batch_size);
-        self.make_room_for_decode(&mut ids);
+        preemption::make_room_for_decode(
+            &mut self.engine,
+            &mut self.waiting,
+            &mut self.running,
+            &self.stats,
+            &mut ids,
+        );
         let Some(&last) = ids.last() else {
             return;
         };
@@ -320,7 +354,7 @@ impl<E: StepEngine> Worker<E> {
 
     /// Removes a request wherever it is (running, waiting, preempted); frees
     /// its blocks if it was running.
-    pub(super) fn cancel(&mut self, id: SeqId, reason: CancelReason) {
+    fn cancel(&mut self, id: SeqId, reason: CancelReason) {
         let (client, generated) = if let Some(c) = self.running.remove(&id) {
             (c, self.engine.release(id).unwrap_or(0))
         } else if let Some(w) = self.waiting.remove(id) {
@@ -362,7 +396,7 @@ impl<E: StepEngine> Worker<E> {
         }
     }
 
-    pub(super) fn publish_gauges(&self) {
+    fn publish_gauges(&self) {
         let s = &self.stats;
         let used = self.engine.kv_blocks_used();
         SchedulerStats::set(&s.queue_depth, self.waiting.len());
@@ -374,17 +408,5 @@ impl<E: StepEngine> Worker<E> {
             used,
             self.engine.kv_blocks_total(),
         );
-    }
-}
-
-/// Runs an engine call, turning a panic inside Burn (e.g. a device error) into
-/// an `EngineError` so one bad batch fails its requests instead of the thread.
-pub(super) fn guarded<T>(f: impl FnOnce() -> Result<T, EngineError>) -> Result<T, EngineError> {
-    match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(r) => r,
-        Err(panic) => Err(EngineError::Device(format!(
-            "engine panicked: {}",
-            ember_engine::panics::panic_message(panic.as_ref())
-        ))),
     }
 }

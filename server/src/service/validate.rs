@@ -16,6 +16,7 @@ use ember_common::pb;
 use super::error::ServiceError;
 use super::proto_params::generation_params;
 use super::structured::ResponseFormat;
+use crate::scheduler::policy;
 use crate::scheduler::ModelInfo;
 use crate::scheduler::{SchedulerKnobs, SchedulingPolicy};
 use ember_engine::limits::LimitViolation;
@@ -101,17 +102,14 @@ pub fn check_request(
     })
 }
 
-/// A request's priority under the server's policy: any under `priority`,
-/// only 0 under `fcfs` (vLLM refuses the same).
-fn check_priority(priority: i32, policy: SchedulingPolicy) -> Result<i32, ServiceError> {
-    match policy {
-        SchedulingPolicy::Priority { .. } => Ok(priority),
-        SchedulingPolicy::Fcfs if priority == 0 => Ok(0),
-        SchedulingPolicy::Fcfs => Err(ServiceError::invalid(
-            "priority",
-            format!("{priority} given, but the server schedules first come, first served: start it with --scheduling-policy priority"),
-        )),
-    }
+/// A request's priority under the server's policy, which decides
+/// ([`policy::Policy::check_priority`]: any under `priority`, only 0 under
+/// `fcfs`, as vLLM).
+fn check_priority(priority: i32, config: SchedulingPolicy) -> Result<i32, ServiceError> {
+    policy::build(config)
+        .check_priority(priority)
+        .map(|()| priority)
+        .map_err(|refused| ServiceError::invalid("priority", refused.to_string()))
 }
 
 /// Checks the generation parameters (the one [`GenerationParams::validate`])
