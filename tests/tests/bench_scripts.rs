@@ -328,7 +328,9 @@ fn run_family_dry_run_prints_one_table() {
         assert_eq!(row[0], "tiny", "{table}");
         for i in [2, 4, 6] {
             assert!(
-                row[i].parse::<f64>().is_ok_and(|v| v.is_finite() && v >= 0.0),
+                row[i]
+                    .parse::<f64>()
+                    .is_ok_and(|v| v.is_finite() && v >= 0.0),
                 "column {i} of {row:?} is not a number:\n{table}"
             );
         }
@@ -427,7 +429,10 @@ fn torch_peers_dry_runs_match_transformers() {
         assert_eq!(doc["check"]["status"], "ok", "{script}: {}", doc["check"]);
         let rows = doc["decode"].as_array().expect("decode rows");
         assert_eq!(rows.len(), 2, "{script}: {rows:?}");
-        for row in rows.iter().chain(doc["prefill"].as_array().expect("prefill")) {
+        for row in rows
+            .iter()
+            .chain(doc["prefill"].as_array().expect("prefill"))
+        {
             assert!(
                 row["median_ms"].as_f64().is_some_and(|ms| ms > 0.0),
                 "{script}: {row}"
