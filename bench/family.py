@@ -288,7 +288,7 @@ def cmd_table(args):
         worst = max((r.get("max_abs_err", 0) / r["tolerance"] for r in check.get("results", [])
                      if r.get("tolerance")), default=None)
         why = f" ({check['reason']})" if check.get("reason") else (
-            f" (worst error {worst:.0%} of tolerance)" if worst is not None else "")
+            f" (worst error {worst:.1%} of tolerance)" if worst is not None else "")
         checks.append(f"{size} {check.get('status', 'not run')}{why}")
     hbm = f"{args.hbm_tbs:g} TB/s" if args.hbm_tbs > 0 else "unknown (HBM_TBS)"
     lines = [f"## GPT-2 family: Ember vs torch.compile peer ({device or 'device unknown'}, "
