@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Peer: the strongest hand-written PyTorch GPT-2 decode we can write.
 
-GPT-2 124M (GPT2Config defaults: 12 layers, 12 heads, 768 wide, vocab 50257) in
-fp16 with random weights (torch.manual_seed), a static KV cache, and ONE decode
+GPT-2 124M (GPT2Config defaults: 12 layers, 12 heads, 768 wide, vocab 50257;
+--model medium|large|xl|tiny, or an HF directory with --model-dir) in fp16 with
+random weights (torch.manual_seed), a static KV cache, and ONE decode
 step -- B rows, each at position p, attending over positions 0..p -- captured
 in one torch.cuda.CUDAGraph and replayed. The graph feeds its greedy token back
 into its input, so replays are a real autoregressive loop at a fixed context.
@@ -16,7 +17,9 @@ and a prefill timing for N prompts x L tokens (one eager batched forward with
 causal attention writing the KV cache, logits of the last position only).
 
 Before timing it checks that its forward matches transformers' GPT2LMHeadModel
-loaded with the same weights (skipped if transformers is missing).
+loaded with the same weights (skipped if transformers is missing). The weights,
+the prefill and the check's pieces are gpt2_torch.py's, shared with
+peer_compile.py (the same model under torch.compile).
 
 Usage (GPU):  python3 bench/peer_cudagraph.py --json out.json
 CPU smoke:    python3 bench/peer_cudagraph.py --device cpu --tiny --batch-sizes 1,4 \
@@ -25,17 +28,14 @@ CPU smoke:    python3 bench/peer_cudagraph.py --device cpu --tiny --batch-sizes 
 
 import argparse
 import json
-import math
-import platform
 import statistics
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
 
-GPT2_124M = dict(n_layer=12, n_head=12, n_embd=768, vocab=50257, n_positions=1024)
-TINY = dict(n_layer=2, n_head=4, n_embd=128, vocab=50257, n_positions=1024)
+import gpt2_torch as g
+from gpt2_torch import Timer, csv_ints, pct, prefill
 
 
 def parse_args():
@@ -43,6 +43,8 @@ def parse_args():
     p.add_argument("--device", default="cuda")
     p.add_argument("--dtype", default="float16", choices=["float16", "bfloat16", "float32"])
     p.add_argument("--tiny", action="store_true", help="2-layer, 128-wide model (CPU smoke)")
+    p.add_argument("--model", default="gpt2", help="gpt2 (124M), medium, large, xl or tiny")
+    p.add_argument("--model-dir", help="an HF GPT-2 directory (config.json, model.safetensors)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--batch-sizes", default="1,8,64,256")
     p.add_argument("--contexts", default="256",
@@ -56,56 +58,6 @@ def parse_args():
     p.add_argument("--no-check", action="store_true", help="skip the transformers cross-check")
     p.add_argument("--json", help="write results here")
     return p.parse_args()
-
-
-def csv_ints(s):
-    return [int(x) for x in s.split(",") if x.strip()]
-
-
-class Weights:
-    """GPT-2 parameters as plain tensors, in HF's Conv1D layout (y = x @ W + b)."""
-
-    def __init__(self, cfg, device, dtype, seed):
-        torch.manual_seed(seed)
-        C, V, L = cfg["n_embd"], cfg["vocab"], cfg["n_layer"]
-
-        def normal(*shape, std=0.02):
-            return (torch.randn(*shape, device=device, dtype=torch.float32) * std).to(dtype)
-
-        def zeros(*shape):
-            return torch.zeros(*shape, device=device, dtype=dtype)
-
-        def ones(*shape):
-            return torch.ones(*shape, device=device, dtype=dtype)
-
-        self.cfg = cfg
-        self.wte = normal(V, C)
-        self.wpe = normal(cfg["n_positions"], C, std=0.01)
-        proj_std = 0.02 / math.sqrt(2 * L)
-        self.layers = []
-        for _ in range(L):
-            self.layers.append(dict(
-                ln1_w=ones(C), ln1_b=zeros(C),
-                attn_w=normal(C, 3 * C), attn_b=zeros(3 * C),
-                proj_w=normal(C, C, std=proj_std), proj_b=zeros(C),
-                ln2_w=ones(C), ln2_b=zeros(C),
-                fc_w=normal(C, 4 * C), fc_b=zeros(4 * C),
-                fcproj_w=normal(4 * C, C, std=proj_std), fcproj_b=zeros(C),
-            ))
-        self.lnf_w = ones(C)
-        self.lnf_b = zeros(C)
-        self.wte_t = self.wte.t().contiguous()  # tied LM head, [C, V]
-
-    def param_count(self):
-        n = self.wte.numel() + self.wpe.numel() + self.lnf_w.numel() + self.lnf_b.numel()
-        return n + sum(t.numel() for layer in self.layers for t in layer.values())
-
-
-def mlp(w, layer, x):
-    C = w.cfg["n_embd"]
-    h = F.layer_norm(x, (C,), layer["ln2_w"], layer["ln2_b"])
-    h = F.gelu(torch.addmm(layer["fc_b"], h, layer["fc_w"]), approximate="tanh")
-    return x + torch.addmm(layer["fcproj_b"], h, layer["fcproj_w"])
 
 
 class Decoder:
@@ -139,7 +91,7 @@ class Decoder:
         # Row b attends to cache positions 0..pos[b].
         mask = (self.arange_t[None, :] <= self.pos[:, None])[:, None, None, :]  # [B,1,1,T]
         for i, layer in enumerate(w.layers):
-            h = F.layer_norm(x, (C,), layer["ln1_w"], layer["ln1_b"])
+            h = F.layer_norm(x, (C,), layer["ln1_w"], layer["ln1_b"], w.cfg["eps"])
             qkv = torch.addmm(layer["attn_b"], h, layer["attn_w"]).view(B, 3, H, D)
             q, k, v = qkv.unbind(1)  # [B, H, D] each
             self.k[i].scatter_(2, self.pos_idx, k[:, :, None, :])  # cache[b, :, pos[b]] = k[b]
@@ -147,8 +99,8 @@ class Decoder:
             y = F.scaled_dot_product_attention(q[:, :, None, :], self.k[i], self.v[i],
                                                attn_mask=mask)  # [B, H, 1, D]
             x = x + torch.addmm(layer["proj_b"], y.reshape(B, C), layer["proj_w"])
-            x = mlp(w, layer, x)
-        x = F.layer_norm(x, (C,), w.lnf_w, w.lnf_b)
+            x = g.mlp(w.cfg, layer, x)
+        x = F.layer_norm(x, (C,), w.lnf_w, w.lnf_b, w.cfg["eps"])
         logits = x @ w.wte_t  # [B, V]
         self.tok.copy_(logits.argmax(dim=-1))
         return logits
@@ -174,108 +126,30 @@ class Decoder:
             self.step()
 
 
-def prefill(w, tokens, k_cache, v_cache):
-    """Batched prefill of N prompts of L tokens; returns last-position logits [N, V]."""
-    cfg = w.cfg
-    N, L = tokens.shape
-    H = cfg["n_head"]
-    C = cfg["n_embd"]
-    D = C // H
-    pos = torch.arange(L, device=tokens.device)
-    x = (w.wte[tokens] + w.wpe[pos][None]).reshape(N * L, C)
-    for i, layer in enumerate(w.layers):
-        h = F.layer_norm(x, (C,), layer["ln1_w"], layer["ln1_b"])
-        qkv = torch.addmm(layer["attn_b"], h, layer["attn_w"]).view(N, L, 3, H, D)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # [N, H, L, D] each
-        k_cache[i, :N, :, :L] = k
-        v_cache[i, :N, :, :L] = v
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # [N, H, L, D]
-        y = y.transpose(1, 2).reshape(N * L, C)
-        x = x + torch.addmm(layer["proj_b"], y, layer["proj_w"])
-        x = mlp(w, layer, x)
-    last = x.view(N, L, C)[:, -1]
-    last = F.layer_norm(last, (C,), w.lnf_w, w.lnf_b)
-    return last @ w.wte_t
-
-
-class Timer:
-    """CUDA events on a GPU, perf_counter on the CPU; times in ms."""
-
-    def __init__(self, device):
-        self.cuda = device.type == "cuda"
-
-    def mark(self):
-        if self.cuda:
-            e = torch.cuda.Event(enable_timing=True)
-            e.record()
-            return e
-        return time.perf_counter()
-
-    def elapsed(self, a, b):
-        if self.cuda:
-            return a.elapsed_time(b)
-        return (b - a) * 1e3
-
-    def sync(self, device):
-        if self.cuda:
-            torch.cuda.synchronize(device)
-
-
-def pct(xs, q):
-    xs = sorted(xs)
-    i = min(len(xs) - 1, max(0, round(q * (len(xs) - 1))))
-    return xs[i]
-
-
 def cross_check(w, device, dtype):
-    """Our forward vs transformers' GPT2LMHeadModel with the same weights."""
-    try:
-        from transformers import GPT2Config, GPT2LMHeadModel
-    except Exception as e:  # noqa: BLE001 - report any import problem, go on
-        return {"status": "skipped", "reason": f"transformers not importable: {e}"}
+    """Our prefill and decode step vs transformers' GPT2LMHeadModel with the same weights."""
+    model, why = g.hf_model(w)
+    if model is None:
+        return {"status": "skipped", "reason": why}
     cfg = w.cfg
-    hf_cfg = GPT2Config(n_layer=cfg["n_layer"], n_head=cfg["n_head"], n_embd=cfg["n_embd"],
-                        vocab_size=cfg["vocab"], n_positions=cfg["n_positions"])
-    model = GPT2LMHeadModel(hf_cfg).to(device=device, dtype=dtype).eval()
-    sd = {"transformer.wte.weight": w.wte, "transformer.wpe.weight": w.wpe,
-          "transformer.ln_f.weight": w.lnf_w, "transformer.ln_f.bias": w.lnf_b,
-          "lm_head.weight": w.wte}
-    names = dict(ln1_w="ln_1.weight", ln1_b="ln_1.bias", attn_w="attn.c_attn.weight",
-                 attn_b="attn.c_attn.bias", proj_w="attn.c_proj.weight", proj_b="attn.c_proj.bias",
-                 ln2_w="ln_2.weight", ln2_b="ln_2.bias", fc_w="mlp.c_fc.weight",
-                 fc_b="mlp.c_fc.bias", fcproj_w="mlp.c_proj.weight", fcproj_b="mlp.c_proj.bias")
-    for i, layer in enumerate(w.layers):
-        for ours, theirs in names.items():
-            sd[f"transformer.h.{i}.{theirs}"] = layer[ours]
-    missing, unexpected = model.load_state_dict(sd, strict=False)
-    missing = [m for m in missing if not m.endswith(".attn.bias") and not m.endswith("masked_bias")]
-    if missing or unexpected:
-        return {"status": "FAILED", "reason": f"state dict: missing {missing} unexpected {unexpected}"}
-
     N, L = 2, 12
-    g = torch.Generator(device="cpu").manual_seed(1)
-    tokens = torch.randint(0, cfg["vocab"], (N, L), generator=g).to(device)
-    with torch.no_grad():
-        ref = model(tokens).logits.float()  # [N, L, V]
-        T = L + 1
-        shape = (cfg["n_layer"], N, cfg["n_head"], T, cfg["n_embd"] // cfg["n_head"])
-        kc = torch.zeros(shape, device=device, dtype=dtype)
-        vc = torch.zeros_like(kc)
-        # Prefill the first L-1 tokens, then decode token L-1 at position L-1.
-        ours_prefill = prefill(w, tokens[:, : L - 1], kc, vc).float()
-        dec = Decoder(w, N, L - 1, device, dtype)
-        dec.k[:, :, :, : L - 1] = kc[:, :, :, : L - 1]
-        dec.v[:, :, :, : L - 1] = vc[:, :, :, : L - 1]
-        dec.tok.copy_(tokens[:, L - 1])
-        ours_decode = dec.step().float()
-    scale = ref.abs().max().item()
-    err_p = (ours_prefill - ref[:, L - 2]).abs().max().item()
-    err_d = (ours_decode - ref[:, L - 1]).abs().max().item()
-    tol = 2e-2 * scale if dtype != torch.float32 else 1e-3 * scale
-    ok = err_p <= tol and err_d <= tol
+    tokens = g.check_tokens(cfg, N, L, device)
+    ref = model(tokens).logits.float()  # [N, L, V]
     del model
-    return {"status": "ok" if ok else "FAILED", "max_abs_err_prefill": err_p,
-            "max_abs_err_decode": err_d, "tolerance": tol, "logit_scale": scale}
+    shape = (cfg["n_layer"], N, cfg["n_head"], L, cfg["n_embd"] // cfg["n_head"])
+    kc = torch.zeros(shape, device=device, dtype=dtype)
+    vc = torch.zeros_like(kc)
+    # Prefill the first L-1 tokens, then decode token L-1 at position L-1.
+    ours_prefill = prefill(w, tokens[:, : L - 1], kc, vc)
+    dec = Decoder(w, N, L - 1, device, dtype)
+    dec.k[:, :, :, : L - 1] = kc[:, :, :, : L - 1]
+    dec.v[:, :, :, : L - 1] = vc[:, :, :, : L - 1]
+    dec.tok.copy_(tokens[:, L - 1])
+    results = [g.compare("prefill", ours_prefill, ref[:, L - 2], dtype),
+               g.compare("decode step", dec.step(), ref[:, L - 1], dtype)]
+    status = "ok" if all(r["status"] == "ok" for r in results) else "FAILED"
+    return {"status": status, "max_abs_err_prefill": results[0]["max_abs_err"],
+            "max_abs_err_decode": results[1]["max_abs_err"], "results": results}
 
 
 def main():
@@ -284,20 +158,20 @@ def main():
     if device.type == "cuda" and not torch.cuda.is_available():
         sys.exit("CUDA requested but torch.cuda.is_available() is False")
     dtype = getattr(torch, args.dtype)
-    cfg = TINY if args.tiny else GPT2_124M
+    cfg = g.model_config("tiny" if args.tiny else args.model, args.model_dir)
     use_graph = device.type == "cuda" and not args.no_graph
     timer = Timer(device)
     torch.backends.cuda.matmul.allow_tf32 = True
 
-    w = Weights(cfg, device, dtype, args.seed)
-    dev_name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
+    w = g.Weights(cfg, device, dtype, args.seed, args.model_dir)
+    dev_name = g.device_name(device)
     out = {
         "peer": "torch-cudagraph" if use_graph else "torch-eager-step",
         "device": dev_name,
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "dtype": args.dtype,
-        "model": dict(cfg, params=w.param_count(), weights=f"random, torch.manual_seed({args.seed})"),
+        "model": dict(cfg, params=w.param_count(), weights=w.describe(args.seed)),
         "method": ("one decode step (B rows at position p, attending 0..p, static KV cache, "
                    "greedy token fed back) captured in one CUDA graph; per-replay CUDA events"
                    if use_graph else "eager decode step"),

@@ -7,6 +7,15 @@
 //! 16 MiB bandwidth probe and a stub peer (no torch) under the system
 //! `python3`; a few seconds. The test checks the exit status and that every
 //! cell of every row of the table it prints is a number.
+//!
+//! `bash bench/run_family.sh --dry-run` (issue 41's GPT-2 family bench) runs
+//! in CI too: without torch it writes the tiny model directory with the
+//! standard library and runs the peer as `peer_compile.py --stub`, so the
+//! engine bench's JSON, the peer's JSON and the cold start all reach its one
+//! table. The torch peers themselves (`peer_compile.py`, `peer_cudagraph.py`)
+//! run only where a python has torch and transformers
+//! (`EMBER_TORCH_PYTHON`, the bench venv, or `python3`); CI installs none, so
+//! that test says SKIPPED EXPLICITLY there and passes.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -285,5 +294,150 @@ fn run_lmeval_dry_run_probes_the_door_and_prints_the_command() {
         probe["max_model_len"].as_u64().is_some_and(|n| n > 0),
         "{probe}"
     );
+    cleanup_scratch(&out);
+}
+
+/// `bench/run_family.sh --dry-run`: the tiny model directory on the CPU
+/// (written with the standard library where python3 has no torch, as in
+/// CI, and the peer as `peer_compile.py --stub`), two engine-bench runs, the
+/// peer, the cold start and ONE table: every decode and prefill row has
+/// Ember's step, the peer's time and their ratio as numbers, no notes, and
+/// the cold start line has both starts' seconds.
+#[test]
+fn run_family_dry_run_prints_one_table() {
+    let out = scratch_dir("run-family-dry");
+    let log = dry_run("run_family.sh", &out, &[]);
+    let table = std::fs::read_to_string(out.join("table.md")).expect("table.md written");
+    let rows = table_rows(&table);
+    // Contexts 16 and 24 x batches 1 and 2, then prefills 1x8 and 2x8.
+    let shapes: Vec<&str> = rows.iter().map(|r| r[1].as_str()).collect();
+    assert_eq!(
+        shapes,
+        [
+            "B=1, ctx 16",
+            "B=2, ctx 16",
+            "B=1, ctx 24",
+            "B=2, ctx 24",
+            "prefill 1x8",
+            "prefill 2x8"
+        ],
+        "{table}"
+    );
+    for row in &rows {
+        assert_eq!(row.len(), 9, "{table}");
+        assert_eq!(row[0], "tiny", "{table}");
+        for i in [2, 4, 6] {
+            assert!(
+                row[i]
+                    .parse::<f64>()
+                    .is_ok_and(|v| v.is_finite() && v >= 0.0),
+                "column {i} of {row:?} is not a number:\n{table}"
+            );
+        }
+        assert_eq!(row[8], "", "no notes (nothing skipped or failed): {table}");
+    }
+    let cold = table
+        .lines()
+        .find(|l| l.contains("start to health SERVING"))
+        .unwrap_or_else(|| panic!("no cold start line:\n{table}"));
+    assert!(
+        cold.contains("cold (empty --kernel-cache-dir): ") && !cold.contains("not run"),
+        "{cold}"
+    );
+    assert!(!cold.contains("failed"), "{cold}");
+    assert!(table.contains("stages not clean: none"), "{table}");
+    assert!(log.contains(&table), "the script prints the table");
+    let results: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("results.json")).expect("results.json"),
+    )
+    .expect("results.json is JSON");
+    assert!(results["raw"]["ember-tiny-c16.json"]["decode"].is_array());
+    cleanup_scratch(&out);
+}
+
+/// A python that imports torch and transformers: `EMBER_TORCH_PYTHON`, else
+/// the venv `bench/run_cpu.sh` makes, else `python3`. None where none does.
+fn torch_python() -> Option<PathBuf> {
+    let venv = std::env::var_os("HOME")
+        .map(|h| PathBuf::from(h).join(".cache/ember/bench-venv/bin/python"));
+    std::env::var_os("EMBER_TORCH_PYTHON")
+        .map(PathBuf::from)
+        .into_iter()
+        .chain(venv)
+        .chain([PathBuf::from("python3")])
+        .find(|py| {
+            Command::new(py)
+                .args(["-c", "import torch, transformers"])
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+}
+
+/// The hand-written torch peers on the CPU with a python that has torch:
+/// `peer_compile.py --dry-run` (tiny, float32, torch.compile without a graph)
+/// and `peer_cudagraph.py`'s CPU smoke run pass their checks against
+/// transformers and time every shape. Without such a python (CI installs no
+/// torch) it says SKIPPED EXPLICITLY and passes; `EMBER_TORCH_PYTHON` points
+/// it at one.
+#[test]
+fn torch_peers_dry_runs_match_transformers() {
+    let Some(py) = torch_python() else {
+        eprintln!(
+            "SKIPPED EXPLICITLY: torch_peers_dry_runs_match_transformers: no python with torch \
+             and transformers (EMBER_TORCH_PYTHON, ~/.cache/ember/bench-venv, python3)"
+        );
+        return;
+    };
+    let out = scratch_dir("torch-peers-dry");
+    let peers: [(&str, &[&str]); 2] = [
+        ("peer_compile.py", &["--dry-run"]),
+        (
+            "peer_cudagraph.py",
+            &[
+                "--device",
+                "cpu",
+                "--tiny",
+                "--dtype",
+                "float32",
+                "--batch-sizes",
+                "1,2",
+                "--iters",
+                "3",
+                "--prefill",
+                "2x8",
+            ],
+        ),
+    ];
+    for (script, args) in peers {
+        let json = out.join(format!("{script}.json"));
+        let run = Command::new(&py)
+            .arg(repo_root().join("bench").join(script))
+            .args(args)
+            .arg("--json")
+            .arg(&json)
+            .output()
+            .expect("run python");
+        let log = String::from_utf8_lossy(&run.stdout);
+        assert!(
+            run.status.success(),
+            "{script} failed ({}):\n{log}\n{}",
+            run.status,
+            String::from_utf8_lossy(&run.stderr)
+        );
+        let doc: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("JSON");
+        assert_eq!(doc["check"]["status"], "ok", "{script}: {}", doc["check"]);
+        let rows = doc["decode"].as_array().expect("decode rows");
+        assert_eq!(rows.len(), 2, "{script}: {rows:?}");
+        for row in rows
+            .iter()
+            .chain(doc["prefill"].as_array().expect("prefill"))
+        {
+            assert!(
+                row["median_ms"].as_f64().is_some_and(|ms| ms > 0.0),
+                "{script}: {row}"
+            );
+        }
+    }
     cleanup_scratch(&out);
 }
