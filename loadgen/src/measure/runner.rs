@@ -42,7 +42,7 @@ use crate::measure::progress::Live;
 use crate::measure::session::{SessionRun, SessionSpec};
 use crate::record::{RequestRecord, Slot};
 use crate::workload::feed::RequestFeed;
-use crate::workload::schedule::{fire_at, Plan};
+use crate::workload::schedule::{fire_at, precise_sleeps, Plan};
 use crate::workload::PreparedRequest;
 
 /// The status of a request cut at the end of a timed run.
@@ -197,6 +197,7 @@ pub async fn run_once(pool: Arc<Pool>, spec: RunSpec) -> Result<RunResult, Error
     std::thread::Builder::new()
         .name("loadgen-fire".into())
         .spawn(move || {
+            precise_sleeps();
             let result = tokio::runtime::Builder::new_current_thread()
                 .enable_time()
                 .build()
