@@ -99,16 +99,17 @@ python3 - "$OUT/folded.txt" <<'EOF'
 import sys
 from collections import Counter
 total, threads, selfs, under = 0, Counter(), Counter(), Counter()
-FRAMES = [  # inclusive shares worth seeing at a glance (substring match)
-    ("firing loop: fire_at (timer, sleep, spin)", "schedule::fire_at"),
-    ("firing loop: spawn onto the main runtime", "runtime::handle::Handle::spawn"),
-    ("request task: GrpcConn::execute", "GrpcConn::execute"),
-    ("request task: HTTP execute", "openai"),
+FRAMES = [  # inclusive shares worth seeing at a glance (substring match;
+    # fire_at and the backends' execute are inlined into these frames)
+    ("firing loop (waiting for each due time, spawning)", "measure::runner::fire::"),
+    ("clock reads, anywhere (mostly the firing spin)", "clock_gettime"),
+    ("request tasks (submit, read the stream, record)", "runner::TaskCtx::run"),
+    ("hyper/h2 (connection and streams)", "h2::"),
+    ("tonic (buffer, codec)", "tonic::"),
     ("building requests (workload)", "workload::"),
-    ("hyper/h2 connection I/O", "h2::"),
     ("tokio worker parking (futex, epoll)", "park"),
     ("allocation (malloc/free)", "malloc"),
-    ("record statistics", "measure::stats"),
+    ("statistics after the run", "measure::stats"),
 ]
 for line in open(sys.argv[1]):
     stack, n = line.rstrip("\n").rsplit(" ", 1)
