@@ -102,7 +102,7 @@ impl ClientSide {
     pub fn of(s: &RunStats) -> ClientSide {
         ClientSide {
             wall_s: s.wall_s,
-            submit_lag_ms: s.metrics.submit_lag_ms.clone(),
+            submit_lag_ms: s.metrics.submit_lag_ms,
             requested_rate_rps: s.requested_rate_rps,
             achieved_rate_rps: s.achieved_rate_rps,
             client_cpu_s: s.client_cpu_s,
