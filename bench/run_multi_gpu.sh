@@ -1,46 +1,77 @@
 #!/usr/bin/env bash
 # One ember-server per GPU on a multi-GPU host, and how throughput scales
-# (issue 22). From the repository root, with release binaries built with the
-# cuda feature in target/release (or EMBER_BIN_DIR):
+# (issues 22 and 40). From the repository root, with release binaries built
+# with the cuda feature in target/release (or EMBER_BIN_DIR):
 #
-#   OUT=/some/dir bash bench/run_multi_gpu.sh
-#   bash bench/run_multi_gpu.sh --dry-run       # CPU only: two tiny CPU servers
+#   OUT=/some/dir bash bench/run_multi_gpu.sh      # every visible GPU
+#   bash bench/run_multi_gpu.sh --mock             # loadgen mocks instead of GPUs
+#   bash bench/run_multi_gpu.sh --dry-run          # CPU only: two tiny CPU servers
 #
 # What it does:
 #   1. starts one server per GPU at once (`--device cuda:N`, port 0, each with
 #      its own kernel cache dir and XDG_CACHE_HOME under KERNEL_CACHE_ROOT, or
 #      all on one prepared cache with KERNEL_CACHE_DIR) and waits until every
-#      one answers grpc.health.v1 Check("ember.v1.Inference") with SERVING;
-#   2. for each workload N x M (a burst of N requests, M new tokens each,
-#      `--no-stop-on-eos`, unique prompts, one warmup run), runs loadgen
-#      against the first server alone, then against all of them with
-#      `--balance least` (strong scaling: the same N over G servers), then
-#      N x G requests against all of them (weak scaling: N per server);
-#   3. writes $OUT/table.md (also printed): GPU model and count, per workload
-#      completion tok/s, client TTFT p50/p99 and the strong scaling factor
-#      (all / one), the weak scaling table (N x G on G servers / N on one:
-#      G x for perfect scaling), and per target (from loadgen's `per_target`
-#      JSON) requests, tok/s and their shares.
+#      one answers grpc.health.v1 Check("ember.v1.Inference") with SERVING.
+#      With --mock (or SERVERS=mock) each "server" is a `loadgen mock` (fixed
+#      TTFT and ITL, no batching limit): perfect scaling is then guaranteed on
+#      the server side, so whatever is missing is the client's;
+#   2. weak scaling: for each workload N x M (a burst of N requests per server,
+#      M new tokens each, `--no-stop-on-eos`, unique prompts), each sampling
+#      (greedy, or a temperature), and each server count G in SCALES, fires
+#      N x G requests at the first G servers, WARMUP_RUNS unmeasured then
+#      REPEAT_RUNS measured times, in one or both of two ways (LOADGEN_MODE):
+#        per-server  one loadgen process per server, started together: each
+#                    connects, then all fire their first request at the same
+#                    wall-clock instant (`loadgen --start-at`); merged after;
+#        shared      one loadgen process for all G servers, `--balance least`;
+#      every run is its own invocation(s) with `--start-at` a few seconds
+#      ahead (START_DELAY), so connecting is never inside the measurement and
+#      both ways measure the same thing. G = 1 is one process either way;
+#   3. (STRONG=1) strong scaling: N requests over all servers, shared;
+#   4. writes $OUT/table.md (also printed; bench/multi_gpu_table.py): per
+#      workload, sampling, G and mode, completion tok/s = all completion
+#      tokens / (last request end - first t0) over every process, the worst
+#      server's TTFT p99, the weak scaling factor (tok/s at G / at 1; G x is
+#      perfect), the start skew (latest - earliest t0 of the processes) and
+#      the drain skew (latest - earliest server's last request end); then
+#      every server's split (requests, tokens/s over its own span, share, TTFT
+#      p50/p99, when it started and finished). Figures are the run with the
+#      median tok/s of the REPEAT_RUNS.
+#
+# LOADGEN_MODE's default is both: one loadgen process for many servers was
+# the measurement of issue 22 (weak scaling 1.84-1.92x on 2 GPUs, growing
+# with run length), and whether that process, not the servers, is what
+# scales short is the open question; the two ways side by side on the same
+# servers answer it. The per-server figure is the deployment's (each server
+# has its own clients) and the one to hold the targets against.
+#
 # Servers are always stopped on exit (SIGTERM, then SIGKILL after 15 s). The
 # exit status is non-zero if a server does not become SERVING, a loadgen run
 # fails (any failed request included), or the table cannot be made.
 #
 # The dry run (`--dry-run` or DRY_RUN=1) takes the same path on the CPU: two
 # servers with `--device cpu --preset tiny`, workload 8 x 8, no nvidia-smi.
-# ember-tests' `bench_multi_gpu` test runs it in CI.
+# ember-tests' `bench_multi_gpu` test runs it (and `--dry-run --mock`) in CI.
 #
 # Environment knobs [default; dry run's default]:
 #   GPUS               device indices, space- or comma-separated [every GPU
 #                      nvidia-smi lists, or 0..k-1 for k entries in
-#                      CUDA_VISIBLE_DEVICES; "0 1" (two CPU servers)]
-#   WORKLOADS          NxM list [128x256 256x256; 8x8]
+#                      CUDA_VISIBLE_DEVICES; with --mock "0 1 2 3"; "0 1"]
+#   WORKLOADS          NxM list, per server [128x256 256x768; 8x8]
+#   SAMPLINGS          greedy and/or temperatures [greedy 1.0]
+#   SCALES             server counts [1, 2, 4, ... up to and with the count]
+#   LOADGEN_MODE       per-server, shared or both [both]
+#   STRONG             1: also N over all servers (strong scaling) [0]
+#   START_DELAY        seconds from launching a run's loadgens to its t0 [2; 1]
+#   SERVERS            ember or mock [ember] (--mock sets mock)
+#   MOCK_TTFT_MS, MOCK_ITL_MS   the mocks' timings [50, 5; 20, 5]
 #   EMBER_BIN_DIR      dir with ember-server and loadgen [target/release]
 #   OUT                output dir [bench-out-multi-gpu; bench-out-multi-gpu-dry]
 #   PRESET             server --preset [gpt2; tiny]
 #   SERVER_ARGS        more server flags [--max-batch-size 256 --max-pending 4096;
 #                      --max-batch-size 8]
 #   LOADGEN_ARGS       more loadgen flags (e.g. --channels 2) []
-#   WARMUP_RUNS [1]  REPEAT_RUNS [1]  (figures are the median over the runs)
+#   WARMUP_RUNS [1]  REPEAT_RUNS [3; 1]
 #   KERNEL_CACHE_ROOT  per-GPU caches live in KERNEL_CACHE_ROOT/gpuN
 #                      [${XDG_CACHE_HOME:-$HOME/.cache}/ember/multi-gpu; a temp dir]
 #   KERNEL_CACHE_DIR   one prepared (already warm) cache shared by every server
@@ -49,10 +80,15 @@
 #   T_LOADGEN          seconds per loadgen invocation [600; 120]
 #   PYTHON             [python3] (stdlib only: parses loadgen's JSON)
 #
-# $OUT gets table.md, servers.tsv, server-<i>.log (stderr) and .out (stdout),
-# loadgen-<workload>-<one|all>.{json,log}, and bench.log (everything printed).
-# Needs python3 and curl (deploy/ember-healthcheck), or python's grpcio instead
-# of curl, for the health checks; nvidia-smi except in the dry run.
+# Duration on 4 GPUs with the defaults: 2 workloads x 2 samplings x (G=1 once,
+# G=2 and G=4 both ways) x (1 + 3) runs = 80 runs of 1-5 s, plus START_DELAY
+# each: about 8 minutes after the servers are up (REPEAT_RUNS=1: 3 minutes).
+#
+# $OUT gets table.md, servers.tsv, runs.tsv, server-<i>.log (stderr) and .out
+# (stdout), runs/<workload>-<sampling>-g<G>-<mode>-<w|r><k>[-s<i>].{json,log}
+# and bench.log (everything printed). Needs python3 and curl
+# (deploy/ember-healthcheck), or python's grpcio instead of curl, for the
+# health checks; nvidia-smi except in the dry run and with --mock.
 set -u
 set -o pipefail
 
@@ -60,15 +96,17 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 REPO=$PWD
 
 DRY_RUN=${DRY_RUN:-0}
+SERVERS=${SERVERS:-ember}
 for arg in "$@"; do
     case $arg in
         --dry-run) DRY_RUN=1 ;;
+        --mock) SERVERS=mock ;;
         -h | --help)
             sed -n '2,/^set -u/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
             exit 0
             ;;
         *)
-            echo "run_multi_gpu.sh: unknown argument '$arg' (--dry-run, --help)" >&2
+            echo "run_multi_gpu.sh: unknown argument '$arg' (--dry-run, --mock, --help)" >&2
             exit 2
             ;;
     esac
@@ -80,26 +118,47 @@ SERVER_BIN=$BIN_DIR/ember-server
 LOADGEN_BIN=$BIN_DIR/loadgen
 PY=${PYTHON:-python3}
 WARMUP_RUNS=${WARMUP_RUNS:-1}
-REPEAT_RUNS=${REPEAT_RUNS:-1}
+SAMPLINGS=${SAMPLINGS:-greedy 1.0}
+LOADGEN_MODE=${LOADGEN_MODE:-both}
+STRONG=${STRONG:-0}
 read -r -a LOADGEN_EXTRA <<<"${LOADGEN_ARGS:-}"
 if [[ $DRY_RUN == 1 ]]; then
     OUT=${OUT:-$REPO/bench-out-multi-gpu-dry}
     WORKLOADS=${WORKLOADS:-8x8}
     PRESET=${PRESET:-tiny}
     read -r -a SERVER_EXTRA <<<"${SERVER_ARGS:---max-batch-size 8}"
+    REPEAT_RUNS=${REPEAT_RUNS:-1}
+    START_DELAY=${START_DELAY:-1}
+    MOCK_TTFT_MS=${MOCK_TTFT_MS:-20}
     T_SERVING=${T_SERVING:-180}
     T_LOADGEN=${T_LOADGEN:-120}
 else
     OUT=${OUT:-$REPO/bench-out-multi-gpu}
-    WORKLOADS=${WORKLOADS:-128x256 256x256}
+    WORKLOADS=${WORKLOADS:-128x256 256x768}
     PRESET=${PRESET:-gpt2}
     read -r -a SERVER_EXTRA <<<"${SERVER_ARGS:---max-batch-size 256 --max-pending 4096}"
+    REPEAT_RUNS=${REPEAT_RUNS:-3}
+    START_DELAY=${START_DELAY:-2}
+    MOCK_TTFT_MS=${MOCK_TTFT_MS:-50}
     T_SERVING=${T_SERVING:-900}
     T_LOADGEN=${T_LOADGEN:-600}
 fi
+MOCK_ITL_MS=${MOCK_ITL_MS:-5}
+case $LOADGEN_MODE in
+    both) MODES=(per-server shared) ;;
+    per-server | shared) MODES=("$LOADGEN_MODE") ;;
+    *)
+        echo "run_multi_gpu.sh: LOADGEN_MODE must be per-server, shared or both (got '$LOADGEN_MODE')" >&2
+        exit 2
+        ;;
+esac
+[[ $SERVERS == ember || $SERVERS == mock ]] || {
+    echo "run_multi_gpu.sh: SERVERS must be ember or mock (got '$SERVERS')" >&2
+    exit 2
+}
 
 # ---- setup ---------------------------------------------------------------------
-mkdir -p "$OUT" || exit 1
+mkdir -p "$OUT/runs" || exit 1
 OUT=$(cd "$OUT" && pwd)
 WORK=$(mktemp -d) || exit 1
 exec > >(tee "$OUT/bench.log") 2>&1
@@ -148,19 +207,23 @@ cleanup() {
 trap cleanup EXIT
 trap 'say "interrupted"; exit 130' INT TERM
 
-for b in "$SERVER_BIN" "$LOADGEN_BIN"; do
-    [[ -x $b ]] || die "$b not found (build it, or set EMBER_BIN_DIR)"
-done
+[[ -x $LOADGEN_BIN ]] || die "$LOADGEN_BIN not found (build it, or set EMBER_BIN_DIR)"
+[[ $SERVERS == mock || -x $SERVER_BIN ]] || die "$SERVER_BIN not found (build it, or set EMBER_BIN_DIR)"
 command -v "$PY" >/dev/null 2>&1 || die "$PY not found (PYTHON=...)"
 
 # ---- devices --------------------------------------------------------------------
-if [[ $DRY_RUN == 1 ]]; then
+if [[ $SERVERS == mock ]]; then
+    if [[ $DRY_RUN == 1 ]]; then GPUS=${GPUS:-0 1}; else GPUS=${GPUS:-0 1 2 3}; fi
+    read -r -a gpus <<<"${GPUS//,/ }"
+    GPU_MODEL="loadgen mock servers (TTFT $MOCK_TTFT_MS ms, ITL $MOCK_ITL_MS ms, no batching limit), not GPUs"
+    GPU_COUNT=${#gpus[@]}
+elif [[ $DRY_RUN == 1 ]]; then
     GPUS=${GPUS:-0 1}
     read -r -a gpus <<<"${GPUS//,/ }"
     GPU_MODEL="dry run: CPU (--device cpu --preset $PRESET), not a GPU measurement"
     GPU_COUNT=${#gpus[@]}
 else
-    command -v nvidia-smi >/dev/null 2>&1 || die "nvidia-smi not found (a CPU-only machine? try --dry-run)"
+    command -v nvidia-smi >/dev/null 2>&1 || die "nvidia-smi not found (a CPU-only machine? try --dry-run or --mock)"
     smi_ids=() # what nvidia-smi -i takes for the GPUs in use
     if [[ -n ${CUDA_VISIBLE_DEVICES:-} ]]; then
         IFS=, read -r -a smi_ids <<<"$CUDA_VISIBLE_DEVICES"
@@ -187,18 +250,33 @@ else
         sort | uniq -c | awk '{n=$1; $1=""; printf "%s%s x%s", (NR>1 ? ", " : ""), n, $0}')
     GPU_COUNT=${#gpus[@]}
 fi
+# SCALES: 1, 2, 4, ... below the count, and the count itself.
+if [[ -z ${SCALES:-} ]]; then
+    SCALES=
+    for ((g = 1; g < GPU_COUNT; g *= 2)); do SCALES+="$g "; done
+    SCALES+=$GPU_COUNT
+fi
+read -r -a scales <<<"${SCALES//,/ }"
+for g in "${scales[@]}"; do
+    if ! [[ $g =~ ^[0-9]+$ ]] || ((g < 1 || g > GPU_COUNT)); then
+        die "SCALES: '$g' is not a server count in 1..$GPU_COUNT"
+    fi
+done
+[[ " ${scales[*]} " == *" 1 "* ]] || die "SCALES must include 1 (the baseline of the weak scaling factor)"
 if [[ -n ${KERNEL_CACHE_DIR:-} ]]; then
     CACHE_NOTE="one shared cache: $KERNEL_CACHE_DIR"
-elif [[ $DRY_RUN == 1 ]]; then
+elif [[ $DRY_RUN == 1 || $SERVERS == mock ]]; then
     KERNEL_CACHE_ROOT=${KERNEL_CACHE_ROOT:-$WORK/cache}
-    CACHE_NOTE="one per server under $KERNEL_CACHE_ROOT (unused on the CPU)"
+    CACHE_NOTE="one per server under $KERNEL_CACHE_ROOT (unused off the GPU)"
 else
     KERNEL_CACHE_ROOT=${KERNEL_CACHE_ROOT:-${XDG_CACHE_HOME:-$HOME/.cache}/ember/multi-gpu}
     CACHE_NOTE="one per GPU: $KERNEL_CACHE_ROOT/gpuN"
 fi
-say "Ember multi-GPU bench in $REPO: $GPU_COUNT server(s) (${gpus[*]}), workloads $WORKLOADS, output in $OUT"
-((GPU_COUNT > 1)) || say "WARNING: one server only: the 'all' runs repeat the 'one' runs"
-say "binaries: $SERVER_BIN ($("$SERVER_BIN" --version 2>/dev/null)), $LOADGEN_BIN"
+say "Ember multi-GPU bench in $REPO: $GPU_COUNT server(s) (${gpus[*]}, $SERVERS), workloads $WORKLOADS," \
+    "samplings $SAMPLINGS, scales ${scales[*]}, loadgen ${MODES[*]}, output in $OUT"
+if [[ $SERVERS == ember ]]; then
+    say "binaries: $SERVER_BIN ($("$SERVER_BIN" --version 2>/dev/null)), $LOADGEN_BIN"
+fi
 
 # ---- 1. servers -------------------------------------------------------------------
 # servers.tsv: index, device, address (filled in once each prints it).
@@ -206,6 +284,15 @@ SERVERS_TSV=$OUT/servers.tsv
 : >"$SERVERS_TSV"
 DEVICES=()
 for i in "${!gpus[@]}"; do
+    if [[ $SERVERS == mock ]]; then
+        label="mock#$i"
+        DEVICES+=("$label")
+        args=(mock --listen 127.0.0.1:0 --ttft-ms "$MOCK_TTFT_MS" --itl-ms "$MOCK_ITL_MS")
+        say "starting server $i [$label]: $LOADGEN_BIN ${args[*]}"
+        "$LOADGEN_BIN" "${args[@]}" >"$OUT/server-$i.out" 2>"$OUT/server-$i.log" &
+        PIDS+=($!)
+        continue
+    fi
     if [[ $DRY_RUN == 1 ]]; then
         dev=cpu
         label="cpu#$i"
@@ -289,150 +376,109 @@ while ((serving < ${#PIDS[@]})); do
 done
 say "all $serving servers SERVING after $(($(date +%s) - T0))s"
 
-# ---- 2. loadgen: one target, then all ----------------------------------------------
-ALL_TARGETS=$(printf 'http://%s,' "${ADDRS[@]}")
-ALL_TARGETS=${ALL_TARGETS%,}
-RUNS_TSV=$WORK/runs.tsv # workload, mode, json
+# ---- 2. loadgen ---------------------------------------------------------------------
+# runs.tsv: workload, sampling, servers, mode, run (w0, r0, ...), JSON files
+# (comma-separated: one per loadgen process).
+RUNS_TSV=$OUT/runs.tsv
 : >"$RUNS_TSV"
+
+# run_set WL SAMPLING G MODE RUN REQUESTS M SAMPLE_ARGS...: one run of the
+# workload on the first G servers: MODE per-server starts G loadgens (one
+# per server, REQUESTS / G each), shared one loadgen for all G; every
+# process fires its first request at the same --start-at instant.
+run_set() {
+    local wl=$1 samp=$2 g=$3 mode=$4 run=$5 requests=$6 m=$7
+    shift 7
+    local start_at base=$OUT/runs/$wl-$samp-g$g-$mode-$run i rc failed=0
+    local pids=() files=() logs=() targets
+    start_at=$(awk -v d="$START_DELAY" -v t="$(date +%s.%N)" 'BEGIN { printf "%.6f", t + d }')
+    local common=(--max-new-tokens "$m" --submit-interval-ms 0 --no-stop-on-eos --unique-prompts
+        --prompt Hello --warmup-runs 0 --repeat-runs 1 --progress off --start-at "$start_at"
+        "$@" "${LOADGEN_EXTRA[@]}")
+    if [[ $mode == per-server ]]; then
+        for ((i = 0; i < g; i++)); do
+            files+=("$base-s$i.json")
+            logs+=("$base-s$i.log")
+            timeout --kill-after=10 "$T_LOADGEN" "$LOADGEN_BIN" --target "http://${ADDRS[$i]}" \
+                --num-requests $((requests / g)) --json "$base-s$i.json" "${common[@]}" \
+                >"$base-s$i.log" 2>&1 &
+            pids+=($!)
+        done
+    else
+        targets=$(printf 'http://%s,' "${ADDRS[@]:0:g}")
+        files+=("$base.json")
+        logs+=("$base.log")
+        timeout --kill-after=10 "$T_LOADGEN" "$LOADGEN_BIN" --target "${targets%,}" \
+            --balance least --num-requests "$requests" --json "$base.json" "${common[@]}" \
+            >"$base.log" 2>&1 &
+        pids+=($!)
+    fi
+    for i in "${!pids[@]}"; do
+        wait "${pids[$i]}"
+        rc=$?
+        if ((rc != 0)); then
+            failed=1
+            say "loadgen ${logs[$i]##*/} exited with $rc$( ((rc == 124 || rc == 137)) && echo " (timed out after ${T_LOADGEN}s)"); its last lines:"
+            tail -n 15 "${logs[$i]}"
+        fi
+    done
+    ((failed)) && die "loadgen ($wl, $samp, $g server(s), $mode, $run) failed"
+    for i in "${!PIDS[@]}"; do
+        kill -0 "${PIDS[$i]}" 2>/dev/null || die "server $i [${DEVICES[$i]}] exited during the run"
+    done
+    printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$wl" "$samp" "$g" "$mode" "$run" \
+        "$(IFS=,; echo "${files[*]}")" >>"$RUNS_TSV"
+}
+
 for wl in ${WORKLOADS//,/ }; do
     [[ $wl =~ ^([0-9]+)x([0-9]+)$ ]] || die "WORKLOADS: '$wl' is not NxM (e.g. 128x256)"
     n=${BASH_REMATCH[1]}
     m=${BASH_REMATCH[2]}
-    for mode in one all weak; do
-        requests=$n
-        if [[ $mode == one ]]; then
-            targets=http://${ADDRS[0]}
-            balance=()
+    for sampling in $SAMPLINGS; do
+        if [[ $sampling == greedy ]]; then
+            samp=greedy
+            sample_args=()
+        elif [[ $sampling =~ ^[0-9]+(\.[0-9]+)?$ ]]; then
+            samp=t$sampling
+            sample_args=(--temperature "$sampling")
         else
-            targets=$ALL_TARGETS
-            balance=(--balance least)
-            [[ $mode == weak ]] && requests=$((n * ${#ADDRS[@]}))
+            die "SAMPLINGS: '$sampling' is neither greedy nor a temperature"
         fi
-        json=$OUT/loadgen-$wl-$mode.json
-        lg=(--target "$targets" "${balance[@]}" --num-requests "$requests" --max-new-tokens "$m"
-            --submit-interval-ms 0 --no-stop-on-eos --unique-prompts --prompt Hello
-            --warmup-runs "$WARMUP_RUNS" --repeat-runs "$REPEAT_RUNS" --progress off
-            --json "$json" "${LOADGEN_EXTRA[@]}")
-        say ">>> $wl on $mode: loadgen ${lg[*]}"
-        timeout --kill-after=10 "$T_LOADGEN" "$LOADGEN_BIN" "${lg[@]}" 2>&1 |
-            tee "$OUT/loadgen-$wl-$mode.log"
-        rc=$?
-        ((rc == 124 || rc == 137)) && die "loadgen ($wl, $mode) timed out after ${T_LOADGEN}s"
-        ((rc == 0)) || die "loadgen ($wl, $mode) exited with $rc"
-        for i in "${!PIDS[@]}"; do
-            kill -0 "${PIDS[$i]}" 2>/dev/null || die "server $i [${DEVICES[$i]}] exited during the run"
+        configs=() # "G MODE REQUESTS"
+        for g in "${scales[@]}"; do
+            if ((g == 1)); then
+                configs+=("1 one $n")
+            else
+                for mode in "${MODES[@]}"; do configs+=("$g $mode $((n * g))"); done
+            fi
         done
-        printf '%s\t%s\t%s\n' "$wl" "$mode" "$json" >>"$RUNS_TSV"
+        ((STRONG == 1 && GPU_COUNT > 1)) && configs+=("$GPU_COUNT strong $n")
+        for config in "${configs[@]}"; do
+            read -r g mode requests <<<"$config"
+            say ">>> $wl $samp: $requests requests x $m tokens on $g server(s), loadgen $mode"
+            for ((k = 0; k < WARMUP_RUNS; k++)); do
+                run_set "$wl" "$samp" "$g" "$mode" "w$k" "$requests" "$m" "${sample_args[@]}"
+            done
+            for ((k = 0; k < REPEAT_RUNS; k++)); do
+                run_set "$wl" "$samp" "$g" "$mode" "r$k" "$requests" "$m" "${sample_args[@]}"
+            done
+        done
     done
 done
 
 # ---- 3. the table ------------------------------------------------------------------------
 say "making the table"
+if [[ $SERVERS == mock ]]; then
+    server_cmd="loadgen mock --ttft-ms $MOCK_TTFT_MS --itl-ms $MOCK_ITL_MS"
+else
+    server_cmd="ember-server --preset $PRESET ${SERVER_EXTRA[*]}"
+fi
 MG_GPU_MODEL=$GPU_MODEL MG_GPU_COUNT=$GPU_COUNT MG_DRY_RUN=$DRY_RUN MG_CACHE_NOTE=$CACHE_NOTE \
-    MG_SERVER_CMD="ember-server --preset $PRESET ${SERVER_EXTRA[*]}" \
-    MG_LOADGEN_CMD="--submit-interval-ms 0 --no-stop-on-eos --unique-prompts --prompt Hello --warmup-runs $WARMUP_RUNS --repeat-runs $REPEAT_RUNS${LOADGEN_EXTRA[*]:+ ${LOADGEN_EXTRA[*]}}" \
+    MG_SERVER_CMD="$server_cmd" MG_START_DELAY=$START_DELAY \
+    MG_LOADGEN_CMD="--submit-interval-ms 0 --no-stop-on-eos --unique-prompts --prompt Hello${LOADGEN_EXTRA[*]:+ ${LOADGEN_EXTRA[*]}}" \
+    MG_RUNS="$WARMUP_RUNS warmup + $REPEAT_RUNS measured" \
     MG_STARTED=$(date -u -d "@$T0" +%Y-%m-%dT%H:%MZ) \
     MG_COMMIT=$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown) \
-    "$PY" - "$RUNS_TSV" "$SERVERS_TSV" "$OUT/table.md" <<'EOF' || die "the table could not be made"
-import json, os, statistics, sys
-
-runs_tsv, servers_tsv, table_path = sys.argv[1:4]
-env = os.environ
-dry_run = env["MG_DRY_RUN"] == "1"
-
-device_of = {}
-for line in open(servers_tsv):
-    _, device, addr = line.rstrip("\n").split("\t")
-    device_of["http://" + addr] = f"{device} ({addr})"
-
-def med(values):
-    values = [v for v in values if v is not None]
-    return statistics.median(values) if values else None
-
-def num(v, digits=0):
-    return "n/a" if v is None else f"{v:,.{digits}f}"
-
-rows, per_target, weak = [], [], []
-for line in open(runs_tsv):
-    workload, mode, path = line.rstrip("\n").split("\t")
-    doc = json.load(open(path))
-    measured = [r for r in doc["runs"] if not r.get("warmup")]
-    if not measured:
-        sys.exit(f"{path}: no measured run")
-    for r in measured:
-        if r["failed"]:
-            sys.exit(f"{path}: run {r['run']} had {r['failed']} failed requests")
-    fig = {
-        "tps": med(r["throughput_completion_tps"] for r in measured),
-        "p50": med(r["metrics"]["ttft_ms"]["p50"] for r in measured),
-        "p99": med(r["metrics"]["ttft_ms"]["p99"] for r in measured),
-        "targets": len(doc["targets"]),
-    }
-    if mode == "weak":
-        weak.append((workload, fig))
-        continue
-    rows.append((workload, mode, fig))
-    if mode == "all":
-        names = [t["target"] for t in measured[0]["per_target"]]
-        pts = []
-        for name in names:
-            entries = [t for r in measured for t in r["per_target"] if t["target"] == name]
-            pts.append((name, {
-                "requests": med(t["requests"] for t in entries),
-                "tps": med(t["throughput_completion_tps"] for t in entries),
-                "p50": med(t["ttft_p50_ms"] for t in entries),
-                "p99": med(t["ttft_p99_ms"] for t in entries),
-            }))
-        per_target.append((workload, pts))
-
-one = {w: f["tps"] for w, m, f in rows if m == "one"}
-out = []
-out.append("## One server per GPU: scaling" + (" (DRY RUN on the CPU)" if dry_run else ""))
-out.append("")
-out.append(f"- GPUs: {env['MG_GPU_MODEL']}; {env['MG_GPU_COUNT']} server(s)" + (" (nvidia-smi)" if not dry_run else ""))
-out.append(f"- run: {env['MG_STARTED']}, commit {env['MG_COMMIT']}, bench/run_multi_gpu.sh")
-out.append(f"- servers: `{env['MG_SERVER_CMD']}`, one per device; kernel caches: {env['MG_CACHE_NOTE']}")
-out.append(f"- loadgen: burst of N requests x M new tokens, `{env['MG_LOADGEN_CMD']}`; "
-           "one target = the first server; all = every server, `--balance least`")
-out.append(f"- figures: median over the measured runs; tok/s = completion tokens / run wall time; TTFT as the client sees it")
-out.append("")
-out.append("| workload (N x M) | targets | tok/s | TTFT p50 ms | TTFT p99 ms | scaling (all / one) |")
-out.append("|---|---|---:|---:|---:|---:|")
-for workload, mode, f in rows:
-    label = "1 (first server)" if mode == "one" else f"{f['targets']} (--balance least)"
-    base = one.get(workload)
-    scale = f["tps"] / base if base and f["tps"] is not None else None
-    scale_s = "n/a" if scale is None else f"{scale:.2f}x"
-    out.append(f"| {workload.replace('x', ' x ')} | {label} | {num(f['tps'])} | "
-               f"{num(f['p50'], 1)} | {num(f['p99'], 1)} | {scale_s} |")
-out.append("")
-out.append("Weak scaling: N requests per server, N x G against all G servers (`--balance least`) "
-           "vs N against the first server alone; perfect scaling is G x:")
-out.append("")
-out.append("| per server (N x M) | servers | requests | tok/s (one: N) | tok/s (all: N x G) | TTFT p99 ms (all) | weak scaling (all / one) |")
-out.append("|---|---:|---:|---:|---:|---:|---:|")
-for workload, f in weak:
-    base = one.get(workload)
-    scale = f["tps"] / base if base and f["tps"] is not None else None
-    n, m = workload.split("x")
-    g = f["targets"]
-    out.append(f"| {n} per server x {m} | {g} | {int(n) * g} | {num(base)} | {num(f['tps'])} | "
-               f"{num(f['p99'], 1)} | {'n/a' if scale is None else f'{scale:.2f}x'} |")
-out.append("")
-out.append("Per target (all servers, `--balance least`; share = of the run's requests / completion tok/s):")
-out.append("")
-out.append("| workload (N x M) | target | requests | request share | tok/s | tok/s share | TTFT p50 ms | TTFT p99 ms |")
-out.append("|---|---|---:|---:|---:|---:|---:|---:|")
-for workload, pts in per_target:
-    total_req = sum(p["requests"] or 0 for _, p in pts)
-    total_tps = sum(p["tps"] or 0 for _, p in pts)
-    for name, p in pts:
-        rs = f"{100 * p['requests'] / total_req:.1f}%" if total_req else "n/a"
-        ts = f"{100 * p['tps'] / total_tps:.1f}%" if total_tps and p["tps"] is not None else "n/a"
-        out.append(f"| {workload.replace('x', ' x ')} | {device_of.get(name, name)} | {num(p['requests'])} | {rs} | "
-                   f"{num(p['tps'])} | {ts} | {num(p['p50'], 1)} | {num(p['p99'], 1)} |")
-text = "\n".join(out) + "\n"
-open(table_path, "w").write(text)
-print(text, end="")
-EOF
+    "$PY" "$REPO/bench/multi_gpu_table.py" "$RUNS_TSV" "$SERVERS_TSV" "$OUT/table.md" ||
+    die "the table could not be made"
 say "table in $OUT/table.md"

@@ -26,6 +26,9 @@ pub struct Slot {
     pub t0: Instant,
     /// When the schedule wanted this request submitted.
     pub intended: Instant,
+    /// When the firing loop handed it to the runtime (submit lag =
+    /// firing late + waiting for a worker and building the call).
+    pub fired: Instant,
 }
 
 /// Nanoseconds from `t0` to `t` (0 if `t` is earlier).
@@ -90,6 +93,10 @@ pub struct RequestRecord {
     pub finish_reason: Option<String>,
     /// When the schedule wanted it submitted.
     pub intended_start_ns: u64,
+    /// When the firing loop handed it to the runtime: the part of the
+    /// submit lag before it is the firing loop's, the part after it the
+    /// runtime's (a worker picking the task up) and the call's building.
+    pub fired_ns: u64,
     /// When the call started.
     pub submit_start_ns: u64,
     /// When the call returned the response stream (response headers), or its
@@ -210,6 +217,7 @@ impl RequestRecord {
             streamed: b.streamed,
             finish_reason: None,
             intended_start_ns: ns_since(t0, b.slot.intended),
+            fired_ns: ns_since(t0, b.slot.fired),
             submit_start_ns: ns_since(t0, submit_start),
             submit_end_ns: ns_since(t0, submit_end),
             first_token_ns: None,
@@ -321,6 +329,7 @@ pub(crate) mod tests {
             index: 0,
             t0,
             intended: t0 + std::time::Duration::from_nanos(1_000),
+            fired: t0 + std::time::Duration::from_nanos(1_200),
         };
         let begin = Begin {
             slot,

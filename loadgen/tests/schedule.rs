@@ -294,3 +294,58 @@ async fn round_robin_over_targets_and_channels() {
     assert_eq!(u(&run.summary["runs"][0], "max_streams_per_connection"), 2);
     assert!(run.stdout.contains("2 target(s) x 3 channel(s)"));
 }
+
+/// `--start-at`: two loadgen processes launched 300 ms apart fire their
+/// first requests at the same wall-clock instant, and say so in their JSON
+/// (`t0_unix_s`): never before the instant asked for, and within a few ms of
+/// each other (a process that ignored the flag would start 300 ms apart).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn start_at_lines_up_two_processes() {
+    let mock = start(MockConfig {
+        ttft: Duration::from_millis(20),
+        itl: Duration::from_millis(5),
+        ..Default::default()
+    })
+    .await;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs_f64();
+    let at = now + 1.5;
+    let args: Vec<String> = [
+        "--target",
+        &mock.url,
+        "--num-requests",
+        "4",
+        "--max-new-tokens",
+        "2",
+        "--start-at",
+        &format!("{at:.6}"),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let early = {
+        let args = args.clone();
+        tokio::task::spawn_blocking(move || common::loadgen_blocking(&args))
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let late = tokio::task::spawn_blocking(move || common::loadgen_blocking(&args))
+        .await
+        .expect("loadgen thread");
+    let early = early.await.expect("loadgen thread");
+    mock.stop().await;
+    let mut t0s = Vec::new();
+    for run in [&early, &late] {
+        assert_eq!(run.code(), Some(0), "{}", run.output());
+        let run0 = run.run0().expect("a measured run");
+        let t0 = f(run0, &["t0_unix_s"]);
+        assert!(t0 >= at - 1e-3, "t0 {t0} before --start-at {at}");
+        // Request 0 fires at t0 itself (its submit lag is the usual).
+        let first = by_index(run.requests.clone());
+        assert!(u(&first[0], "submit_start_ns") < 20 * MS, "{}", first[0]);
+        t0s.push(t0);
+    }
+    let skew_ms = (t0s[0] - t0s[1]).abs() * 1e3;
+    assert!(skew_ms < 50.0, "t0s {t0s:?}: {skew_ms:.1} ms apart");
+}

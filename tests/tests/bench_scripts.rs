@@ -441,3 +441,57 @@ fn torch_peers_dry_runs_match_transformers() {
     }
     cleanup_scratch(&out);
 }
+
+/// `bench/run_loadgen_scale.sh --dry-run`: calibrate at 100 and 400 streams
+/// and the open loop at 500 and 2,000 req/s, each through both doors, in one
+/// table: every row's submit lag, rates and loadgen CPU are numbers, the
+/// calibrations' errors too, and the open loop's achieved rate is within 5%
+/// of the asked (its target is 1%; a loaded CI machine gets room).
+#[test]
+fn run_loadgen_scale_dry_run_prints_one_table() {
+    let out = scratch_dir("run-loadgen-scale-dry");
+    let log = dry_run("run_loadgen_scale.sh", &out, &[]);
+    let table = std::fs::read_to_string(out.join("table.md")).expect("table.md written");
+    assert!(log.contains(&table), "the script prints the table");
+    assert!(table.contains("cores (nproc)"), "{table}");
+    let rows = table_rows(&table);
+    assert_eq!(rows.len(), 8, "4 calibrations + 4 open loops:\n{table}");
+    let num = |cell: &str| -> f64 {
+        cell.replace(',', "")
+            .parse()
+            .unwrap_or_else(|e| panic!("{cell:?} is not a number ({e}):\n{table}"))
+    };
+    let pair = |cell: &str| -> (f64, f64) {
+        let (a, b) = cell
+            .split_once(" / ")
+            .unwrap_or_else(|| panic!("{cell:?} is not a pair:\n{table}"));
+        (num(a), num(b))
+    };
+    for row in &rows {
+        assert_eq!(row.len(), 9, "{row:?}");
+        assert!(row[1] == "grpc" || row[1] == "http", "{row:?}");
+        let (p50, p99) = pair(&row[5]);
+        assert!(0.0 <= p50 && p50 <= p99, "submit lag {row:?}");
+        let (achieved, asked) = pair(&row[6]);
+        let cores = row[7]
+            .split_once(" s, ")
+            .and_then(|(_, c)| c.strip_suffix(" cores"))
+            .unwrap_or_else(|| panic!("loadgen CPU {:?}", row[7]));
+        assert!(num(cores) > 0.0, "{row:?}");
+        if row[0] == "calibrate" {
+            let (e50, e99) = pair(&row[3]);
+            assert!(e50 <= e99, "TTFT error {row:?}");
+            pair(&row[4]);
+            assert!(row[8].starts_with("error p99 < 1 ms: "), "{row:?}");
+        } else {
+            assert_eq!(row[0], "open loop", "{row:?}");
+            assert!(row[2].ends_with(" req/s"), "{row:?}");
+            assert_eq!(num(row[2].trim_end_matches(" req/s")), asked, "{row:?}");
+            assert!(
+                (achieved - asked).abs() <= 0.05 * asked,
+                "achieved rate {row:?}"
+            );
+        }
+    }
+    cleanup_scratch(&out);
+}

@@ -86,6 +86,7 @@ impl Args {
             }),
             warmup_runs: self.warmup_runs,
             repeat_runs: self.repeat_runs,
+            start_at: self.start_at,
             timeout: Duration::from_secs_f64(self.timeout),
             sweep: self.sweep.config(),
             slo: self.view.slo,

@@ -207,6 +207,19 @@ pub struct Args {
     )]
     pub repeat_runs: usize,
 
+    /// Fire the first run's first request (warmup or measured) at this
+    /// wall-clock time, Unix seconds with a fraction (e.g. `$(date +%s.%N)`
+    /// plus a few seconds), once connected: several loadgen processes, one
+    /// per server, then start together. A time already past starts at once,
+    /// with a warning; each run's `t0_unix_s` in --json says when it began.
+    #[arg(
+        long,
+        env = "LOADGEN_START_AT",
+        value_name = "UNIX_S",
+        allow_negative_numbers = true
+    )]
+    pub start_at: Option<f64>,
+
     /// Per-request deadline in seconds, from submit to the last message
     /// (enforced by the client; gRPC also sends it as grpc-timeout). Generous by default: a
     /// 124M model on a small CPU can take seconds per decode step.

@@ -54,6 +54,9 @@ impl Args {
                 format!("must be > 0 seconds (got {})", self.timeout),
             ));
         }
+        if let Some(at) = self.start_at {
+            check_start_at(at, crate::measure::clock::unix_now())?;
+        }
         if !(self.server_start_timeout.is_finite() && self.server_start_timeout > 0.0) {
             return Err(Error::invalid(
                 "--server-start-timeout",
@@ -212,6 +215,19 @@ impl Args {
     }
 }
 
+/// `--start-at` is a Unix time in seconds within a day of `now` (a time in
+/// milliseconds, or a typo, would otherwise wait for years or start at once).
+fn check_start_at(at: f64, now: f64) -> Result<(), Error> {
+    const DAY_S: f64 = 86_400.0;
+    if at.is_finite() && (at - now).abs() <= DAY_S {
+        return Ok(());
+    }
+    Err(Error::invalid(
+        "--start-at",
+        format!("must be a Unix time in seconds within a day of now ({now:.3}); got {at}"),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -258,6 +274,11 @@ mod tests {
         assert_eq!(flag_of(&["--max-new-tokens", "0"]), "--max-new-tokens");
         assert_eq!(flag_of(&["--prompt-repeats", "0"]), "--prompt-repeats");
         assert_eq!(flag_of(&["--timeout", "0"]), "--timeout");
+        assert_eq!(flag_of(&["--start-at", "NaN"]), "--start-at");
+        let in_ms = format!("{}", crate::measure::clock::unix_now() * 1e3);
+        assert_eq!(flag_of(&["--start-at", &in_ms]), "--start-at");
+        assert!(check_start_at(1_000.5, 1_000.0).is_ok());
+        assert!(check_start_at(-1.0, 1_000_000.0).is_err());
         assert_eq!(flag_of(&["--arrival", "poisson"]), "--request-rate");
         assert_eq!(
             flag_of(&["--arrival", "poisson", "--request-rate", "0"]),

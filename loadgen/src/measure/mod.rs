@@ -1,4 +1,5 @@
-//! Measuring runs: firing the requests on their schedule ([`runner`]),
+//! Measuring runs: firing the requests on their schedule ([`runner`]) and
+//! the wall and CPU clocks read around them ([`clock`]),
 //! multi-turn sessions ([`session`]), the live view while they run
 //! ([`progress`]), the server's metrics and the GPUs sampled meanwhile
 //! ([`scrape`], [`gpu`]), and turning records into numbers:
@@ -7,6 +8,7 @@
 //! ([`targets`]), goodput under SLOs ([`slo`]) and what a sweep found
 //! ([`sweep`]). Nothing here prints: `report` does.
 
+pub mod clock;
 pub mod dist;
 pub mod gpu;
 pub mod metrics;

@@ -14,6 +14,11 @@
 //! beyond it (more than 1% of at least [`LAG_MIN_SAMPLES`] submissions late):
 //! the client, not the server, is then the bottleneck, and the run says so.
 //!
+//! With a start instant (`--start-at`, for several loadgen processes that
+//! must start together) t0 is that instant instead, or as soon after it as
+//! the loop is ready. The run's t0 on the wall clock and the process's CPU
+//! time over the run (`measure::clock`) go into its result.
+//!
 //! A timed run (`--duration`) stops firing at t0 + duration: a request whose
 //! target (or concurrency permit) comes later is not sent. Requests in
 //! flight then run on, for at most the grace period: one still running at
@@ -32,11 +37,12 @@ use tokio::task::JoinHandle;
 use crate::client::call::execute;
 use crate::client::pool::{ConnPeak, Pool};
 use crate::error::Error;
+use crate::measure::clock;
 use crate::measure::progress::Live;
 use crate::measure::session::{SessionRun, SessionSpec};
 use crate::record::{RequestRecord, Slot};
 use crate::workload::feed::RequestFeed;
-use crate::workload::schedule::{fire_at, Plan};
+use crate::workload::schedule::{fire_at, precise_sleeps, Plan};
 use crate::workload::PreparedRequest;
 
 /// The status of a request cut at the end of a timed run.
@@ -150,6 +156,8 @@ pub struct RunSpec {
     pub max_submit_lag: Option<Duration>,
     /// Live counters for the progress view.
     pub live: Option<Arc<Live>>,
+    /// Fire request 0 at this instant (`--start-at`) rather than right away.
+    pub start: Option<Instant>,
 }
 
 /// The outcome of one run.
@@ -171,6 +179,11 @@ pub struct RunResult {
     pub unsent: usize,
     /// A timed run's duration.
     pub duration: Option<Duration>,
+    /// The run's t0 on the wall clock, Unix seconds.
+    pub t0_unix_s: f64,
+    /// The process's CPU time (user + system) from the run's start to its
+    /// end, if the platform tells.
+    pub client_cpu: Option<Duration>,
 }
 
 /// Runs one run to its end (every request finished or failed).
@@ -178,11 +191,13 @@ pub async fn run_once(pool: Arc<Pool>, spec: RunSpec) -> Result<RunResult, Error
     let (run, warmup, duration) = (spec.run, spec.warmup, spec.until);
     pool.reset_peaks();
     let handle = Handle::current();
+    let cpu_before = clock::process_cpu();
     let (tx, rx) = oneshot::channel();
     let fire_pool = pool.clone();
     std::thread::Builder::new()
         .name("loadgen-fire".into())
         .spawn(move || {
+            precise_sleeps();
             let result = tokio::runtime::Builder::new_current_thread()
                 .enable_time()
                 .build()
@@ -203,6 +218,9 @@ pub async fn run_once(pool: Arc<Pool>, spec: RunSpec) -> Result<RunResult, Error
             .map_err(|e| Error::Internal(format!("a request task failed: {e}")))?;
         records.extend(done);
     }
+    let client_cpu = clock::process_cpu()
+        .zip(cpu_before)
+        .map(|(after, before)| after.saturating_sub(before));
     Ok(RunResult {
         run,
         warmup,
@@ -212,6 +230,8 @@ pub async fn run_once(pool: Arc<Pool>, spec: RunSpec) -> Result<RunResult, Error
         stopped_early: fired.stopped_early,
         unsent: fired.unsent,
         duration,
+        t0_unix_s: fired.t0_unix_s,
+        client_cpu,
     })
 }
 
@@ -223,6 +243,8 @@ struct Fired {
     stopped_early: Option<String>,
     /// Requests not fired.
     unsent: usize,
+    /// t0 on the wall clock.
+    t0_unix_s: f64,
 }
 
 /// The firing loop (on the dedicated thread): waits for each request's target,
@@ -232,7 +254,8 @@ async fn fire(handle: Handle, pool: Arc<Pool>, spec: RunSpec) -> Fired {
     let watch = spec.max_submit_lag.map(|l| Arc::new(LagWatch::new(l)));
     let mut requests = spec.requests;
     let mut stopped_early = None;
-    let t0 = Instant::now() + START_LEAD;
+    let t0 = start_instant(spec.start, spec.run);
+    let t0_unix_s = clock::unix_at(t0);
     let until = spec.until.map(|d| t0 + d);
     let cut_at = spec.cut_at.map(|d| t0 + d);
     let mut next_relative = t0;
@@ -287,6 +310,7 @@ async fn fire(handle: Handle, pool: Arc<Pool>, spec: RunSpec) -> Fired {
             index,
             t0,
             intended,
+            fired: Instant::now(),
         };
         let lease = pool.pick(index);
         let (submitted_tx, submitted_rx) = match spec.plan {
@@ -313,6 +337,26 @@ async fn fire(handle: Handle, pool: Arc<Pool>, spec: RunSpec) -> Fired {
         tasks,
         stopped_early,
         unsent: requests.left(),
+        t0_unix_s,
+    }
+}
+
+/// The run's t0: [`START_LEAD`] from now, or the start instant asked for if
+/// that is later (one already too close or past is missed, with a warning).
+fn start_instant(start: Option<Instant>, run: usize) -> Instant {
+    let soonest = Instant::now() + START_LEAD;
+    match start {
+        Some(s) if s >= soonest => s,
+        Some(s) => {
+            let late = soonest.duration_since(s).as_secs_f64() * 1e3;
+            tracing::warn!(
+                run,
+                late_ms = late,
+                "--start-at missed: the run was ready {late:.1} ms too late; it starts now"
+            );
+            soonest
+        }
+        None => soonest,
     }
 }
 

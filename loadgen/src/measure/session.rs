@@ -80,14 +80,16 @@ impl SessionRun {
         let mut records = Vec::with_capacity(turns);
         for t in 0..turns {
             let index = s * turns + t;
-            let at = Slot {
-                index,
-                intended: if t == 0 {
-                    slot.intended
-                } else {
-                    Instant::now()
-                },
-                ..slot
+            let at = if t == 0 {
+                Slot { index, ..slot }
+            } else {
+                let now = Instant::now();
+                Slot {
+                    index,
+                    intended: now,
+                    fired: now,
+                    ..slot
+                }
             };
             let l = lease
                 .take()

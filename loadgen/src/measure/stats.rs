@@ -66,6 +66,15 @@ pub struct RunStats {
     pub server_reported: usize,
     /// t0 -> last request ended.
     pub wall_s: f64,
+    /// The run's t0 on the wall clock, Unix seconds (several loadgen
+    /// processes' runs line up on it).
+    pub t0_unix_s: f64,
+    /// loadgen's own CPU time (user + system, every thread) from the run's
+    /// start to its end, seconds; null where the platform does not tell.
+    pub client_cpu_s: Option<f64>,
+    /// `client_cpu_s` / the run's wall time: how many cores loadgen kept
+    /// busy.
+    pub client_cpu_cores: Option<f64>,
     /// First submit start -> last call returned.
     pub submit_wall_s: f64,
     /// (requests - 1) / (last submit start - first submit start).
@@ -227,6 +236,12 @@ impl RunStats {
             prompt_tokens: t.prompt_tokens,
             completion_tokens: t.completion_tokens,
             wall_s,
+            t0_unix_s: result.t0_unix_s,
+            client_cpu_s: result.client_cpu.map(|d| d.as_secs_f64()),
+            client_cpu_cores: result
+                .client_cpu
+                .filter(|_| wall_s > 0.0)
+                .map(|d| d.as_secs_f64() / wall_s),
             submit_wall_s,
             achieved_rate_rps,
             requested_rate_rps,
@@ -313,6 +328,8 @@ pub(crate) mod tests {
             stopped_early: None,
             unsent: 0,
             duration: None,
+            t0_unix_s: 0.0,
+            client_cpu: None,
         };
         RunStats::from_run(&result, None, None)
     }
@@ -340,6 +357,8 @@ pub(crate) mod tests {
             stopped_early: None,
             unsent: 0,
             duration: Some(std::time::Duration::from_nanos(40_000)),
+            t0_unix_s: 0.0,
+            client_cpu: None,
         };
         let s = RunStats::from_run(&result, None, None);
         assert_eq!((s.ok, s.failed, s.cut), (2, 0, 1));

@@ -1,7 +1,9 @@
 //! Per-target figures of one run: how the balancer spread the requests and
 //! how each target served its share (requests, OK / failed, completion
 //! tokens/s over the run's wall time, client TTFT p50/p99, errors by
-//! status). Reported when a run has more than one target.
+//! status), and when its last request ended: a target that drains later
+//! than the others holds the run's wall time up. Reported when a run has
+//! more than one target.
 
 use std::collections::BTreeMap;
 
@@ -21,8 +23,13 @@ pub struct TargetStats {
     pub ok: usize,
     /// Of those, failed.
     pub failed: usize,
-    /// Completion tokens of its OK requests / the run's wall time.
+    /// Completion tokens of its OK requests.
+    pub completion_tokens: u64,
+    /// Those / the run's wall time.
     pub throughput_completion_tps: f64,
+    /// t0 -> its last request ended, seconds (the run's `wall_s` is the
+    /// largest of these).
+    pub wall_s: f64,
     /// Client TTFT p50 of its OK requests, ms.
     pub ttft_p50_ms: Option<f64>,
     /// Client TTFT p99, ms.
@@ -39,32 +46,35 @@ impl TargetStats {
             .iter()
             .map(|target| {
                 let mine = records.iter().filter(|r| &r.target == target);
-                let (mut ttft, mut tokens) = (Dist::default(), 0u64);
+                let mut ttft = Dist::default();
                 let mut s = TargetStats {
                     target: target.clone(),
                     requests: 0,
                     ok: 0,
                     failed: 0,
+                    completion_tokens: 0,
                     throughput_completion_tps: 0.0,
+                    wall_s: 0.0,
                     ttft_p50_ms: None,
                     ttft_p99_ms: None,
                     errors: BTreeMap::new(),
                 };
                 for r in mine {
                     s.requests += 1;
+                    s.wall_s = s.wall_s.max(r.finish_ns as f64 / 1e9);
                     if !r.ok {
                         s.failed += 1;
                         *s.errors.entry(r.status.clone()).or_insert(0) += 1;
                         continue;
                     }
                     s.ok += 1;
-                    tokens += u64::from(r.completion_tokens);
+                    s.completion_tokens += u64::from(r.completion_tokens);
                     if let Some(v) = r.client_ttft_ns {
                         ttft.record_ns(v);
                     }
                 }
                 if wall_s > 0.0 {
-                    s.throughput_completion_tps = tokens as f64 / wall_s;
+                    s.throughput_completion_tps = s.completion_tokens as f64 / wall_s;
                 }
                 let d = ttft.summary();
                 (s.ttft_p50_ms, s.ttft_p99_ms) = (d.p50, d.p99);
@@ -92,7 +102,10 @@ mod tests {
         assert_eq!((s[0].requests, s[0].ok, s[0].failed), (1, 1, 0));
         assert_eq!((s[1].requests, s[1].ok, s[1].failed), (2, 1, 1));
         assert_eq!(s[1].errors.get("UNAVAILABLE"), Some(&1));
+        assert_eq!(s[0].completion_tokens, 2);
         assert_eq!(s[0].throughput_completion_tps, 1.0, "2 tokens over 2 s");
+        // Its own last finish: `record` ends at 50 us, the failure at 1 ns.
+        assert_eq!((s[0].wall_s, s[1].wall_s, s[2].wall_s), (50e-6, 50e-6, 0.0));
         let p50 = s[0].ttft_p50_ms.expect("a TTFT");
         assert!((p50 - 2.0).abs() < 0.01, "{p50}");
         assert_eq!(

@@ -10,8 +10,11 @@
 //!   adds: HTTP/2 or HTTP/1.1 + SSE, loopback, both sides' scheduling);
 //! - ITL error = |client gap - server gap| for every pair of tokens.
 //!
-//! It prints loadgen's usual report block, then the errors' p50/p99/max and
-//! whether the p99s are under `--target-p99-ms`.
+//! It prints loadgen's usual report block, then the errors' p50/p99/max,
+//! whether the p99s are under `--target-p99-ms`, and what the client did to
+//! get there: its submit lag, the rate it opened streams at, and its own CPU
+//! time (with the mock on a thread of this process, the mock's CPU is in it;
+//! `--mock-process` keeps it out).
 
 use std::io::Write;
 use std::time::Duration;
@@ -22,6 +25,7 @@ use serde::Serialize;
 use crate::config::Backend;
 use crate::error::Error;
 use crate::measure::dist::{Dist, DistSummary};
+use crate::measure::stats::RunStats;
 use crate::modes::mock_host::{MockHost, Placement};
 use crate::modes::session::{Bench, RunOpts};
 use crate::modes::setup::BenchConfig;
@@ -71,6 +75,40 @@ pub struct Calibration {
     pub itl_error_ms: DistSummary,
     /// Both p99s under the target.
     pub pass: bool,
+    /// The measured run as the client saw it.
+    pub run: ClientSide,
+}
+
+/// The measured run from the client's side: how punctually it opened the
+/// streams and what that cost it.
+#[derive(Debug, Clone, Serialize)]
+pub struct ClientSide {
+    /// t0 -> last stream ended, seconds.
+    pub wall_s: f64,
+    /// Submit start - due time, every request, ms.
+    pub submit_lag_ms: DistSummary,
+    /// The opening rate asked for (1000 / --interval-ms; null for a burst).
+    pub requested_rate_rps: Option<f64>,
+    /// The opening rate achieved.
+    pub achieved_rate_rps: Option<f64>,
+    /// This process's CPU time over the run, seconds.
+    pub client_cpu_s: Option<f64>,
+    /// That over the wall time: cores kept busy.
+    pub client_cpu_cores: Option<f64>,
+}
+
+impl ClientSide {
+    /// The client's side of a run's statistics.
+    pub fn of(s: &RunStats) -> ClientSide {
+        ClientSide {
+            wall_s: s.wall_s,
+            submit_lag_ms: s.metrics.submit_lag_ms,
+            requested_rate_rps: s.requested_rate_rps,
+            achieved_rate_rps: s.achieved_rate_rps,
+            client_cpu_s: s.client_cpu_s,
+            client_cpu_cores: s.client_cpu_cores,
+        }
+    }
 }
 
 /// The errors of a run's records.
@@ -99,7 +137,7 @@ pub async fn run(cal: CalibrateConfig, bench: BenchConfig) -> Result<Calibration
     let server = MockHost::start(cal.placement, cfg, cal.backend).await?;
     let measured = measure(&bench, server.url()).await;
     server.stop().await;
-    let (peak, connections, transport, records) = measured?;
+    let (peak, connections, transport, run, records) = measured?;
     let (ttft_error_ms, itl_error_ms) = analyse(&records);
     let under = |d: &DistSummary| d.p99.is_some_and(|p| p < cal.target_p99_ms);
     let c = Calibration {
@@ -111,6 +149,7 @@ pub async fn run(cal: CalibrateConfig, bench: BenchConfig) -> Result<Calibration
         config: cal.flags.clone(),
         ttft_error_ms,
         itl_error_ms,
+        run,
     };
     print(&cal, &c)?;
     if let Some(path) = &cal.json {
@@ -124,11 +163,12 @@ pub async fn run(cal: CalibrateConfig, bench: BenchConfig) -> Result<Calibration
 }
 
 /// A warmup run (the same streams), then the measured run: the peak
-/// streams, connections, transport and the measured records.
+/// streams, connections, transport, the client's side and the measured
+/// records.
 async fn measure(
     args: &BenchConfig,
     url: &str,
-) -> Result<(usize, usize, String, Vec<RequestRecord>), Error> {
+) -> Result<(usize, usize, String, ClientSide, Vec<RequestRecord>), Error> {
     let mut bench = Bench::connect(args, &[url.to_string()], None, None).await?;
     let opts = |label: &str, warmup: bool| RunOpts {
         label: label.to_string(),
@@ -147,6 +187,7 @@ async fn measure(
         s.max_streams_per_connection,
         s.connections,
         bench.header.backend.clone(),
+        ClientSide::of(s),
         m.records,
     ))
 }
@@ -174,6 +215,20 @@ fn print(cfg: &CalibrateConfig, c: &Calibration) -> std::io::Result<()> {
             d.count
         )?;
     }
+    let r = &c.run;
+    let rate = |v: Option<f64>| v.map_or("n/a".to_string(), |v| format!("{v:.0}"));
+    writeln!(
+        w,
+        "{:<38}submit lag p50 {} / p99 {} ms; opened at {} req/s (asked {}); CPU {} s = {} cores over {:.3} s",
+        "Client:",
+        f(r.submit_lag_ms.p50),
+        f(r.submit_lag_ms.p99),
+        rate(r.achieved_rate_rps),
+        rate(r.requested_rate_rps),
+        f(r.client_cpu_s),
+        r.client_cpu_cores.map_or("n/a".to_string(), |v| format!("{v:.2}")),
+        r.wall_s
+    )?;
     writeln!(
         w,
         "{:<38}{} (target: both p99 < {} ms)",

@@ -2,7 +2,8 @@
 //! header, and [`Bench::measure`], which fires one run (with the live view),
 //! writes its `--requests-out` lines, prints its report block and returns its
 //! statistics and records. Plain runs, sweeps and each series of `loadgen
-//! compare` are all sequences of it.
+//! compare` are all sequences of it. The session's first run starts at
+//! `--start-at` if given (the later ones right after the run before).
 
 use std::io::Write;
 use std::sync::Arc;
@@ -11,6 +12,7 @@ use std::time::Duration;
 use crate::client::grpc::ServerLimits;
 use crate::client::pool::Pool;
 use crate::error::Error;
+use crate::measure::clock;
 use crate::measure::progress::Progress;
 use crate::measure::runner::{run_once, Requests, RunSpec};
 use crate::measure::scrape::Sampler;
@@ -54,6 +56,8 @@ pub struct Bench<'a> {
     pub requests_per_run: usize,
     /// `loadgen compare`: the series name its records carry.
     series: Option<String>,
+    /// `--start-at`, until the first run takes it.
+    start_at: Option<f64>,
 }
 
 /// How one run is fired.
@@ -188,6 +192,7 @@ impl<'a> Bench<'a> {
             outcome: Outcome::default(),
             requests_per_run,
             series,
+            start_at: args.start_at,
         })
     }
 
@@ -257,6 +262,7 @@ impl<'a> Bench<'a> {
             timeout: args.timeout,
             max_submit_lag: o.max_submit_lag,
             live: Some(progress.live.clone()),
+            start: self.start_at.take().map(clock::instant_at),
         };
         tracing::info!(run = %o.label, requests = n, "run starting");
         let sampler = Sampler::start(&args.scrape).await;

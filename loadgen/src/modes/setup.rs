@@ -44,6 +44,8 @@ pub struct BenchConfig {
     pub warmup_runs: usize,
     /// `--repeat-runs`.
     pub repeat_runs: usize,
+    /// `--start-at`: the first run's t0 on the wall clock, Unix seconds.
+    pub start_at: Option<f64>,
     /// `--timeout`, per request.
     pub timeout: Duration,
     /// The sweep, if one was asked for.

@@ -110,10 +110,24 @@ pub fn run(w: &mut impl Write, h: &Header, s: &RunStats, of: usize) -> io::Resul
             s.throughput_completion_tps, s.throughput_total_tps, s.wall_s
         ),
     )?;
+    client_cpu(w, s)?;
     goodput(w, h, s)?;
     connections_and_server(w, h, s)?;
     server_view(w, s)?;
     writeln!(w)
+}
+
+/// loadgen's own CPU use over the run, next to the host's cores.
+fn client_cpu(w: &mut impl Write, s: &RunStats) -> io::Result<()> {
+    let (Some(cpu), Some(cores)) = (s.client_cpu_s, s.client_cpu_cores) else {
+        return Ok(());
+    };
+    let host = std::thread::available_parallelism().map_or(0, |n| n.get());
+    line(
+        w,
+        "Client CPU",
+        format!("{cpu:.3} s (user + system): {cores:.2} of {host} cores over the run"),
+    )
 }
 
 /// `--scrape-metrics` and `--gpu-telemetry`: what the server's metrics and
@@ -243,6 +257,16 @@ fn latencies(w: &mut impl Write, h: &Header, s: &RunStats) -> io::Result<()> {
         w,
         "Submit lag p50/p95/p99",
         pcts_note(&m.submit_lag_ms, "all requests"),
+    )?;
+    line(
+        w,
+        "  firing loop late p50/p95/p99",
+        pcts_note(&m.fire_lag_ms, "due -> handed to the runtime"),
+    )?;
+    line(
+        w,
+        "  worker pickup p50/p95/p99",
+        pcts_note(&m.pickup_ms, "handed over -> submit start"),
     )?;
     line(
         w,

@@ -18,11 +18,26 @@ use crate::workload::dataset::Entry;
 /// Until this long before a target, wait on the tokio timer (1 ms slots,
 /// rounded up, so it may end up to ~1 ms later than asked).
 const TIMER_MARGIN: Duration = Duration::from_millis(2);
-/// The last stretch is spun; before it, a thread sleep (nanosleep, with ~50 us
-/// timer slack on Linux) brings us close without burning a core, which on a
-/// small, busy machine would also cost the spinning thread its scheduling
-/// priority.
-const SPIN_MARGIN: Duration = Duration::from_micros(200);
+/// The last stretch is spun; before it, a thread sleep brings us close
+/// without burning a core. The firing thread's timer slack is 1 ns
+/// ([`precise_sleeps`]), so the sleep ends within the OS's wake-up latency
+/// (tens of us), not up to 50 us of default slack later; the spin covers
+/// that latency. Spinning is most of the thread's time at high rates (a
+/// request every 100 us at 10,000/s): a 200 us margin kept a whole core
+/// busy, which on a 2-core machine took it from the runtime's workers and
+/// the submit lag grew in the worker pickup (issue 40).
+const SPIN_MARGIN: Duration = Duration::from_micros(60);
+
+/// Cuts the calling thread's timer slack to 1 ns (Linux `PR_SET_TIMERSLACK`;
+/// elsewhere nothing), so its thread sleeps end when asked, not up to 50 us
+/// later. For the firing thread, whose sleeps [`fire_at`] times.
+pub fn precise_sleeps() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: PR_SET_TIMERSLACK only sets the calling thread's slack value.
+    unsafe {
+        libc::prctl(libc::PR_SET_TIMERSLACK, 1, 0, 0, 0);
+    }
+}
 
 /// When requests fire (built by `cli` from the schedule flags).
 #[derive(Debug, Clone)]
@@ -367,12 +382,13 @@ mod tests {
 
     #[tokio::test(flavor = "current_thread")]
     async fn fire_at_is_never_early_and_beats_a_plain_sleep() {
-        // Pairs of waits, fire_at and a plain timer sleep in alternating
-        // order, so both see the same machine load. On a quiet machine fire_at
-        // is within microseconds and the timer alone up to ~1 ms late (its
-        // 1 ms slots); on a busy one both also wait for the OS scheduler, so
-        // the check is statistical: fire_at must win most pairs (a sign test;
-        // a fire_at no better than the timer would win about half).
+        precise_sleeps(); // as the firing thread does
+                          // Pairs of waits, fire_at and a plain timer sleep in alternating
+                          // order, so both see the same machine load. On a quiet machine fire_at
+                          // is within microseconds and the timer alone up to ~1 ms late (its
+                          // 1 ms slots); on a busy one both also wait for the OS scheduler, so
+                          // the check is statistical: fire_at must win most pairs (a sign test;
+                          // a fire_at no better than the timer would win about half).
         let pairs = 200;
         let (mut wins, mut precise, mut plain) = (0, Vec::new(), Vec::new());
         for i in 0..pairs {

@@ -89,6 +89,7 @@ mod tests {
             index: 0,
             t0,
             intended: t0,
+            fired: t0,
         };
         let begin = Begin {
             slot,
