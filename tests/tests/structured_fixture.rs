@@ -47,7 +47,7 @@ fn json_schema_on_a_small_vocabulary_is_valid_json_or_an_error_on_both_doors() {
                             "json_schema": {"name": "person", "schema": schema()}});
         let mut valid_json = 0;
         for (temperature, seed) in [(0.0, 0), (1.0, 1), (1.0, 2), (0.8, 3)] {
-            let body = json!({"model": "m", "prompt": [1, 2, 3], "max_tokens": 120,
+            let body = json!({"model": "tiny-gpt2", "prompt": [1, 2, 3], "max_tokens": 120,
                               "temperature": temperature, "seed": seed,
                               "response_format": format});
             let resp = http_client(None)?.post(&url).json(&body).send().await?;

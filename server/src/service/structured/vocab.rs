@@ -30,11 +30,18 @@ impl TokenizerEnv for Gpt2TokEnv {
     }
 
     fn tokenize_bytes(&self, s: &[u8]) -> Vec<TokenId> {
-        // Text through the real BPE; bytes that are not UTF-8 greedily
-        // through the trie. A tokenizer failure (never seen on text) yields
-        // nothing rather than a panic.
+        // Text through the real BPE; bytes that are not UTF-8, and text
+        // whose BPE uses a token the model cannot emit (past its embedding
+        // rows, so past the trie), greedily through the trie. A tokenizer
+        // failure (never seen on text) yields nothing rather than a panic.
+        let n_vocab = self.trie.vocab_size() as TokenId;
         self.trie.tokenize_with_greedy_fallback(s, |text| {
-            self.tokenizer.encode(text).unwrap_or_default()
+            let ids = self.tokenizer.encode(text).unwrap_or_default();
+            if ids.iter().all(|&t| t < n_vocab) {
+                ids
+            } else {
+                self.trie.greedy_tokenize(text.as_bytes())
+            }
         })
     }
 }
@@ -106,8 +113,14 @@ mod tests {
             eos: 999,
             vocab_size: 1000,
         };
-        let trie = tok_env(&tokenizer, small).unwrap().tok_trie().clone();
+        let env = tok_env(&tokenizer, small).unwrap();
+        let trie = env.tok_trie();
         assert_eq!((trie.vocab_size(), trie.eos_token()), (1000, 999));
+        // "Hello" is one token (15496) to GPT-2's BPE, past the model's rows:
+        // spelled with tokens the model has instead.
+        let ids = env.tokenize("Hello world");
+        assert!(ids.iter().all(|&t| t < 1000), "{ids:?}");
+        assert_eq!(trie.decode(&ids), b"Hello world");
         // A padded embedding (rows past the tokenizer's tokens): placeholders.
         let padded = ModelTokens {
             eos: 50256,
