@@ -24,6 +24,8 @@
 //! - [`Ops::kv_write`]: new K/V rows into the paged storage, in place.
 //! - [`Ops::attention`]: a step's attention over its [`AttentionContext`].
 //! - [`InputBuffer`]: a device tensor rewritten in place from the host.
+//! - [`row_params`]: one row's sampling parameters and their column layout,
+//!   shared by the CPU sampler and the `sample_rows` kernel.
 //!
 //! The CUDA side also holds the device's runtime setup ([`cuda::runtime`]):
 //! all CUDA code of the crate lives under `ops/cuda/`.
@@ -37,6 +39,7 @@ pub mod epilogue;
 pub mod input_buffer;
 pub mod plan;
 pub mod reference;
+pub mod row_params;
 
 use burn::prelude::*;
 

@@ -10,16 +10,24 @@
 //!   computed.
 //! - [`transforms`]: logit bias, penalties, banned tokens and allowed sets,
 //!   on the device, for the rows that ask.
+//! - [`philox`]: the sampling noise, a pure function of (seed, position,
+//!   token); [`row_sampler`]: one row's token on the CPU (temperature,
+//!   top-k, top-p, min-p as an intersection), the spec of the device
+//!   kernel `ops::cuda::kernels::sample_rows`.
 //! - [`logprobs`]: log-probabilities of the sampled tokens and their top-n
 //!   alternatives, from the same logits, only for steps where some row asked.
 
 pub mod logprobs;
+pub mod philox;
+pub mod row_sampler;
 pub mod sampler;
 pub mod table;
 pub mod transforms;
 
 #[cfg(test)]
 mod filter_tests;
+#[cfg(test)]
+mod row_sampler_tests;
 #[cfg(test)]
 mod test_logits;
 
