@@ -26,15 +26,12 @@ pub struct SequenceRequest {
 
 /// Where a preempted sequence stood: the tokens it had emitted (they count
 /// toward `max_new_tokens` and are prefilled after the prompt on resume, not
-/// emitted again) and how far its sampling RNG had gone, so a sampled
-/// sequence continues the same stream of draws.
+/// emitted again). A sampled sequence's draws are keyed by (seed, position),
+/// so it continues exactly as it would have without the preemption.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResumeState {
     /// Tokens emitted before the preemption, in order.
     pub generated: Vec<u32>,
-    /// Uniforms the sequence had drawn from its seeded RNG (one per sampled
-    /// step): a resumed sequence skips that many.
-    pub rng_draws: u64,
     /// With `prompt_logprobs`: the prompt tokens whose logprobs were already
     /// reported (from the second on), not reported again.
     pub prompt_scored: usize,

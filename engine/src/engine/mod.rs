@@ -380,7 +380,7 @@ impl Engine {
         warmup::run(&mut self.runner, self.decode_graphs)
     }
 
-    /// The sampling table of a step over `ids` (each draws its uniform).
+    /// The sampling table of a step over `ids` (each keyed by its seed and position).
     fn sampling_table(&mut self, ids: impl ExactSizeIterator<Item = SeqId>) -> SamplingTable {
         let mut table = SamplingTable::with_capacity(ids.len());
         let vocab = self.runner.model_config().vocab_size;

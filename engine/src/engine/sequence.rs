@@ -5,7 +5,7 @@
 //! steps (`cached` counts the input tokens in the cache so far), then decodes
 //! until a stop rule ends it, the caller releases it, or the caller preempts
 //! it ([`Sequence::into_resumable`]: the request comes back with the tokens
-//! generated so far and the RNG, and a sequence admitted from it prefills
+//! generated so far, and a sequence admitted from it prefills
 //! prompt + those tokens, then continues as if it had never left). It keeps every token
 //! it has seen, so the full blocks it computed can be keyed in the prefix
 //! cache when it ends (see [`super::sequences`]). The stop rules:
@@ -14,9 +14,6 @@
 //! checked first); the token that reaches `max_new_tokens` is emitted and
 //! finishes it. Stop *strings* are matched where the text is produced, in the
 //! service's stream task, which cancels the sequence when one matches.
-
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 
 use super::token_stats::TokenStats;
 use crate::kv::BlockHash;
@@ -50,11 +47,6 @@ pub(crate) struct Sequence {
     /// The request as admitted: length, stop rules, sampling, logprobs (its
     /// `resume` is the one it was admitted with, replaced on preemption).
     request: SequenceRequest,
-    /// The sequence's own RNG, seeded from the request's seed, one draw per
-    /// sampled step.
-    rng: StdRng,
-    /// Draws taken from `rng` so far (a resumed sequence replays them).
-    draws: u64,
     /// The tokens it has, for its penalties (empty without one).
     stats: TokenStats,
     /// Why its output constraint cannot be honoured, once that happened: the
@@ -79,7 +71,7 @@ impl Sequence {
     /// tokens (`keyed` blocks, found in the prefix cache) need no compute.
     /// `hashes` are the keys of the input's full blocks. A resumed request
     /// (`req.resume`) continues where it was preempted: its generated tokens
-    /// follow the prompt as input, count as emitted, and its RNG goes on.
+    /// follow the prompt as input and count as emitted.
     pub fn new(
         req: &SequenceRequest,
         table: Vec<u32>,
@@ -88,16 +80,12 @@ impl Sequence {
         hashes: Vec<BlockHash>,
     ) -> Self {
         let mut tokens = req.prompt.clone();
-        let mut rng = StdRng::seed_from_u64(req.params.sampling.seed_or_default());
-        let (generated, draws, scored) = match &req.resume {
+        let (generated, scored) = match &req.resume {
             Some(r) => {
                 tokens.extend_from_slice(&r.generated);
-                for _ in 0..r.rng_draws {
-                    rng.random::<f32>();
-                }
-                (r.generated.len(), r.rng_draws, r.prompt_scored)
+                (r.generated.len(), r.prompt_scored)
             }
-            None => (0, 0, 0),
+            None => (0, 0),
         };
         let penalties = req.params.transforms.penalties;
         let stats = TokenStats::new(&req.prompt, &tokens[req.prompt.len()..], penalties);
@@ -117,20 +105,17 @@ impl Sequence {
             stats,
             request: req.clone(),
             constraint_error: None,
-            rng,
-            draws,
             next_scored: scored + 1,
         }
     }
 
     /// What resuming this sequence by recompute needs: its request with the
-    /// tokens it emitted so far and its RNG where it stands.
+    /// tokens it emitted so far.
     pub fn into_resumable(self) -> SequenceRequest {
         let prompt_len = self.request.prompt.len();
         let mut req = self.request;
         req.resume = Some(ResumeState {
             generated: self.tokens[prompt_len..].to_vec(),
-            rng_draws: self.draws,
             prompt_scored: self.next_scored - 1,
         });
         req
@@ -165,8 +150,8 @@ impl Sequence {
     }
 
     /// How this sequence picks its next token: its sampling row for the
-    /// step (a sampled sequence draws its next uniform; a greedy one draws
-    /// nothing, so its RNG stream is the same whatever the batch), with the
+    /// step (its draw keyed by its seed and the position it samples at,
+    /// which is the same whatever the batch and after a preemption), with the
     /// logit edits of its options: bias and penalties, the stop tokens
     /// banned before `min_tokens` (EOS too unless it ignores EOS), its
     /// constraint's allowed set. A constraint that fails, or allows no token
@@ -175,12 +160,6 @@ impl Sequence {
     /// the step samples.
     pub fn sampling_row(&mut self, eos_token_id: u32, vocab_size: usize) -> RowSampling {
         let params = &self.request.params;
-        let uniform = if params.sampling.is_greedy() {
-            0.5
-        } else {
-            self.draws += 1;
-            self.rng.random::<f32>()
-        };
         let edits = if params.transforms.any() {
             let t = &params.transforms;
             self.stats.edits(t.penalties, &t.logit_bias)
@@ -210,7 +189,7 @@ impl Sequence {
         };
         RowSampling {
             params: params.sampling,
-            uniform,
+            pos: self.tokens.len() as u32,
             logprobs: params.outputs.logprobs,
             edits,
             banned,

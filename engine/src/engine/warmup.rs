@@ -57,7 +57,7 @@ pub(crate) fn filtering_table() -> SamplingTable {
         min_p: 0.05,
         seed: None,
     };
-    table.push(RowSampling::plain(params, 0.5, None));
+    table.push(RowSampling::plain(params, 1, None));
     table
 }
 

@@ -2,9 +2,10 @@
 //! choices.
 //!
 //! - [`sampler`]: per-row sampling (greedy fast path; temperature, top-k,
-//!   top-p with per-sequence seeded uniforms), ending in one device->host read
-//!   of the chosen ids; [`SamplingParamsRows`] holds the per-row parameters as
-//!   device buffers a decode bucket rewrites in place.
+//!   top-p, min-p, each draw keyed by the request's seed and the position),
+//!   ending in one device->host read of the chosen ids;
+//!   [`SamplingParamsRows`] holds the per-row parameters as device buffers a
+//!   decode bucket rewrites when they change.
 //! - [`table`]: a step's sampling as columns ([`SamplingTable`]), and the one
 //!   place that decides which rows may take the argmax a decode graph
 //!   computed.

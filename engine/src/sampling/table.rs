@@ -1,7 +1,7 @@
 //! [`SamplingTable`]: how every row of one step picks its token, as columns.
 //!
 //! The engine fills one row per sequence of the step (its request's options,
-//! plus this step's uniform draw from the sequence's seeded RNG); the runner
+//! plus the position it samples at, which keys its draw); the runner
 //! writes the columns into device buffers ([`super::SamplingParamsRows`]) and
 //! the sampler reads them. A step is a table, not a list of per-row enums, so
 //! that a new option is one more column and every place that needs it reads
@@ -40,9 +40,11 @@ pub struct TokenEdit {
 pub struct RowSampling {
     /// What the row's request asked for.
     pub params: SamplingParams,
-    /// This step's uniform draw in (0, 1) from the sequence's RNG (only
-    /// sampled rows draw; greedy rows carry 0.5, unread).
-    pub uniform: f32,
+    /// The position of the token being sampled (the sequence's length so
+    /// far): with the request's seed, the key of the row's draw, so a seeded
+    /// request samples the same tokens whatever its batch and after a
+    /// preemption.
+    pub pos: u32,
     /// Top-n of the logprobs to report for the chosen token; `None`: none.
     pub logprobs: Option<usize>,
     /// Logit bias and penalties, one entry per token they touch (at most
@@ -58,14 +60,14 @@ pub struct RowSampling {
 impl RowSampling {
     /// A greedy row without logprobs or edits (warmup, padding, tests).
     pub fn greedy() -> Self {
-        Self::plain(SamplingParams::greedy(), 0.5, None)
+        Self::plain(SamplingParams::greedy(), 0, None)
     }
 
-    /// A row with these parameters and no logit edits.
-    pub fn plain(params: SamplingParams, uniform: f32, logprobs: Option<usize>) -> Self {
+    /// A row with these parameters, sampling at `pos`, without logit edits.
+    pub fn plain(params: SamplingParams, pos: u32, logprobs: Option<usize>) -> Self {
         Self {
             params,
-            uniform,
+            pos,
             logprobs,
             edits: Vec::new(),
             banned: Vec::new(),
@@ -81,8 +83,8 @@ pub struct SamplingTable {
     /// What each row's request asked of the choice (temperature, top-k,
     /// top-p, min-p, seed).
     pub sampling: Vec<SamplingParams>,
-    /// This step's uniform draw per row.
-    pub uniform: Vec<f32>,
+    /// The position each row samples at (its draw's key with its seed).
+    pub pos: Vec<u32>,
     /// Top-n logprobs asked per row.
     pub logprobs: Vec<Option<usize>>,
     /// Logit bias and penalty edits per row (empty for most).
@@ -97,7 +99,7 @@ impl SamplingTable {
     pub fn with_capacity(rows: usize) -> Self {
         Self {
             sampling: Vec::with_capacity(rows),
-            uniform: Vec::with_capacity(rows),
+            pos: Vec::with_capacity(rows),
             logprobs: Vec::with_capacity(rows),
             edits: Vec::with_capacity(rows),
             banned: Vec::with_capacity(rows),
@@ -117,7 +119,7 @@ impl SamplingTable {
     /// Appends a row.
     pub fn push(&mut self, row: RowSampling) {
         self.sampling.push(row.params);
-        self.uniform.push(row.uniform);
+        self.pos.push(row.pos);
         self.logprobs.push(row.logprobs);
         self.edits.push(row.edits);
         self.banned.push(row.banned);
@@ -181,7 +183,7 @@ mod tests {
             seed: Some(1),
             ..SamplingParams::greedy()
         };
-        RowSampling::plain(params, 0.3, None)
+        RowSampling::plain(params, 7, None)
     }
 
     #[test]
@@ -194,7 +196,7 @@ mod tests {
             ..sampled(0.7, 1)
         });
         assert_eq!(t.len(), 3);
-        assert_eq!(t.uniform, [0.5, 0.3, 0.3]);
+        assert_eq!(t.pos, [0, 7, 7]);
         // top_k == 1 is greedy whatever the temperature.
         assert_eq!(
             (0..3).map(|i| t.takes_graph_argmax(i)).collect::<Vec<_>>(),

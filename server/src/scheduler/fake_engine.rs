@@ -254,7 +254,6 @@ impl StepEngine for FakeEngine {
         req.resume = Some(ResumeState {
             // The fake's token at position p is p.
             generated: (prompt_len..prompt_len + seq.generated as u32).collect(),
-            rng_draws: 0,
             prompt_scored: 0,
         });
         Some(req)

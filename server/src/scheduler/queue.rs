@@ -169,7 +169,6 @@ mod tests {
         if preempted {
             seq.resume = Some(ResumeState {
                 generated: vec![3],
-                rng_draws: 0,
                 prompt_scored: 0,
             });
         }
