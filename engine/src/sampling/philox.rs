@@ -128,7 +128,11 @@ mod tests {
         words.extend((0..4096u32).map(|i| i.wrapping_mul(0x9E37_79B9)));
         for x in words {
             let g = gumbel(x);
-            assert!((f64::from(g) - exact(x)).abs() < 2e-5, "x {x:#x}: {g} vs {}", exact(x));
+            assert!(
+                (f64::from(g) - exact(x)).abs() < 2e-5,
+                "x {x:#x}: {g} vs {}",
+                exact(x)
+            );
             assert!(g <= noise_bound(x) && g < NOISE_MAX, "x {x:#x}: {g}");
             assert!(g > -3.2, "x {x:#x}: {g}");
         }

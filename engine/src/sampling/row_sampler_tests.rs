@@ -49,7 +49,9 @@ fn allows(allowed: Option<&[u32]>, i: usize) -> bool {
 /// semantics of the module docs written independently of the sampler.
 fn reference(logits: &[f32], p: &RowParams, allowed: Option<&[u32]>) -> Vec<f64> {
     let s: Vec<Option<f32>> = (0..logits.len())
-        .map(|i| (allows(allowed, i) && !logits[i].is_nan()).then(|| logits[i] / p.temperature + 0.0))
+        .map(|i| {
+            (allows(allowed, i) && !logits[i].is_nan()).then(|| logits[i] / p.temperature + 0.0)
+        })
         .collect();
     let mut order: Vec<usize> = (0..s.len()).filter(|&i| s[i].is_some()).collect();
     order.sort_by(|&a, &b| s[b].unwrap().total_cmp(&s[a].unwrap()).then(a.cmp(&b)));
@@ -65,12 +67,22 @@ fn reference(logits: &[f32], p: &RowParams, allowed: Option<&[u32]>) -> Vec<f64>
     let w = |i: usize| (f64::from(val(i)) - f64::from(s_max)).exp();
     if p.top_p < 1.0 {
         let z: f64 = kept.iter().map(|&i| w(i)).sum();
-        let above = |i: usize| -> f64 { kept.iter().filter(|&&j| val(j) > val(i)).map(|&j| w(j)).sum() };
+        let above = |i: usize| -> f64 {
+            kept.iter()
+                .filter(|&&j| val(j) > val(i))
+                .map(|&j| w(j))
+                .sum()
+        };
         let keep: Vec<bool> = kept
             .iter()
             .map(|&i| above(i) < f64::from(p.top_p) * z || val(i) == s_max)
             .collect();
-        kept = kept.iter().zip(keep).filter(|x| x.1).map(|x| *x.0).collect();
+        kept = kept
+            .iter()
+            .zip(keep)
+            .filter(|x| x.1)
+            .map(|x| *x.0)
+            .collect();
     }
     if p.min_p > 0.0 {
         let thr = s_max + p.min_p.ln();
@@ -108,7 +120,10 @@ fn check_distribution(logits: &[f32], p: &RowParams, allowed: Option<&[u32]>, n:
     let probs = reference(logits, p, allowed);
     let counts = draw_counts(logits, p, allowed, n);
     for (i, (&c, &q)) in counts.iter().zip(&probs).enumerate() {
-        assert!(q > 0.0 || c == 0, "{p:?}: token {i} drawn {c} times outside the kept set");
+        assert!(
+            q > 0.0 || c == 0,
+            "{p:?}: token {i} drawn {c} times outside the kept set"
+        );
     }
     let (mut chi2, mut bins) = (0.0, 0);
     let (mut pooled_e, mut pooled_o) = (0.0, 0.0);
@@ -128,7 +143,10 @@ fn check_distribution(logits: &[f32], p: &RowParams, allowed: Option<&[u32]>, n:
     }
     if bins > 1 {
         let crit = chi2_critical(bins - 1);
-        assert!(chi2 < crit, "{p:?}: chi2 {chi2:.1} >= {crit:.1} ({bins} bins)");
+        assert!(
+            chi2 < crit,
+            "{p:?}: chi2 {chi2:.1} >= {crit:.1} ({bins} bins)"
+        );
     }
     probs.iter().filter(|&&q| q > 0.0).count()
 }
@@ -137,7 +155,10 @@ fn check_distribution(logits: &[f32], p: &RowParams, allowed: Option<&[u32]>, n:
 fn temperature_only_draws_follow_the_tempered_softmax() {
     let row = normal_row(500, 2.0, 1);
     for t in [0.7, 1.0, 1.5] {
-        assert_eq!(check_distribution(&row, &params(t, 0, 1.0, 0.0), None, 20_000), 500);
+        assert_eq!(
+            check_distribution(&row, &params(t, 0, 1.0, 0.0), None, 20_000),
+            500
+        );
     }
     check_distribution(&zipf_row(400), &params(1.0, 0, 1.0, 0.0), None, 20_000);
     check_distribution(&vec![0.0; 200], &params(1.0, 0, 1.0, 0.0), None, 20_000);
@@ -174,7 +195,13 @@ fn top_k_and_top_p_keep_the_intersection() {
     // alone keeps many more; together they keep the top 3 only.
     let row = zipf_row(300);
     let both = params(1.0, 3, 0.9, 0.0);
-    assert!(reference(&row, &params(1.0, 0, 0.9, 0.0), None).iter().filter(|&&q| q > 0.0).count() > 50);
+    assert!(
+        reference(&row, &params(1.0, 0, 0.9, 0.0), None)
+            .iter()
+            .filter(|&&q| q > 0.0)
+            .count()
+            > 50
+    );
     assert_eq!(check_distribution(&row, &both, None, 20_000), 3);
     let counts = draw_counts(&row, &both, None, 5_000);
     assert_eq!(counts[..3].iter().sum::<u32>(), 5_000);
@@ -191,15 +218,25 @@ fn greedy_is_the_raw_argmax_with_the_lowest_index_on_ties() {
     assert_eq!(sample_row(&[f32::NEG_INFINITY; 3], &g, 0, None), 0);
     // Greedy whatever else is set: T <= 0, NaN, or top_k == 1.
     let row = normal_row(1000, 2.0, 3);
-    let argmax = (0..1000).max_by(|&a, &b| row[a].total_cmp(&row[b]).then(b.cmp(&a))).unwrap();
-    for p in [params(0.0, 0, 0.5, 0.1), params(-1.0, 7, 1.0, 0.0), params(f32::NAN, 0, 1.0, 0.0), params(1.3, 1, 0.9, 0.0)] {
+    let argmax = (0..1000)
+        .max_by(|&a, &b| row[a].total_cmp(&row[b]).then(b.cmp(&a)))
+        .unwrap();
+    for p in [
+        params(0.0, 0, 0.5, 0.1),
+        params(-1.0, 7, 1.0, 0.0),
+        params(f32::NAN, 0, 1.0, 0.0),
+        params(1.3, 1, 0.9, 0.0),
+    ] {
         for pos in 0..5 {
             assert_eq!(sample_row(&row, &p, pos, None), argmax as u32, "{p:?}");
         }
     }
     // No token present: 0.
     assert_eq!(sample_row(&[1.0, 2.0], &g, 0, Some(&[0])), 0);
-    assert_eq!(sample_row(&[1.0, 2.0], &params(1.0, 0, 1.0, 0.0), 0, Some(&[0])), 0);
+    assert_eq!(
+        sample_row(&[1.0, 2.0], &params(1.0, 0, 1.0, 0.0), 0, Some(&[0])),
+        0
+    );
 }
 
 #[test]
@@ -211,10 +248,19 @@ fn ties_are_kept_or_dropped_together() {
     assert_eq!(trace_row(&row, &p, 0, None).tau_k, key_of(4.0));
     // top-p: probs ~ [.534, .197, .197, .072]; the tied pair has .534 above.
     let row = [2.0, 1.0, 1.0, 0.0];
-    assert_eq!(check_distribution(&row, &params(1.0, 0, 0.6, 0.0), None, 20_000), 3);
-    assert_eq!(check_distribution(&row, &params(1.0, 0, 0.5, 0.0), None, 5_000), 1);
+    assert_eq!(
+        check_distribution(&row, &params(1.0, 0, 0.6, 0.0), None, 20_000),
+        3
+    );
+    assert_eq!(
+        check_distribution(&row, &params(1.0, 0, 0.5, 0.0), None, 5_000),
+        1
+    );
     // A flat row: nothing is strictly above anything, so top-p keeps all.
-    assert_eq!(check_distribution(&[0.5; 40], &params(1.0, 0, 0.3, 0.0), None, 20_000), 40);
+    assert_eq!(
+        check_distribution(&[0.5; 40], &params(1.0, 0, 0.3, 0.0), None, 20_000),
+        40
+    );
     // top_p <= 0 keeps the top key only (here the tied top pair).
     let counts = draw_counts(&[3.0, 1.0, 3.0], &params(1.0, 0, 0.0, 0.0), None, 2_000);
     assert_eq!(counts[1], 0);
@@ -225,14 +271,26 @@ fn ties_are_kept_or_dropped_together() {
 fn thresholds_match_a_brute_force_search() {
     // Logits on a coarse grid put many tokens on the same key and many keys
     // in the same 16-bit bucket, so the boundary bucket is resolved for real.
-    let row: Vec<f32> = normal_row(3000, 1.5, 4).iter().map(|x| (x * 64.0).round() / 64.0).collect();
-    for (t, k, p, m) in [(1.0, 0, 0.9, 0.0), (0.8, 200, 0.7, 0.0), (1.2, 0, 0.3, 0.02), (1.0, 40, 0.95, 0.0)] {
+    let row: Vec<f32> = normal_row(3000, 1.5, 4)
+        .iter()
+        .map(|x| (x * 64.0).round() / 64.0)
+        .collect();
+    for (t, k, p, m) in [
+        (1.0, 0, 0.9, 0.0),
+        (0.8, 200, 0.7, 0.0),
+        (1.2, 0, 0.3, 0.02),
+        (1.0, 40, 0.95, 0.0),
+    ] {
         let prm = params(t, k, p, m);
         let trace = trace_row(&row, &prm, 9, None);
         let probs = reference(&row, &prm, None);
         // The threshold keeps exactly the reference's set.
         for (i, &l) in row.iter().enumerate() {
-            assert_eq!(key_of(l / t) >= trace.threshold, probs[i] > 0.0, "{prm:?}: token {i}");
+            assert_eq!(
+                key_of(l / t) >= trace.threshold,
+                probs[i] > 0.0,
+                "{prm:?}: token {i}"
+            );
         }
         if k > 0 {
             let mut keys: Vec<u32> = row.iter().map(|&l| key_of(l / t)).collect();
@@ -245,7 +303,18 @@ fn thresholds_match_a_brute_force_search() {
 
 #[test]
 fn keys_preserve_order_and_invert() {
-    let values = [f32::NEG_INFINITY, -1e30, -2.5, -1e-40, -0.0, 0.0, 1e-40, 1.0, 3.0e38, f32::INFINITY];
+    let values = [
+        f32::NEG_INFINITY,
+        -1e30,
+        -2.5,
+        -1e-40,
+        -0.0,
+        0.0,
+        1e-40,
+        1.0,
+        3.0e38,
+        f32::INFINITY,
+    ];
     for w in values.windows(2) {
         assert!(key_of(w[0]) <= key_of(w[1]), "{w:?}");
     }
@@ -264,14 +333,21 @@ fn the_noise_tail_has_its_exact_rate() {
         let (mut lo, mut hi) = (0u32, 1u32 << 31);
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
-            if gumbel(mid) > t { lo = mid + 1 } else { hi = mid }
+            if gumbel(mid) > t {
+                lo = mid + 1
+            } else {
+                hi = mid
+            }
         }
         lo
     };
     for (t, tolerance) in [(12.0f32, 0.001), (16.0, 0.005), (18.0, 0.02)] {
         let want = -(-(-f64::from(t)).exp()).exp_m1() * 2f64.powi(32);
         let got = f64::from(count_above(t));
-        assert!((got / want - 1.0).abs() < tolerance, "t {t}: {got} words, want {want:.1}");
+        assert!(
+            (got / want - 1.0).abs() < tolerance,
+            "t {t}: {got} words, want {want:.1}"
+        );
     }
     // Out to 20 nats within a word, and the tail reaches past 22.
     let want20 = (-20f64).exp() * 2f64.powi(32);
@@ -287,10 +363,15 @@ fn a_far_tail_is_sampled_at_its_rate() {
     row[0] = 0.0;
     let p = params(1.0, 0, 1.0, 0.0);
     let n = 40_000u32;
-    let hits = (0..n).filter(|&pos| sample_row(&row, &p, pos, None) != 0).count() as f64;
+    let hits = (0..n)
+        .filter(|&pos| sample_row(&row, &p, pos, None) != 0)
+        .count() as f64;
     let q = 1000.0 * (-12f64).exp() / (1.0 + 1000.0 * (-12f64).exp());
     let (mean, sd) = (q * f64::from(n), (q * (1.0 - q) * f64::from(n)).sqrt());
-    assert!((hits - mean).abs() < 4.0 * sd, "{hits} tail draws, want {mean:.0} +- {sd:.0}");
+    assert!(
+        (hits - mean).abs() < 4.0 * sd,
+        "{hits} tail draws, want {mean:.0} +- {sd:.0}"
+    );
 }
 
 #[test]
@@ -311,7 +392,11 @@ fn a_tail_token_wins_with_noise_beyond_a_24_bit_uniform() {
     let token = sample_row(&row, &p, pos, None);
     let g = |i: u32| noise(pos, i);
     let exact = (0..4097u32)
-        .max_by(|&a, &b| (row[a as usize] + g(a)).total_cmp(&(row[b as usize] + g(b))).then(b.cmp(&a)))
+        .max_by(|&a, &b| {
+            (row[a as usize] + g(a))
+                .total_cmp(&(row[b as usize] + g(b)))
+                .then(b.cmp(&a))
+        })
         .unwrap();
     assert_eq!(token, exact);
 }
@@ -323,18 +408,35 @@ fn the_allowed_bitmask_removes_tokens_before_everything() {
     for t in [3usize, 17, 42, 64, 99] {
         mask[t / 32] |= 1 << (t % 32);
     }
-    assert_eq!(check_distribution(&row, &params(1.0, 0, 1.0, 0.0), Some(&mask), 20_000), 5);
-    assert_eq!(check_distribution(&row, &params(1.0, 2, 1.0, 0.0), Some(&mask), 10_000), 2);
-    let best = [3usize, 17, 42, 64, 99].into_iter().max_by(|&a, &b| row[a].total_cmp(&row[b])).unwrap();
-    assert_eq!(sample_row(&row, &RowParams::GREEDY, 0, Some(&mask)), best as u32);
+    assert_eq!(
+        check_distribution(&row, &params(1.0, 0, 1.0, 0.0), Some(&mask), 20_000),
+        5
+    );
+    assert_eq!(
+        check_distribution(&row, &params(1.0, 2, 1.0, 0.0), Some(&mask), 10_000),
+        2
+    );
+    let best = [3usize, 17, 42, 64, 99]
+        .into_iter()
+        .max_by(|&a, &b| row[a].total_cmp(&row[b]))
+        .unwrap();
+    assert_eq!(
+        sample_row(&row, &RowParams::GREEDY, 0, Some(&mask)),
+        best as u32
+    );
 }
 
 #[test]
 fn seeds_give_different_streams_and_a_seeded_row_ignores_its_batch() {
     let row = vec![0.0f32; 64];
     let stream = |seed: u64| -> Vec<u32> {
-        let p = RowParams { seed, ..params(1.0, 0, 1.0, 0.0) };
-        (0..200).map(|pos| sample_row(&row, &p, pos, None)).collect()
+        let p = RowParams {
+            seed,
+            ..params(1.0, 0, 1.0, 0.0)
+        };
+        (0..200)
+            .map(|pos| sample_row(&row, &p, pos, None))
+            .collect()
     };
     let (a, b) = (stream(1), stream(2));
     assert_eq!(a, stream(1));
@@ -357,7 +459,10 @@ fn seeds_give_different_streams_and_a_seeded_row_ignores_its_batch() {
                 positions.push(77);
             } else {
                 logits.extend(normal_row(v, 3.0, 100 + r as u64));
-                ps.push(RowParams { seed: r as u64, ..params(1.0, 0, 1.0, 0.0) });
+                ps.push(RowParams {
+                    seed: r as u64,
+                    ..params(1.0, 0, 1.0, 0.0)
+                });
                 positions.push(r as i32);
             }
         }

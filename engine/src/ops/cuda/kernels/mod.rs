@@ -17,6 +17,8 @@
 //!   step's segments: queries straight from `qkv`, keys and values from the
 //!   paged cache through the block tables.
 //! - `reduce`: the cube-wide max and sum the attention kernel shares.
+//! - [`sample_rows`]: one token per row (greedy, temperature, top-k, top-p,
+//!   min-p, allowed bitmask), the device twin of `sampling::row_sampler`.
 
 pub mod attention;
 pub mod cache_write;
@@ -26,4 +28,5 @@ pub mod layer_norm;
 pub mod mma;
 pub mod prefill_attention;
 mod reduce;
+pub mod sample_rows;
 pub mod split_combine;

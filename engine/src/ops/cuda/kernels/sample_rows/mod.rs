@@ -1,0 +1,413 @@
+//! The sampling kernel: one token per row of `[B, V]` logits, greedy and
+//! sampled rows alike (temperature, top-k, top-p, min-p, an optional
+//! allowed-token bitmask), with the semantics, the noise and the f32
+//! operations of the CPU sampler `crate::sampling::row_sampler` (the spec:
+//! read its module docs first). Parameters come from device tensors in the
+//! layout of [`crate::ops::row_params`]; nothing is read back, nothing is
+//! allocated by the data, and the launch shape is fixed, so a decode graph
+//! can capture it once and serve any mix of rows.
+//!
+//! One cube per row, `SAMPLE_WARPS` warps; a uniform branch per row (the
+//! parameters are the row's). The row's keys stay in shared memory (`4 V`
+//! bytes: 201 KB for GPT-2, within the 227 KB a block may opt in to on an
+//! H100; CubeCL sets the opt-in), so only pass 1 reads global memory:
+//!
+//! 1. **Scan** (every row): each logit `l` (rows of `V`, any `V`; loads
+//!    unrolled by `UNROLL` so they are in flight together), `s = l / T`
+//!    (greedy rows: `s = l`), its key (0 if absent: bitmask bit 0 or NaN)
+//!    into shared memory; the cube's max key, lowest index holding it, min
+//!    key and count of present tokens. **Greedy rows stop here** with the
+//!    argmax.
+//! 2. **top-k** (`0 < k < #present`): `kth_largest`, a radix descent over
+//!    `[key_min, key_max]` with counts ([`search`]); at most 7 passes over
+//!    the cached keys, fewer when the keys share leading bits.
+//! 3. **top-p** (`0 < p < 1`): `top_p_threshold`, the same descent over
+//!    `[lower, key_max]` with masses; its first pass also sums `Z` over the
+//!    top-k set. min-p costs one `ln` (no pass).
+//! 4. **Choice** (every sampled row, temperature-only rows go straight
+//!    here): the argmax of `s_i + g_i` over keys `>= threshold`, starting
+//!    from the row's top token; a group of 4 tokens gets its Philox words
+//!    only if one of them could still win with the largest noise, a token
+//!    its logarithms only under its word's leading-zero bound ([`noise`]).
+//!    Cube argmax: max value, then the lowest index holding it.
+//!
+//! With `write_trace`, unit 0 also writes the row's argmax, top-k, top-p and
+//! final threshold keys (`row_params::TRACE_COLS`), which a GPU check
+//! compares with `row_sampler::RowTrace` pass by pass.
+
+mod noise;
+mod search;
+#[cfg(test)]
+mod source_tests;
+
+use burn::backend::cubecl::dtype_to_storage_type;
+use burn::backend::TensorMetadata;
+use burn::tensor::DType;
+use burn_cubecl::tensor::CubeTensor;
+use cubecl::prelude::*;
+
+use crate::ops::cuda::launch::empty_like;
+use crate::ops::row_params::{
+    COL_FLAGS, COL_MIN_P, COL_SEED_HI, COL_SEED_LO, COL_TEMPERATURE, COL_TOP_K, COL_TOP_P,
+    FLAG_ALLOWED, FLOAT_COLS, INT_COLS, NOISE_MAX, TRACE_COLS,
+};
+use noise::{gumbel, key_of, noise_bound, philox, value_of};
+use search::{cube_f32, cube_u32, kth_largest, top_p_threshold, OP_MAX, OP_MIN, OP_SUM};
+
+/// Warps per cube (one cube per row).
+pub const SAMPLE_WARPS: usize = 16;
+/// Logits each unit loads at once in pass 1.
+const UNROLL: usize = 8;
+
+/// See the module doc. `logits` `[B, V]` (rows contiguous), `floats` `[B,
+/// 4]` f32 and `ints` `[B, 4]` (`row_params` columns), `positions` `[B]`,
+/// `allowed` `[B, ceil(V / 32)]` (read only with `has_mask`, for rows whose
+/// flag is set), `out` `[B, 1]`, `trace` `[B, 4]` (written only with
+/// `write_trace`).
+#[cube(launch, create_dummy_kernel)]
+#[allow(clippy::too_many_arguments)]
+pub fn sample_rows_kernel<F: Float, I: Int>(
+    logits: &Tensor<F>,
+    floats: &Tensor<f32>,
+    ints: &Tensor<I>,
+    positions: &Tensor<I>,
+    allowed: &Tensor<I>,
+    out: &mut Tensor<I>,
+    trace: &mut Tensor<I>,
+    #[comptime] vocab: usize,
+    #[comptime] warps: usize,
+    #[comptime] has_mask: bool,
+    #[comptime] write_trace: bool,
+    #[define(F, I)] _dtypes: [ElemType; 2],
+) {
+    let row = CUBE_POS_X as usize;
+    let tid = (UNIT_POS_Y * 32 + UNIT_POS_X) as usize;
+    let mut keys = Shared::<[u32]>::new_slice(vocab);
+    let mut red_u = Shared::<[u32]>::new_slice(warps);
+    let mut red_f = Shared::<[f32]>::new_slice(warps);
+    let mut bins_u = Shared::<[u32]>::new_slice(comptime!(warps * 32));
+    let mut bins_f = Shared::<[f32]>::new_slice(comptime!(warps * 32));
+    let mut stats = Shared::<[u32]>::new_slice(4usize);
+
+    // The row's parameters (uniform over the cube).
+    let f_at = row * floats.stride(0);
+    let i_at = row * ints.stride(0);
+    let temperature = floats[f_at + COL_TEMPERATURE];
+    let top_p = floats[f_at + COL_TOP_P];
+    let min_p = floats[f_at + COL_MIN_P];
+    let top_k = u32::cast_from(ints[i_at + COL_TOP_K]);
+    let seed_lo = u32::cast_from(ints[i_at + COL_SEED_LO]);
+    let seed_hi = u32::cast_from(ints[i_at + COL_SEED_HI]);
+    let mut masked = false;
+    if comptime![has_mask] {
+        masked = (u32::cast_from(ints[i_at + COL_FLAGS]) & comptime!(FLAG_ALLOWED as u32)) != 0;
+    }
+    let pos = u32::cast_from(positions[row * positions.stride(0)]);
+    let tempered = temperature > f32::new(0.0);
+    let greedy = !tempered || top_k == 1;
+
+    // Pass 1: keys, max key and its lowest index, min key, count.
+    scan_row(
+        logits,
+        allowed,
+        &mut keys,
+        &mut red_u,
+        &mut stats,
+        row,
+        temperature,
+        !greedy,
+        masked,
+        vocab,
+        warps,
+    );
+    let key_max = stats[0];
+    let argmax = stats[1];
+    let key_min = stats[2];
+    let present = stats[3];
+
+    let mut token = argmax;
+    let mut tau_k = 0u32;
+    let mut top_p_key = 0u32;
+    let mut threshold = 0u32;
+    // s_max finite: key(-inf) < key_max < key(+inf) (0 = nothing present).
+    let finite = key_max > 0x007F_FFFFu32 && key_max < 0xFF80_0000u32;
+    if !greedy && finite {
+        let s_max = value_of(key_max);
+        // Pass 2: top-k.
+        if top_k > 0 && top_k < present {
+            tau_k = kth_largest(
+                &keys,
+                &mut bins_u,
+                &mut bins_f,
+                key_min,
+                key_max,
+                top_k,
+                vocab,
+                warps,
+            );
+        }
+        let mut key_min_p = 0u32;
+        if min_p > f32::new(0.0) {
+            key_min_p = key_of(s_max + min_p.ln());
+        }
+        let in_k = select(tau_k > key_min, tau_k, key_min);
+        let lower = select(key_min_p > in_k, key_min_p, in_k);
+        // Pass 3: top-p.
+        top_p_key = lower;
+        if top_p < f32::new(1.0) {
+            let nucleus = top_p > f32::new(0.0);
+            if !nucleus {
+                top_p_key = key_max;
+            } else if lower < key_max {
+                top_p_key = top_p_threshold(
+                    &keys,
+                    &mut bins_u,
+                    &mut bins_f,
+                    &mut red_f,
+                    lower,
+                    key_max,
+                    in_k,
+                    s_max,
+                    top_p,
+                    vocab,
+                    warps,
+                );
+            }
+        }
+        threshold = select(top_p_key < key_max, top_p_key, key_max);
+        // Pass 4: the Gumbel-max choice.
+        token = choose(
+            &keys, &mut red_u, &mut red_f, s_max, argmax, threshold, pos, seed_lo, seed_hi, vocab,
+            warps,
+        );
+    }
+
+    let out_at = row * out.stride(0);
+    let t_at = row * trace.stride(0);
+    if tid == 0 {
+        out[out_at] = I::cast_from(token);
+        if comptime![write_trace] {
+            trace[t_at] = I::cast_from(argmax);
+            trace[t_at + 1] = I::cast_from(tau_k);
+            trace[t_at + 2] = I::cast_from(top_p_key);
+            trace[t_at + 3] = I::cast_from(threshold);
+        }
+    }
+}
+
+/// Pass 1 over row `row` (module doc): the keys of `l / temperature`
+/// (`divide`) or `l` into `keys`, then `stats` = [max key, lowest index of
+/// it (0 if nothing is present), min key, count of present tokens].
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn scan_row<F: Float, I: Int>(
+    logits: &Tensor<F>,
+    allowed: &Tensor<I>,
+    keys: &mut Shared<[u32]>,
+    red_u: &mut Shared<[u32]>,
+    stats: &mut Shared<[u32]>,
+    row: usize,
+    temperature: f32,
+    divide: bool,
+    masked: bool,
+    #[comptime] vocab: usize,
+    #[comptime] warps: usize,
+) {
+    let tid = (UNIT_POS_Y * 32 + UNIT_POS_X) as usize;
+    let threads = comptime!(warps * 32);
+    let step = comptime!(warps * 32 * UNROLL);
+    let base = row * logits.stride(0);
+    let words_at = row * allowed.stride(0);
+    let mut best_key = 0u32;
+    let mut best_index = 0xFFFF_FFFFu32;
+    let mut min_key = 0xFFFF_FFFFu32;
+    let mut count = 0u32;
+    let mut values = Array::<f32>::new(UNROLL);
+    for r in 0..comptime!(vocab.div_ceil(warps * 32 * UNROLL)) {
+        // All loads first (an index past the row reads its last logit).
+        #[unroll]
+        for u in 0..UNROLL {
+            let i = r * step + u * threads + tid;
+            let at = select(i < vocab, i, comptime!(vocab - 1));
+            values[u] = f32::cast_from(logits[base + at]);
+        }
+        #[unroll]
+        for u in 0..UNROLL {
+            let i = r * step + u * threads + tid;
+            if i < vocab {
+                let l = values[u];
+                let mut present = !l.is_nan();
+                if masked {
+                    let word = u32::cast_from(allowed[words_at + i / 32]);
+                    present = present && ((word >> u32::cast_from(i % 32)) & 1u32) == 1u32;
+                }
+                let mut s = l;
+                if divide {
+                    s = l / temperature;
+                }
+                let mut key = 0u32;
+                if present {
+                    key = key_of(s);
+                }
+                keys[i] = key;
+                // A unit's indices increase, so `>` keeps its lowest.
+                if key > best_key {
+                    best_key = key;
+                    best_index = i as u32;
+                }
+                if key != 0u32 {
+                    count += 1;
+                    min_key = select(key < min_key, key, min_key);
+                }
+            }
+        }
+    }
+    let key_max = cube_u32(best_key, red_u, OP_MAX, warps);
+    let holder = select(best_key == key_max, best_index, 0xFFFF_FFFFu32);
+    let argmax = cube_u32(holder, red_u, OP_MIN, warps);
+    let key_min = cube_u32(min_key, red_u, OP_MIN, warps);
+    let present = cube_u32(count, red_u, OP_SUM, warps);
+    if tid == 0 {
+        stats[0] = key_max;
+        stats[1] = select(key_max == 0u32, 0u32, argmax);
+        stats[2] = key_min;
+        stats[3] = present;
+    }
+    sync_cube();
+}
+
+/// Pass 4 (module doc): the argmax of `s_i + g_i` over the keys `>=
+/// threshold` (which keeps `argmax`), lowest index on ties.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn choose(
+    keys: &Shared<[u32]>,
+    red_u: &mut Shared<[u32]>,
+    red_f: &mut Shared<[f32]>,
+    s_max: f32,
+    argmax: u32,
+    threshold: u32,
+    pos: u32,
+    seed_lo: u32,
+    seed_hi: u32,
+    #[comptime] vocab: usize,
+    #[comptime] warps: usize,
+) -> u32 {
+    let tid = (UNIT_POS_Y * 32 + UNIT_POS_X) as usize;
+    let mut words = Array::<u32>::new(4usize);
+    let mut group_keys = Array::<u32>::new(4usize);
+    philox(&mut words, pos, argmax / 4, seed_lo, seed_hi);
+    let mut best = s_max + gumbel(words[(argmax % 4) as usize]);
+    let mut best_index = argmax;
+    let noise_max = comptime!(NOISE_MAX);
+    let mut c = tid;
+    while c < comptime!(vocab.div_ceil(4)) {
+        let mut could = false;
+        #[unroll]
+        for j in 0..4usize {
+            let i = c * 4 + j;
+            let mut key = 0u32;
+            if i < vocab {
+                key = keys[i];
+            }
+            group_keys[j] = key;
+            could = could || (key >= threshold && value_of(key) + noise_max >= best);
+        }
+        if could {
+            philox(&mut words, pos, c as u32, seed_lo, seed_hi);
+            #[unroll]
+            for j in 0..4usize {
+                let key = group_keys[j];
+                let s = value_of(key);
+                if key >= threshold && s + noise_bound(words[j]) >= best {
+                    let v = s + gumbel(words[j]);
+                    let i = (c * 4 + j) as u32;
+                    if v > best || (v == best && i < best_index) {
+                        best = v;
+                        best_index = i;
+                    }
+                }
+            }
+        }
+        c += comptime!(warps * 32);
+    }
+    let top = cube_f32(best, red_f, OP_MAX, warps);
+    let holder = select(best == top, best_index, 0xFFFF_FFFFu32);
+    cube_u32(holder, red_u, OP_MIN, warps)
+}
+
+/// Shared memory one cube of [`sample_rows_kernel`] takes for `vocab`.
+pub fn shared_bytes(vocab: usize) -> usize {
+    4 * (vocab + 2 * SAMPLE_WARPS + 64 * SAMPLE_WARPS + 4)
+}
+
+/// Whether a cube's shared memory fits `like`'s device for `vocab` (check
+/// once at startup; [`launch`] asserts it).
+pub fn fits(like: &CubeTensor, vocab: usize) -> bool {
+    shared_bytes(vocab) <= like.client.properties().hardware.max_shared_memory_size
+}
+
+/// Launches [`sample_rows_kernel`] over `logits` `[B, V]` (f16 or f32, rows
+/// contiguous) with the `row_params` columns `floats` `[B, 4]` (f32) and
+/// `ints` `[B, 4]`, `positions` `[B]` and, optionally, `allowed` `[B,
+/// ceil(V / 32)]` (all three in `ints`' integer dtype). With `trace` (`[B,
+/// 4]`, that dtype) the per-pass results are written there, in place.
+/// Returns the ids `[B, 1]` in `ints`' dtype.
+pub fn launch(
+    logits: CubeTensor,
+    floats: CubeTensor,
+    ints: CubeTensor,
+    positions: CubeTensor,
+    allowed: Option<CubeTensor>,
+    trace: Option<CubeTensor>,
+) -> CubeTensor {
+    let [b, v] = logits.shape().dims::<2>();
+    assert!(
+        logits.meta.strides()[1] == 1 && floats.meta.strides()[1] == 1,
+        "sample_rows: rows must be contiguous"
+    );
+    assert!(
+        floats.dtype == DType::F32 && floats.shape().dims::<2>() == [b, FLOAT_COLS],
+        "sample_rows: floats must be f32 [B, {FLOAT_COLS}]"
+    );
+    assert!(
+        ints.shape().dims::<2>() == [b, INT_COLS] && ints.meta.strides()[1] == 1,
+        "sample_rows: ints must be [B, {INT_COLS}]"
+    );
+    assert!(
+        positions.dtype == ints.dtype,
+        "sample_rows: positions in ints' dtype"
+    );
+    assert!(
+        fits(&logits, v),
+        "sample_rows: {v} keys exceed the shared memory"
+    );
+    let out = empty_like(&ints, [b, 1]);
+    let has_mask = allowed.is_some();
+    let allowed = allowed.unwrap_or_else(|| positions.clone());
+    assert!(
+        allowed.dtype == ints.dtype,
+        "sample_rows: allowed in ints' dtype"
+    );
+    let write_trace = trace.is_some();
+    let trace = trace.unwrap_or_else(|| empty_like(&ints, [1, TRACE_COLS]));
+    let (f, i) = (logits.dtype, ints.dtype);
+    sample_rows_kernel::launch(
+        &logits.client,
+        CubeCount::Static(b as u32, 1, 1),
+        CubeDim::new_2d(32, SAMPLE_WARPS as u32),
+        logits.clone().into_tensor_arg(),
+        floats.into_tensor_arg(),
+        ints.into_tensor_arg(),
+        positions.into_tensor_arg(),
+        allowed.into_tensor_arg(),
+        out.clone().into_tensor_arg(),
+        trace.into_tensor_arg(),
+        v,
+        SAMPLE_WARPS,
+        has_mask,
+        write_trace,
+        [dtype_to_storage_type(f), dtype_to_storage_type(i)],
+    );
+    out
+}

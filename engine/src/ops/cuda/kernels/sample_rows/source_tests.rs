@@ -1,0 +1,138 @@
+//! The kernel expanded and transpiled to CUDA C++ on the host, with no GPU:
+//! what only expansion can catch (an operation CubeCL cannot lower, a
+//! comptime value used at run time) fails here, and a few properties of the
+//! source are pinned (the Philox products, the shared memory, no fast-math
+//! intrinsics). Running it on a device is the GPU check's job.
+
+use std::any::TypeId;
+use std::sync::Arc;
+
+use cubecl::ir::features::TypeUsage;
+use cubecl::ir::{
+    DeviceIdentity, FloatKind, HardwareProperties, IntKind, MemoryDeviceProperties, MmaProperties,
+    UIntKind,
+};
+use cubecl::prelude::*;
+use cubecl::server::Handle;
+use cubecl::zspace::{Shape, Strides, Tiling};
+use cubecl::{define_kernel, Compiler};
+use cubecl_common::device::{DeviceId, ServiceId};
+use cubecl_common::profile::TimingMethod;
+use cubecl_cuda::{CudaCompilationOptions, CudaCompiler};
+use cubecl_environment::stream::StreamId;
+
+use super::{sample_rows_kernel, shared_bytes, SAMPLE_WARPS};
+
+/// An H100's properties, as far as expansion reads them.
+fn h100() -> DeviceProperties {
+    let hardware = HardwareProperties {
+        load_width: 128,
+        vector_register_count: None,
+        plane_size_min: 32,
+        plane_size_max: 32,
+        max_bindings: 1024,
+        max_shared_memory_size: 227 * 1024,
+        max_cube_count: (u32::MAX, 65535, 65535),
+        max_units_per_cube: 1024,
+        max_cube_dim: (1024, 1024, 64),
+        num_streaming_multiprocessors: Some(132),
+        num_tensor_cores: None,
+        min_tensor_cores_dim: None,
+        num_cpu_cores: None,
+        last_level_cache_size: None,
+        max_vector_size: VectorSize::MAX,
+        cube_mma_reserved_shared_memory: 0,
+    };
+    let mut props = DeviceProperties::new(
+        Default::default(),
+        MemoryDeviceProperties::new(1 << 30, 32),
+        hardware,
+        TimingMethod::Device,
+        DeviceIdentity::default(),
+    );
+    props.register_address_type(AddressType::U32);
+    props.register_address_type(AddressType::U64);
+    for ty in [
+        ElemType::UInt(UIntKind::U32),
+        ElemType::UInt(UIntKind::U64),
+        ElemType::Int(IntKind::I32),
+        ElemType::Float(FloatKind::F16),
+        ElemType::Float(FloatKind::F32),
+        ElemType::Bool,
+    ] {
+        props.register_type_usage(ty, TypeUsage::all());
+    }
+    props
+}
+
+/// A tensor argument over a buffer no device ever sees.
+fn tensor(shape: &[usize], elem_size: usize) -> TensorArg {
+    let service = ServiceId {
+        device: DeviceId {
+            type_id: 0,
+            index_id: 0,
+        },
+        service: TypeId::of::<u8>(),
+    };
+    let size = (shape.iter().product::<usize>() * elem_size) as u64;
+    let mut strides = vec![1usize; shape.len()];
+    for d in (0..shape.len().saturating_sub(1)).rev() {
+        strides[d] = strides[d + 1] * shape[d + 1];
+    }
+    TensorArg::Handle {
+        handle: TensorBinding {
+            handle: Handle::new(service, StreamId { value: 0 }, size).binding(),
+            strides: Strides::new(&strides),
+            shape: shape.iter().copied().collect::<Shape>(),
+            tiling: Tiling::default(),
+        },
+    }
+}
+
+#[test]
+fn the_kernel_expands_and_transpiles_to_cuda_cpp() {
+    let (b, v) = (4usize, 50_257usize);
+    for (has_mask, write_trace) in [(false, false), (true, true)] {
+        let kernel = sample_rows_kernel::create_dummy_kernel(
+            Arc::new(h100()),
+            Arc::new(TargetProperties {
+                mma: MmaProperties::default(),
+            }),
+            CubeCount::Static(b as u32, 1, 1),
+            CubeDim::new_2d(32, SAMPLE_WARPS as u32),
+            tensor(&[b, v], 2),
+            tensor(&[b, 4], 4),
+            tensor(&[b, 4], 4),
+            tensor(&[b], 4),
+            tensor(&[b, v.div_ceil(32)], 4),
+            tensor(&[b, 1], 4),
+            tensor(&[b, 4], 4),
+            v,
+            SAMPLE_WARPS,
+            has_mask,
+            write_trace,
+            [ElemType::Float(FloatKind::F16), ElemType::Int(IntKind::I32)],
+        );
+        let definition = define_kernel(&kernel).expect("the kernel expands");
+        let mut options = CudaCompilationOptions::default();
+        options.cpp.warp_size = 32;
+        let repr = CudaCompiler::default()
+            .compile(definition, &options)
+            .expect("the kernel transpiles");
+        let source = repr.to_string();
+        assert!(source.contains("__umulhi"), "Philox's high products");
+        assert!(
+            source.contains("__ffs") && source.contains("__popc"),
+            "ballot binning"
+        );
+        assert!(
+            !source.contains("__logf") && !source.contains("__expf"),
+            "no fast math"
+        );
+        assert!(repr.shared_memory_size() >= shared_bytes(v) - 64);
+        assert!(repr.shared_memory_size() <= 227 * 1024);
+        if std::env::var_os("EMBER_PRINT_KERNEL").is_some() {
+            println!("{source}");
+        }
+    }
+}
