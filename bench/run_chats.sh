@@ -25,6 +25,8 @@
 #   OUT            output dir [bench-out-chats; bench-out-chats-dry]
 #   T_SERVING      seconds for the server to become SERVING [900; 180]
 #   PROMPT         the chat message ["Tell me a story about a dragon."]
+#   TEMPERATURE    both sides' temperature [0]; the sampled variant is
+#                  TEMPERATURE=1.0 (OpenAI's default), run beside the greedy one
 # $OUT gets result.md (printed), curl/ (each response), loadgen.json,
 # loadgen.log, report/ (HTML), server.log. Needs curl and python3.
 set -u
@@ -41,6 +43,7 @@ for arg in "$@"; do
 done
 BIN_DIR=${EMBER_BIN_DIR:-$REPO/target/release}
 PROMPT=${PROMPT:-Tell me a story about a dragon.}
+TEMPERATURE=${TEMPERATURE:-0}
 if [[ $DRY_RUN == 1 ]]; then
     N=${N:-8} PRESET=${PRESET:-tiny} DEVICE=${DEVICE:-cpu} T_SERVING=${T_SERVING:-180}
     SERVER_ARGS=${SERVER_ARGS:---max-new-tokens-limit 24}
@@ -87,8 +90,8 @@ say "ember-server SERVING at $BASE (metrics on :$MPORT)"
 # ---- 1. N curl processes at once ------------------------------------------------
 NONCE=$(date +%s%N | tail -c 7)
 body() {
-    python3 -c 'import json,sys; print(json.dumps({"model": sys.argv[1], "messages": [{"role": "user", "content": sys.argv[2]}], "temperature": 0}))' \
-        "$PRESET" "[c$NONCE.$1] $PROMPT"
+    python3 -c 'import json,sys; print(json.dumps({"model": sys.argv[1], "messages": [{"role": "user", "content": sys.argv[2]}], "temperature": float(sys.argv[3])}))' \
+        "$PRESET" "[c$NONCE.$1] $PROMPT" "$TEMPERATURE"
 }
 for i in $(seq 0 $((N - 1))); do body "$i" >"$OUT/curl/req-$i.json"; done
 t0=$(date +%s.%N)
@@ -119,18 +122,18 @@ say "curl: $CURL_TOKENS tokens in $CURL_WALL s = $CURL_TPS tok/s"
 
 # ---- 2. the same load as one loadgen command -------------------------------------
 LG=(--backend openai --base-url "$BASE" --endpoint chat --stream false --max-new-tokens none
-    --num-requests "$N" --unique-prompts --prompt "$PROMPT" --progress off
+    --num-requests "$N" --unique-prompts --prompt "$PROMPT" --progress off --temperature "$TEMPERATURE"
     --scrape-metrics "http://127.0.0.1:$MPORT/metrics" --scrape-interval-ms 250 --gpu-telemetry
     --json "$OUT/loadgen.json" --report "$OUT/report")
 say "loadgen ${LG[*]}"
 "$BIN_DIR/loadgen" "${LG[@]}" >"$OUT/loadgen.log" 2>&1 || die "loadgen failed (see $OUT/loadgen.log)"
-python3 - "$OUT/loadgen.json" "$CURL_TPS" "$CURL_WALL" "$CURL_TOKENS" "$N" "$PRESET" "$DEVICE" >"$OUT/result.md" <<'PY' || die "no result"
+python3 - "$OUT/loadgen.json" "$CURL_TPS" "$CURL_WALL" "$CURL_TOKENS" "$N" "$PRESET" "$DEVICE" "$TEMPERATURE" >"$OUT/result.md" <<'PY' || die "no result"
 import json, sys
 doc = json.load(open(sys.argv[1])); r = doc["runs"][0]
 curl_tps, curl_wall, curl_tokens, n = float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 m = r.get("server_metrics") or {}
 ratio = r["throughput_completion_tps"] / curl_tps if curl_tps else float("nan")
-print(f"## {n} chats, non-streaming, no max_tokens ({sys.argv[6]} on {sys.argv[7]})\n")
+print(f"## {n} chats, non-streaming, no max_tokens ({sys.argv[6]} on {sys.argv[7]}, temperature {sys.argv[8]})\n")
 print("| client | requests ok | completion tokens | wall s | tok/s |")
 print("|---|---:|---:|---:|---:|")
 print(f"| {n} curl processes | {n} | {curl_tokens} | {curl_wall:.3f} | {curl_tps:,.1f} |")

@@ -57,10 +57,28 @@ SERVER_COMMON=(--device "$DEVICE" --listen 127.0.0.1:0 --preset "${BENCH_PRESET:
 
 # Workloads: NAME|SERVER KNOBS|LOADGEN ARGS (issue 7). Consecutive workloads
 # with the same knobs share one server start.
-WORKLOADS=(
-    "seed044|--max-batch-size 64|--num-requests 64 --max-new-tokens 256 --submit-interval-ms 0 --no-stop-on-eos --unique-prompts --prompt Hello --warmup-runs 1 --repeat-runs 3"
-    "single_1x256|--max-batch-size 64|--num-requests 1 --max-new-tokens 256 --submit-interval-ms 0 --no-stop-on-eos --prompt Hello --warmup-runs 1 --repeat-runs 3"
-    "seed045|--max-batch-size 64 --prefill-max-batch-size 16|--num-requests 256 --max-new-tokens 64 --submit-interval-ms 0 --no-stop-on-eos --unique-prompts --prompt Hello --warmup-runs 1 --repeat-runs 3"
+SEED044="--max-batch-size 64|--num-requests 64 --max-new-tokens 256 --submit-interval-ms 0 --no-stop-on-eos --unique-prompts --prompt Hello --warmup-runs 1 --repeat-runs 3"
+SINGLE="--max-batch-size 64|--num-requests 1 --max-new-tokens 256 --submit-interval-ms 0 --no-stop-on-eos --prompt Hello --warmup-runs 1 --repeat-runs 3"
+SEED045="--max-batch-size 64 --prefill-max-batch-size 16|--num-requests 256 --max-new-tokens 64 --submit-interval-ms 0 --no-stop-on-eos --unique-prompts --prompt Hello --warmup-runs 1 --repeat-runs 3"
+# Sampled variants of each decode shape (issue 38): OpenAI's default
+# temperature 1.0 alone and with each filter, run beside the greedy one on the
+# same server, so no shape is measured greedy-only. SAMPLED=0 drops them.
+SAMPLINGS=(
+    "t1|--temperature 1.0"
+    "t1_p09|--temperature 1.0 --top-p 0.9"
+    "t1_k50|--temperature 1.0 --top-k 50"
+    "t1_minp|--temperature 1.0 --min-p 0.05"
+)
+WORKLOADS=()
+for shape in "seed044|$SEED044" "single_1x256|$SINGLE" "seed045|$SEED045"; do
+    WORKLOADS+=("$shape")
+    if [[ ${SAMPLED:-1} == 1 ]]; then
+        for sampling in "${SAMPLINGS[@]}"; do
+            WORKLOADS+=("${shape%%|*}_${sampling%%|*}|${shape#*|} ${sampling#*|}")
+        done
+    fi
+done
+WORKLOADS+=(
     "seed048_absolute|--max-batch-size 16 --prefill-max-batch-size 16|--prompt Hello --prompt-repeats 256 --unique-prompts --num-requests 256 --max-new-tokens 1 --submit-interval-ms 1 --submit-schedule absolute --warmup-runs 1 --repeat-runs 3"
     "seed048_relative|--max-batch-size 16 --prefill-max-batch-size 16|--prompt Hello --prompt-repeats 256 --unique-prompts --num-requests 256 --max-new-tokens 1 --submit-interval-ms 1 --submit-schedule relative --warmup-runs 1 --repeat-runs 3"
 )

@@ -39,6 +39,25 @@ WORKLOAD_NOTES = {
 }
 
 
+def sampled_ratios(wls, names):
+    """Lines of a table: each sampled variant's TPOT p50 over its greedy shape's
+    (the same server, the same invocation), after the end-to-end table."""
+    rows = []
+    for n in names:
+        base = next((g for g in WORKLOAD_ORDER if n.startswith(g + "_t")), None)
+        if base is None or base not in wls:
+            continue
+        def tpot(name):
+            rep = get(wls[name], "report")
+            runs = [r for r in (get(rep, "runs") or []) if isinstance(r, dict) and not r.get("warmup")]
+            return run_metric(runs, "tpot_ms", "p50") if runs else None
+        rows.append(f"| {n} | {fmt(tpot(n), 3)} | {fmt(tpot(base), 3)} | {ratio(tpot(n), tpot(base))} |")
+    if not rows:
+        return []
+    return ["", "## Sampled vs greedy (TPOT p50, ms; target <= 1.10x)", "",
+            "| workload | sampled | greedy | ratio |", "|---|---:|---:|---:|"] + rows + [""]
+
+
 def get(d, *path, default=None):
     """d[path[0]][path[1]]...; each step may be a key or a tuple of alternative keys."""
     for key in path:
@@ -248,7 +267,12 @@ def render(res):
 
     # ---- end to end ----
     wls = res.get("workloads") or {}
-    names = [n for n in WORKLOAD_ORDER if n in wls] + sorted(n for n in wls if n not in WORKLOAD_ORDER)
+    names = []
+    for n in WORKLOAD_ORDER:
+        # Each greedy shape, then its sampled variants (NAME_t1, NAME_t1_p09, ...).
+        names += [n] if n in wls else []
+        names += sorted(v for v in wls if v.startswith(n + "_t"))
+    names += sorted(n for n in wls if n not in names)
     L.append("")
     L.append("## End to end: ember-server + loadgen (median over measured runs)")
     L.append("")
@@ -283,6 +307,8 @@ def render(res):
     if step_ms(g64):
         L.append(f"| peer: torch + CUDA graph, B=64 decode only | | {fmt(get(g64, 'tokens_per_s'))} "
                  f"| | {fmt(step_ms(g64), 3)} / n/a | | | | |")
+
+    L += sampled_ratios(wls, names)
 
     # ---- checks and stages ----
     check = get(cg, "check")

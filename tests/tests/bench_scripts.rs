@@ -89,8 +89,9 @@ fn run_cpu_dry_run_prints_a_table_of_numbers() {
 }
 
 /// `bench/run_gpu.sh` in its documented CPU dry run (tiny preset, one
-/// workload, no engine stage, no peers): the server starts, loadgen runs and
-/// `table.md` has the workload's row with its measured runs and no failures.
+/// workload and its top-p sampled variant, no engine stage, no peers): the
+/// server starts, loadgen runs and `table.md` has the workloads' rows with
+/// their measured runs, no failures, and the sampled/greedy ratio.
 #[test]
 fn run_gpu_dry_run_writes_the_end_to_end_row() {
     let out = scratch_dir("run-gpu-dry");
@@ -103,7 +104,7 @@ fn run_gpu_dry_run_writes_the_end_to_end_row() {
         .env("BENCH_DEVICE", "cpu")
         .env("BENCH_PRESET", "tiny")
         .env("EMBER_BIN_DIR", &bin_dir)
-        .env("BENCH_WORKLOADS", "single_1x256")
+        .env("BENCH_WORKLOADS", "single_1x256 single_1x256_t1_p09")
         .env("SKIP_ENGINE", "1")
         .env("SKIP_PEERS", "1")
         .env("BENCH_WALL_S", "150")
@@ -127,6 +128,16 @@ fn run_gpu_dry_run_writes_the_end_to_end_row() {
         row.last().map(String::as_str),
         Some("0"),
         "failures in {row:?}"
+    );
+    // The sampled variant ran beside it and has its ratio to greedy.
+    let sampled = table
+        .lines()
+        .find(|l| l.starts_with("| single_1x256_t1_p09 |"))
+        .unwrap_or_else(|| panic!("no sampled row in\n{table}"));
+    assert!(sampled.ends_with("| 0 |"), "failures in {sampled}");
+    assert!(
+        table.contains("## Sampled vs greedy") && table.contains("| single_1x256_t1_p09 | "),
+        "no sampled/greedy ratio in\n{table}"
     );
     cleanup_scratch(&out);
 }
@@ -214,6 +225,35 @@ fn run_options_dry_run_prints_every_group() {
     )
     .expect("loadgen's JSON");
     assert_eq!(json["runs"][0]["ok"], 1, "the structured request finished");
+    assert!(log.contains(&result), "the script prints the result");
+    cleanup_scratch(&out);
+}
+
+/// `bench/run_mixed_poisson.sh --dry-run`: Poisson chats, half sampled, as
+/// two loadgens against the tiny preset for a few seconds; both groups
+/// finish requests with no failure, TTFT and the server's waiting queue are
+/// numbers, and the verdict line prints.
+#[test]
+fn run_mixed_poisson_dry_run_measures_both_groups() {
+    let out = scratch_dir("run-mixed-dry");
+    let log = dry_run("run_mixed_poisson.sh", &out, &[]);
+    let result = std::fs::read_to_string(out.join("result.md")).expect("result.md written");
+    let rows = table_rows(&result);
+    assert_eq!(rows.len(), 2, "{result}");
+    for row in &rows {
+        assert!(row[1].parse::<u64>().is_ok_and(|n| n > 0), "{result}");
+        assert_eq!(row[2], "0", "no request failed: {result}");
+        let ttft = row[4].split('/').next().unwrap_or("").trim();
+        assert!(ttft.parse::<f64>().is_ok(), "TTFT p50 in {result}");
+        assert!(
+            row[7].parse::<f64>().is_ok(),
+            "server waiting max in {result}"
+        );
+    }
+    assert!(
+        result.contains("TTFT p50 < 20 ms in both groups"),
+        "{result}"
+    );
     assert!(log.contains(&result), "the script prints the result");
     cleanup_scratch(&out);
 }

@@ -1,5 +1,6 @@
 //! `--check-kernels`: the CubeCL paged decode attention and KV write (and the
-//! projections, LayerNorm and causal prefill attention) against
+//! projections, LayerNorm, causal prefill attention and the sampler,
+//! `crate::sample_check`) against
 //! the tensor-op reference (gather through the block tables + mask + Burn's
 //! attention; `select_assign`), on random data on the device. Ragged context
 //! lengths (1 to the full table), blocks in scattered order, f16 on CUDA.
@@ -73,6 +74,9 @@ mod cuda {
             "device {}: kernel check (H {h}, D {d}, block {BLOCK}, lens {lens:?}, and x10)",
             device.name
         );
+        // The sampler first: the newest kernel, and its line is then never
+        // lost to a timeout of the slower checks after it.
+        let sampler = crate::sample_check::run(dev, &say);
         let (attention_diff, split_diff, counters_left) = attention_checks(tuning, &lens, dev);
         say(format!(
             "paged decode attention: max |kernel - reference| = {attention_diff:e}"
@@ -101,6 +105,7 @@ mod cuda {
         let prefill = prefill_checks(h, dev, &say);
         Ok(json!({
             "device": device.name,
+            "sampler": sampler,
             "attention_max_abs_diff": attention_diff,
             "split_attention_max_abs_diff": split_diff,
             "split_attention_counters_zero": counters_left == 0,

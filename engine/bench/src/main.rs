@@ -40,6 +40,7 @@ mod kv_write_check;
 mod machine;
 mod membw;
 mod reference;
+mod sample_check;
 mod timing;
 
 use timing::{bench_batch, bench_prefill, Prompts, TimingOptions};

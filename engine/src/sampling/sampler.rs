@@ -40,6 +40,79 @@ pub fn row_params(p: &SamplingParams) -> RowParams {
     }
 }
 
+/// A step's tokens as the device chose them inside the step (a replayed
+/// decode graph), before any logit transform.
+#[derive(Debug, Clone)]
+pub struct DeviceChoice {
+    /// `[B, 1]` ids.
+    pub ids: Tensor<2, Int>,
+    /// Whether every row's own sampling parameters were honoured (the
+    /// sampling kernel), not only the argmax of the raw logits.
+    pub sampled: bool,
+}
+
+impl DeviceChoice {
+    /// The argmax of the raw logits (`ids`), which serves greedy rows only.
+    pub fn argmax(ids: Tensor<2, Int>) -> Self {
+        Self {
+            ids,
+            sampled: false,
+        }
+    }
+}
+
+/// Handles to a [`SamplingParamsRows`]' device columns, for a step that
+/// chooses its tokens on the device ([`choose_on_device`]).
+#[derive(Debug, Clone)]
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub struct SampleColumns {
+    floats: Tensor<2>,
+    ints: Tensor<2, Int>,
+    positions: Tensor<1, Int>,
+    kernel: bool,
+}
+
+/// Every row's token from `logits` `[B, vocab]` on the device: the sampling
+/// kernel where it runs (CUDA, its keys fitting in shared memory), reading
+/// `columns`; elsewhere the argmax (the CPU samples its sampled rows on the
+/// host, after the step).
+pub fn choose_on_device(logits: Tensor<2>, columns: &SampleColumns) -> DeviceChoice {
+    #[cfg(feature = "cuda")]
+    if columns.kernel {
+        let ids = crate::ops::cuda::sample_rows(
+            logits,
+            columns.floats.clone(),
+            columns.ints.clone(),
+            columns.positions.clone(),
+            None,
+            None,
+        );
+        return DeviceChoice { ids, sampled: true };
+    }
+    #[cfg(not(feature = "cuda"))]
+    let _ = columns;
+    DeviceChoice::argmax(logits.argmax(1))
+}
+
+/// Whether the sampling kernel serves `device` for `vocab` tokens (asked
+/// where the buffers are made; the device's limit is read once).
+/// `EMBER_DEVICE_SAMPLER=0` turns it off (every sampled row then goes through
+/// the host sampler: a debugging aid, read once).
+fn kernel_serves(device: &Device, vocab: usize) -> bool {
+    #[cfg(feature = "cuda")]
+    {
+        static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        let off =
+            *OFF.get_or_init(|| std::env::var("EMBER_DEVICE_SAMPLER").is_ok_and(|v| v == "0"));
+        !off && crate::ops::cuda::sample_rows_fit(device, vocab)
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = (device, vocab);
+        false
+    }
+}
+
 /// Per-row sampling parameters as device tensors in `row_params`' layout
 /// (`[B, FLOAT_COLS]` f32, `[B, INT_COLS]` i32) plus each row's position
 /// (`[B]`), written from a step's [`SamplingTable`]. Decode keeps one per
@@ -63,6 +136,8 @@ pub struct SamplingParamsRows {
     /// The vocabulary's bitmask positions, made on the first step with an
     /// allowed set.
     token_bits: Option<transforms::TokenBits>,
+    /// Whether the sampling kernel chooses the tokens ([`kernel_serves`]).
+    kernel: bool,
     rows: usize,
     vocab: usize,
     device: Device,
@@ -81,15 +156,28 @@ impl SamplingParamsRows {
             argmax_only: true,
             transforms: None,
             token_bits: None,
+            kernel: kernel_serves(device, vocab),
             rows,
             vocab,
             device: device.clone(),
         }
     }
 
+    /// Handles to the device columns (valid until the next write off CUDA,
+    /// where a write replaces the tensors).
+    pub fn columns(&self) -> SampleColumns {
+        SampleColumns {
+            floats: self.floats.tensor(),
+            ints: self.ints.tensor(),
+            positions: self.positions.tensor(),
+            kernel: self.kernel,
+        }
+    }
+
     /// Writes `table`'s rows (rows past them are greedy padding), and uploads
-    /// the logit transforms of rows that change their logits. When every row
-    /// takes the argmax nothing is written: that path reads no parameters.
+    /// the logit transforms of rows that change their logits. Columns and
+    /// positions are uploaded only when they changed; an all-greedy table
+    /// writes no positions (greedy rows read none).
     pub fn write(&mut self, table: &SamplingTable) {
         debug_assert!(table.len() <= self.rows);
         self.argmax_only = table.all_take_graph_argmax();
@@ -100,9 +188,6 @@ impl SamplingParamsRows {
                 .get_or_insert_with(|| transforms::TokenBits::new(v, device));
             transforms::Prepared::new(table, self.rows, v, bits, device)
         });
-        if self.argmax_only {
-            return;
-        }
         let params: Vec<RowParams> = table.sampling.iter().map(row_params).collect();
         let columns = row_params::columns(&params, &[], self.rows);
         if columns != self.written {
@@ -110,58 +195,76 @@ impl SamplingParamsRows {
             self.ints.write(columns.1.clone());
             self.written = columns;
         }
+        if self.argmax_only {
+            return;
+        }
         let mut positions = vec![0i32; self.rows];
         for (p, &pos) in positions.iter_mut().zip(&table.pos) {
             *p = pos as i32;
         }
-        self.positions.write(positions.clone());
-        self.written_positions = positions;
+        if positions != self.written_positions {
+            self.positions.write(positions.clone());
+            self.written_positions = positions;
+        }
     }
 }
 
 /// Picks one token per row of `logits` (`[B, vocab]`, B = the parameters'
 /// rows, last written from `table`) and reads back the table's rows' ids:
-/// the step's one device->host read. `argmax` (`[B, 1]`), where the step
-/// already computed it (a replayed decode graph does), stands in for the
-/// argmax of the raw logits. Rows whose logits change first
-/// ([`SamplingTable::changes_logits`]) are chosen from the changed logits
-/// ([`super::transforms`]).
+/// the step's one device->host read. `chosen`, where the step already chose
+/// on the device (a replayed decode graph), is used when it serves every
+/// row: no row changes its logits, and either it honoured each row's
+/// sampling (the kernel) or every row is greedy. Otherwise the rows whose
+/// logits change ([`SamplingTable::changes_logits`]) get them changed
+/// ([`super::transforms`]) and every row is chosen again ([`sample_rows`]).
 pub fn sample(
     logits: Tensor<2>,
-    argmax: Option<Tensor<2, Int>>,
+    chosen: Option<DeviceChoice>,
     params: &SamplingParamsRows,
     table: &SamplingTable,
 ) -> Result<Vec<u32>, EngineError> {
     let [b, _] = logits.dims();
     debug_assert_eq!(b, params.rows);
-    if !params.argmax_only {
-        let logits = match &params.transforms {
-            Some(prepared) => transforms::apply(logits.cast(DType::F32), prepared),
-            None => logits,
-        };
-        return sample_rows(logits, params, table.len().min(b));
+    let real = table.len().min(b);
+    if params.transforms.is_none() {
+        match chosen {
+            Some(c) if c.sampled || params.argmax_only => return read_ids(c.ids, real),
+            _ if params.argmax_only => return read_ids(logits.argmax(1), real),
+            _ => {}
+        }
     }
-    // The whole `[B, 1]` buffer as it is (no reshape or slice queued before
-    // the read: a greedy step's ids come straight from the graph's output);
-    // the padding rows are dropped on the host.
-    let ids = argmax.unwrap_or_else(|| logits.argmax(1));
+    let logits = match &params.transforms {
+        Some(prepared) => transforms::apply(logits.cast(DType::F32), prepared),
+        None => logits,
+    };
+    sample_rows(logits, params, real)
+}
+
+/// Reads the `[B, 1]` ids back as they are (no reshape or slice queued
+/// before the read: a greedy step's ids come straight from the graph's
+/// output) and keeps the first `real` (the padding rows are dropped here).
+fn read_ids(ids: Tensor<2, Int>, real: usize) -> Result<Vec<u32>, EngineError> {
     let data = ids
         .try_into_data()
         .map_err(|e| EngineError::Device(format!("{e:?}")))?;
     Ok(data
         .iter::<i64>()
-        .take(table.len().min(b))
+        .take(real)
         .map(|x| x.clamp(0, u32::MAX as i64) as u32)
         .collect())
 }
 
 /// Every row's token (module docs) from `logits` `[B, vocab]` with the
-/// parameters `params` holds; the first `real` rows' ids are returned.
+/// parameters `params` holds; the first `real` rows' ids are returned. On
+/// CUDA one launch of the kernel; elsewhere the host row sampler.
 fn sample_rows(
     logits: Tensor<2>,
     params: &SamplingParamsRows,
     real: usize,
 ) -> Result<Vec<u32>, EngineError> {
+    if params.kernel {
+        return read_ids(choose_on_device(logits, &params.columns()).ids, real);
+    }
     let [_, v] = logits.dims();
     let host = logits
         .cast(DType::F32)
@@ -233,13 +336,19 @@ pub(super) mod tests {
         let mut params = SamplingParamsRows::new(3, 3, &Device::flex());
         let greedy = table(&[G(), G()]);
         params.write(&greedy);
-        assert_eq!(sample(l, Some(given()), &params, &greedy).unwrap(), [2, 1]);
+        assert_eq!(
+            sample(l, Some(DeviceChoice::argmax(given())), &params, &greedy).unwrap(),
+            [2, 1]
+        );
         // A mixed batch: greedy rows take the argmax of their logits, the
         // sampled row (all its mass on token 0) samples.
         let hot = logits(&[&[0.1, 3.0, 0.2], &[50.0, 0.0, 0.0], &[0.0, 0.0, 9.0]]);
         let mixed = table(&[G(), s(1.0, 0, 1.0, 3)]);
         params.write(&mixed);
-        assert_eq!(sample(hot, Some(given()), &params, &mixed).unwrap(), [1, 0]);
+        assert_eq!(
+            sample(hot, Some(DeviceChoice::argmax(given())), &params, &mixed).unwrap(),
+            [1, 0]
+        );
     }
 
     #[test]
@@ -301,7 +410,10 @@ pub(super) mod tests {
         let t = table(&[banned, G()]);
         let mut params = SamplingParamsRows::new(2, 3, &Device::flex());
         params.write(&t);
-        assert_eq!(sample(l, Some(given), &params, &t).unwrap(), [2, 0]);
+        assert_eq!(
+            sample(l, Some(DeviceChoice::argmax(given)), &params, &t).unwrap(),
+            [2, 0]
+        );
     }
 
     #[test]

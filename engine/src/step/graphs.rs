@@ -31,18 +31,21 @@ use super::forward::forward;
 use super::inputs::StepInputs;
 use crate::model::{Gpt2, KvCache};
 use crate::ops::Ops;
+use crate::sampling::{choose_on_device, DeviceChoice, SampleColumns};
 
 /// What one step hands the captured closure, and what it hands back.
 #[derive(Default)]
 struct StepSlot {
     inputs: Option<StepInputs>,
+    columns: Option<SampleColumns>,
     cache: Option<KvCache>,
 }
 
 /// A decode step's device results: the logits `[B, vocab]` and each row's
-/// argmax `[B, 1]` (captured with the step, so a greedy step launches
-/// nothing after the replay).
-pub type GraphOutput = (Tensor<2>, Tensor<2, Int>);
+/// token as the device chose it (captured with the step, so a step whose
+/// rows change no logits launches nothing after the replay: on CUDA the
+/// sampling kernel, greedy and sampled rows alike; elsewhere the argmax).
+pub type GraphOutput = (Tensor<2>, DeviceChoice);
 
 type StepClosure = Box<dyn FnMut() -> Option<GraphOutput> + Send>;
 
@@ -64,6 +67,7 @@ impl DecodeGraph {
         ops: &Ops,
         cache: &mut KvCache,
         inputs: StepInputs,
+        columns: SampleColumns,
         device: &Device,
     ) -> Self {
         let slot = Arc::new(Mutex::new(StepSlot::default()));
@@ -72,15 +76,17 @@ impl DecodeGraph {
         let closure: StepClosure = Box::new(move || {
             let mut slot = lock(&shared);
             let inputs = slot.inputs.clone()?;
+            let columns = slot.columns.clone()?;
             let mut cache = slot.cache.take()?;
             let logits = forward(&model, &ops, &mut cache, inputs);
             slot.cache = Some(cache);
-            let argmax = logits.clone().argmax(1);
-            Some((logits, argmax))
+            let chosen = choose_on_device(logits.clone(), &columns);
+            Some((logits, chosen))
         });
         {
             let mut filled = lock(&slot);
             filled.inputs = Some(inputs);
+            filled.columns = Some(columns);
             filled.cache = Some(std::mem::take(cache));
         }
         let mut this = Self {
@@ -97,14 +103,20 @@ impl DecodeGraph {
         self.graph.is_hardware()
     }
 
-    /// Runs the step with `inputs` (the bucket's buffers, already written for
-    /// this step). Returns logits `[bucket, vocab]` and their argmax, complete
-    /// on the device, or `None` if the slot lost the cache (a bug; the caller
-    /// goes eager).
-    pub fn replay(&mut self, cache: &mut KvCache, inputs: StepInputs) -> Option<GraphOutput> {
+    /// Runs the step with `inputs` and sampling `columns` (the bucket's
+    /// buffers, already written for this step). Returns logits `[bucket,
+    /// vocab]` and the device's choice, complete on the device, or `None` if
+    /// the slot lost the cache (a bug; the caller goes eager).
+    pub fn replay(
+        &mut self,
+        cache: &mut KvCache,
+        inputs: StepInputs,
+        columns: SampleColumns,
+    ) -> Option<GraphOutput> {
         {
             let mut slot = lock(&self.slot);
             slot.inputs = Some(inputs);
+            slot.columns = Some(columns);
             slot.cache = Some(std::mem::take(cache));
         }
         // Safety: every buffer the graph touches is alive: the weights are

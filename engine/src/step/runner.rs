@@ -25,7 +25,7 @@ use super::shapes::{self, RunnerShape};
 use crate::error::EngineError;
 use crate::model::{Gpt2, Gpt2Config, KvCache};
 use crate::ops::{LinearShape, Ops, TableGeometry, TunedShape};
-use crate::sampling::{logprobs, sample, SamplingParamsRows, SamplingTable};
+use crate::sampling::{logprobs, sample, DeviceChoice, SamplingParamsRows, SamplingTable};
 use crate::types::TokenLogprobs;
 
 /// What a sampled step returns: one id per real row, and each row's logprobs
@@ -134,10 +134,10 @@ impl StepRunner {
         rows: &[DecodeRow<'_>],
         table: &SamplingTable,
     ) -> Result<Sampled, EngineError> {
-        let (logits, argmax, bucket) = self.run_decode(rows, table);
+        let (logits, chosen, bucket) = self.run_decode(rows, table);
         let started = Instant::now();
         let params = &self.decode_buffers[&bucket].sampling;
-        let sampled = sample_step(logits, argmax, params, table)?;
+        let sampled = sample_step(logits, chosen, params, table)?;
         tracing::trace!(
             bucket,
             sample_us = started.elapsed().as_micros() as u64,
@@ -160,21 +160,22 @@ impl StepRunner {
         (logits, bucket)
     }
 
-    /// [`StepRunner::decode_forward`], with each row's argmax where the
-    /// replayed graph computed it.
+    /// [`StepRunner::decode_forward`], with each row's token as the replayed
+    /// graph chose it.
     fn run_decode(
         &mut self,
         rows: &[DecodeRow<'_>],
         table: &SamplingTable,
-    ) -> (Tensor<2>, Option<Tensor<2, Int>>, usize) {
+    ) -> (Tensor<2>, Option<DeviceChoice>, usize) {
         let started = Instant::now();
         let bucket = self.decode_bucket(rows.len());
         let inputs = self.prepare_decode(bucket, rows, table);
+        let columns = self.decode_buffers[&bucket].sampling.columns();
         let prepared = started.elapsed();
         let replayed = self
             .graphs
             .get_mut(&bucket)
-            .and_then(|graph| graph.replay(&mut self.cache, inputs.clone()));
+            .and_then(|graph| graph.replay(&mut self.cache, inputs.clone(), columns));
         // Where a step's host time goes (`RUST_LOG=ember_engine::step=trace`).
         tracing::trace!(
             bucket,
@@ -184,7 +185,7 @@ impl StepRunner {
             "decode step inputs written and run"
         );
         match replayed {
-            Some((logits, argmax)) => (logits, Some(argmax), bucket),
+            Some((logits, chosen)) => (logits, Some(chosen), bucket),
             None => {
                 let logits = forward(&self.model, &self.ops, &mut self.cache, inputs);
                 (logits, None, bucket)
@@ -304,11 +305,13 @@ impl StepRunner {
         for &bucket in buckets {
             let started = Instant::now();
             let inputs = self.prepare_decode(bucket, &[], &SamplingTable::default());
+            let columns = self.decode_buffers[&bucket].sampling.columns();
             let graph = DecodeGraph::capture(
                 &self.model,
                 &self.ops,
                 &mut self.cache,
                 inputs,
+                columns,
                 &self.device,
             );
             let is_hardware = graph.is_hardware();
@@ -440,16 +443,16 @@ fn score(
 }
 
 /// Samples the `table.len()` real rows of `logits` with `params` (written
-/// from `table`; `argmax`: the raw logits' argmax, where the step computed
-/// it), then the logprobs of the rows that asked (only when one did).
+/// from `table`; `chosen`: the tokens the step chose on the device, where
+/// it did), then the logprobs of the rows that asked (only when one did).
 fn sample_step(
     logits: Tensor<2>,
-    argmax: Option<Tensor<2, Int>>,
+    chosen: Option<DeviceChoice>,
     params: &SamplingParamsRows,
     table: &SamplingTable,
 ) -> Result<Sampled, EngineError> {
     let kept = table.any_logprobs().then(|| logits.clone());
-    let tokens = sample(logits, argmax, params, table)?;
+    let tokens = sample(logits, chosen, params, table)?;
     let lps = kept
         .map(|l| logprobs(l, &tokens, &table.logprobs))
         .transpose()?

@@ -103,13 +103,17 @@ impl Args {
     }
 
     fn workload_config(&self) -> WorkloadConfig {
-        let sampling = (self.temperature.is_some() || self.top_k.is_some() || self.top_p.is_some())
-            .then_some(Sampling {
-                temperature: self.temperature,
-                top_k: self.top_k,
-                top_p: self.top_p,
-                seed: None,
-            });
+        let sampling = (self.temperature.is_some()
+            || self.top_k.is_some()
+            || self.top_p.is_some()
+            || self.min_p.is_some())
+        .then_some(Sampling {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            seed: None,
+        });
         WorkloadConfig {
             base_prompt: vec![self.prompt.as_str(); self.prompt_repeats].join(" "),
             dataset: self

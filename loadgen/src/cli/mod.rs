@@ -132,6 +132,16 @@ pub struct Args {
     )]
     pub top_p: Option<f32>,
 
+    /// min-p sampling, in [0, 1] (unset or 0 = off): keeps tokens whose
+    /// probability is at least min_p times the top token's (vLLM's field).
+    #[arg(
+        long,
+        env = "LOADGEN_MIN_P",
+        value_name = "P",
+        allow_negative_numbers = true
+    )]
+    pub min_p: Option<f32>,
+
     /// Milliseconds between submissions (0 = burst: all at t0).
     #[arg(
         long,

@@ -182,6 +182,14 @@ impl Args {
                 ));
             }
         }
+        if let Some(p) = self.min_p {
+            if !(0.0..=1.0).contains(&p) {
+                return Err(Error::invalid(
+                    "--min-p",
+                    format!("must be in [0, 1] (got {p})"),
+                ));
+            }
+        }
         Ok(())
     }
 

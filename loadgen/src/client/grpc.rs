@@ -241,6 +241,7 @@ fn message(p: PreparedRequest, limits: ServerLimits) -> GenerateRequest {
             temperature: s.temperature,
             top_k: s.top_k,
             top_p: s.top_p,
+            min_p: s.min_p,
             seed: s.seed,
             ..Default::default()
         }),
@@ -393,6 +394,7 @@ mod tests {
                 temperature: Some(0.5),
                 top_k: None,
                 top_p: None,
+                min_p: None,
                 seed: Some(9),
             }),
             prompt_tokens: Some(2),

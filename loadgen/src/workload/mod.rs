@@ -61,6 +61,8 @@ pub struct Sampling {
     pub top_k: Option<i32>,
     /// Nucleus sampling.
     pub top_p: Option<f32>,
+    /// min-p (0 = off).
+    pub min_p: Option<f32>,
     /// The request's seed (`--seed + index`).
     pub seed: Option<u64>,
 }

@@ -64,6 +64,9 @@ pub fn body(
     if let Some(top_k) = s.top_k {
         v["top_k"] = json!(top_k);
     }
+    if let Some(min_p) = s.min_p {
+        v["min_p"] = json!(min_p);
+    }
     if let Some(seed) = s.seed {
         v["seed"] = json!(seed);
     }
@@ -288,6 +291,7 @@ mod tests {
             temperature: Some(0.5),
             top_k: Some(3),
             top_p: None,
+            min_p: Some(0.05),
             seed: Some(7),
         });
         let v: Value = serde_json::from_slice(&body(&p, Endpoint::Chat, "m", &[])).expect("json");
@@ -296,6 +300,8 @@ mod tests {
             (v["top_k"].as_i64(), v["seed"].as_u64()),
             (Some(3), Some(7))
         );
+        let min_p = v["min_p"].as_f64().expect("min_p sent");
+        assert!((min_p - 0.05).abs() < 1e-6, "{min_p}");
         assert_eq!(v["ignore_eos"], true);
         assert!(v.get("prompt").is_none());
         p.max_new_tokens = None;

@@ -42,10 +42,12 @@ mod source_tests;
 
 use burn::backend::cubecl::dtype_to_storage_type;
 use burn::backend::TensorMetadata;
+use burn::prelude::{Device, Shape};
 use burn::tensor::DType;
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 
+use crate::ops::cuda::extension::cuda_kernel;
 use crate::ops::cuda::launch::empty_like;
 use crate::ops::row_params::{
     COL_FLAGS, COL_MIN_P, COL_SEED_HI, COL_SEED_LO, COL_TEMPERATURE, COL_TOP_K, COL_TOP_P,
@@ -334,6 +336,45 @@ fn choose(
     let top = cube_f32(best, red_f, OP_MAX, warps);
     let holder = select(best == top, best_index, 0xFFFF_FFFFu32);
     cube_u32(holder, red_u, OP_MIN, warps)
+}
+
+cuda_kernel! {
+    /// One token per row of `logits` `[B, V]` (module doc) with the
+    /// `row_params` columns `floats` `[B, 4]` (f32), `ints` `[B, 4]`, each
+    /// row's sampled position `positions` `[B]` and, optionally, an allowed
+    /// bitmask `[B, ceil(V / 32)]`; with `trace` (`[B, 4]`) the per-pass keys
+    /// are written there. Returns the ids `[B, 1]` in `ints`' dtype.
+    #[fusion(dtype = ints, shape = { let [b, _] = logits.dims::<2>(); Shape::new([b, 1]) })]
+    pub fn SampleRows::sample_rows(
+        logits: Tensor<2>,
+        floats: Tensor<2>,
+        ints: Tensor<2, Int>,
+        positions: Tensor<1, Int>,
+        #[optional(flag = has_allowed, stand_in = positions)] allowed: Option<Tensor<2, Int>>,
+        #[in_place] #[optional(flag = has_trace, stand_in = ints)] trace: Option<Tensor<2, Int>>,
+    ) -> Tensor<2, Int>
+}
+
+/// Whether the kernel's shared memory fits `device` for a vocabulary of
+/// `vocab`: `false` off CUDA or when the keys do not fit (the caller samples
+/// on the host). The device's limit is read once per process (one server
+/// serves one kind of GPU), so asking costs nothing after the first time.
+pub fn fits_device(device: &Device, vocab: usize) -> bool {
+    static MAX_SHARED: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    if !crate::ops::cuda::is_cube_device(device) {
+        return false;
+    }
+    let max = *MAX_SHARED.get_or_init(|| {
+        use burn::prelude::Tensor as BurnTensor;
+        let probe = BurnTensor::<1>::zeros([1], (device, DType::F32));
+        let Ok(fused) = probe.try_into_primitive::<burn::backend::Cube>() else {
+            return 0;
+        };
+        let client = fused.client.clone();
+        let tensor = client.resolve_tensor_float::<burn_cubecl::CubeBackend>(fused);
+        tensor.client.properties().hardware.max_shared_memory_size
+    });
+    shared_bytes(vocab) <= max
 }
 
 /// Shared memory one cube of [`sample_rows_kernel`] takes for `vocab`.
