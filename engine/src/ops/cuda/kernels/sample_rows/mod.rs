@@ -361,19 +361,21 @@ cuda_kernel! {
 /// serves one kind of GPU), so asking costs nothing after the first time.
 pub fn fits_device(device: &Device, vocab: usize) -> bool {
     static MAX_SHARED: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    if !crate::ops::cuda::is_cube_device(device) {
-        return false;
-    }
-    let max = *MAX_SHARED.get_or_init(|| {
-        use burn::prelude::Tensor as BurnTensor;
-        let probe = BurnTensor::<1>::zeros([1], (device, DType::F32));
-        let Ok(fused) = probe.try_into_primitive::<burn::backend::Cube>() else {
-            return 0;
-        };
-        let client = fused.client.clone();
-        let tensor = client.resolve_tensor_float::<burn_cubecl::CubeBackend>(fused);
-        tensor.client.properties().hardware.max_shared_memory_size
-    });
+    let max = match MAX_SHARED.get() {
+        Some(max) => *max,
+        None => {
+            use burn::prelude::Tensor as BurnTensor;
+            let probe = BurnTensor::<1>::zeros([1], (device, DType::F32));
+            // Not a CUDA tensor: nothing to launch on (and nothing cached).
+            let Ok(fused) = probe.try_into_primitive::<burn::backend::Cube>() else {
+                return false;
+            };
+            let client = fused.client.clone();
+            let tensor = client.resolve_tensor_float::<burn_cubecl::CubeBackend>(fused);
+            let max = tensor.client.properties().hardware.max_shared_memory_size;
+            *MAX_SHARED.get_or_init(|| max)
+        }
+    };
     shared_bytes(vocab) <= max
 }
 
