@@ -23,10 +23,13 @@ fn field(p: &GenerationParams) -> Option<String> {
     p.validate(&LIMITS).err().map(|v| v.field.name("prompt"))
 }
 
+/// One bad edit of valid params and the field its error must name.
+type Case = (fn(&mut GenerationParams), &'static str);
+
 #[test]
 fn each_parameter_out_of_range_is_named() {
     assert_eq!(field(&ok()), None);
-    let cases: Vec<(fn(&mut GenerationParams), &str)> = vec![
+    let cases: Vec<Case> = vec![
         (|p| p.stop.max_new_tokens = 0, "max_new_tokens"),
         (|p| p.stop.max_new_tokens = 257, "max_new_tokens"),
         (|p| p.stop.min_tokens = 5, "sampling.min_tokens"),
