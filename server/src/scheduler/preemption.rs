@@ -70,7 +70,7 @@ pub fn make_room_for_front<E: StepEngine>(
         // front is not priced for nothing.
         let Some(victim) = waiting
             .policy()
-            .victim_for_waiting(&key, &running_seqs(running))
+            .victim_for_waiting(&key, &running_seqs(running), now)
         else {
             return;
         };
@@ -89,6 +89,7 @@ fn running_seqs(running: &RunningSet) -> Vec<RunningSeq> {
         .map(|(&id, c)| RunningSeq {
             id,
             priority: c.priority,
+            enqueued_at: c.enqueued_at,
         })
         .collect()
 }

@@ -37,7 +37,12 @@ impl Policy for FcfsPolicy {
         false
     }
 
-    fn victim_for_waiting(&self, _front: &QueueKey, _running: &[RunningSeq]) -> Option<SeqId> {
+    fn victim_for_waiting(
+        &self,
+        _front: &QueueKey,
+        _running: &[RunningSeq],
+        _now: Instant,
+    ) -> Option<SeqId> {
         None
     }
 
@@ -88,10 +93,18 @@ mod tests {
 
     #[test]
     fn victims_are_the_newest_for_decode_and_none_for_the_queue() {
-        let running = [2, 9, 4].map(|id| RunningSeq { id, priority: 0 });
+        let enqueued_at = Instant::now();
+        let running = [2, 9, 4].map(|id| RunningSeq {
+            id,
+            priority: 0,
+            enqueued_at,
+        });
         assert_eq!(FcfsPolicy.victim_for_decode(&running), Some(9));
         assert_eq!(FcfsPolicy.victim_for_decode(&[]), None);
         let front = QueueKey::new(0, &entry(1, true));
-        assert_eq!(FcfsPolicy.victim_for_waiting(&front, &running), None);
+        assert_eq!(
+            FcfsPolicy.victim_for_waiting(&front, &running, enqueued_at),
+            None
+        );
     }
 }

@@ -67,6 +67,11 @@ pub struct RunningSeq {
     pub id: SeqId,
     /// The priority it asked for.
     pub priority: i32,
+    /// When it was first queued: a policy that ages waiting requests ages a
+    /// running one the same way when it weighs it against the queue, so a
+    /// request it preempts (which keeps aging from the same instant) cannot
+    /// preempt its preemptor back.
+    pub enqueued_at: Instant,
 }
 
 /// A `priority` the policy cannot honour; the service refuses the request
@@ -92,9 +97,14 @@ pub trait Policy: fmt::Debug + Send {
     fn ages(&self) -> bool;
 
     /// The running request to preempt for the front of the wait queue (its
-    /// key `front`), which cannot get a running slot or its blocks; `None`:
-    /// the front waits.
-    fn victim_for_waiting(&self, front: &QueueKey, running: &[RunningSeq]) -> Option<SeqId>;
+    /// key `front`, computed at `now`), which cannot get a running slot or
+    /// its blocks; `None`: the front waits.
+    fn victim_for_waiting(
+        &self,
+        front: &QueueKey,
+        running: &[RunningSeq],
+        now: Instant,
+    ) -> Option<SeqId>;
 
     /// The running request to preempt when a decode step needs more fresh
     /// blocks than are free; `None` only when nothing runs.
