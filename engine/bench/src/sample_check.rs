@@ -4,10 +4,12 @@
 //!
 //! Rows mix greedy, temperature-only, top-k, top-p, min-p and their
 //! combinations, each at several positions (so many draws per setting). The
-//! kernel's per-pass keys (`trace`) must equal the host's; its token must
-//! lie in the host's kept set always, and equal the host's token except
-//! where the device's `ln` and the host's differ by an ulp at a near tie
-//! (counted and printed, a pass needs >= 99.5% equal).
+//! kernel runs twice on each batch: with the trace (every pass) and without
+//! (top-p rows without top-k try the rejection shortcut first). Its per-pass
+//! keys (`trace`) must equal the host's; both runs' tokens must lie in the
+//! host's kept set always, and equal the host's token except where the
+//! device's `ln` and the host's differ by an ulp at a near tie (counted and
+//! printed, a pass needs >= 99.5% equal).
 
 #[cfg(feature = "cuda")]
 pub use cuda::run;
@@ -70,8 +72,10 @@ mod cuda {
         }
     }
 
-    /// Runs the kernel on `batch`: the ids and the trace, on the host.
-    fn kernel(batch: &Batch, dev: &Device) -> (Vec<u32>, Vec<u32>) {
+    /// Runs the kernel on `batch` with the trace (every pass run) and
+    /// without (top-p rows try the rejection shortcut first): both runs'
+    /// ids and the trace, on the host.
+    fn kernel(batch: &Batch, dev: &Device) -> (Vec<u32>, Vec<u32>, Vec<u32>) {
         let b = batch.positions.len();
         let floats = Tensor::<2>::from_data(
             TensorData::new(batch.floats.clone(), [b, FLOAT_COLS]),
@@ -82,21 +86,29 @@ mod cuda {
         let trace = ints(vec![0; b * TRACE_COLS], [b, TRACE_COLS], dev);
         let ids = sample_rows(
             batch.logits.clone(),
+            floats.clone(),
+            int_cols.clone(),
+            positions.clone(),
+            None,
+            Some(trace.clone()),
+        );
+        let plain = sample_rows(
+            batch.logits.clone(),
             floats,
             int_cols,
             positions,
             None,
-            Some(trace.clone()),
+            None,
         );
         let host = |t: Tensor<2, Int>| -> Vec<u32> {
             t.into_data().iter::<i64>().map(|x| x as u32).collect()
         };
-        (host(ids), host(trace))
+        (host(ids), host(trace), host(plain))
     }
 
     /// One batch: (rows, equal tokens, equal traces, tokens outside the kept set).
     fn compare(batch: &Batch, v: usize, dev: &Device) -> (usize, usize, usize, usize) {
-        let (ids, trace) = kernel(batch, dev);
+        let (ids, trace, plain) = kernel(batch, dev);
         let host_logits: Vec<f32> = batch
             .logits
             .clone()
@@ -115,17 +127,19 @@ mod cuda {
         let b = want.len();
         let (mut same, mut same_trace, mut outside) = (0, 0, 0);
         for (i, w) in want.iter().enumerate() {
-            same += usize::from(ids[i] == w.token);
             let t = &trace[i * TRACE_COLS..(i + 1) * TRACE_COLS];
             same_trace += usize::from(t == [w.argmax, w.tau_k, w.top_p, w.threshold]);
             let temperature = batch.floats[i * FLOAT_COLS];
-            let l = host_logits[i * v + ids[i] as usize];
-            let s = if temperature > 0.0 {
-                l / temperature
-            } else {
-                l
-            };
-            outside += usize::from(key_of(s) < w.threshold);
+            for token in [ids[i], plain[i]] {
+                same += usize::from(token == w.token);
+                let l = host_logits[i * v + token as usize];
+                let s = if temperature > 0.0 {
+                    l / temperature
+                } else {
+                    l
+                };
+                outside += usize::from(key_of(s) < w.threshold);
+            }
         }
         (b, same, same_trace, outside)
     }
@@ -205,9 +219,11 @@ mod cuda {
             same_trace += t;
             outside += o;
         }
-        let ok = outside == 0 && same_trace == rows && same * 1000 >= rows * 995;
+        // Two kernel runs per row (with and without the trace).
+        let draws = 2 * rows;
+        let ok = outside == 0 && same_trace == rows && same * 1000 >= draws * 995;
         say(format!(
-            "sample_rows vs the host sampler: {same}/{rows} tokens equal, {same_trace}/{rows} traces equal, {outside} outside the kept set: {}",
+            "sample_rows vs the host sampler: {same}/{draws} tokens equal (with and without the trace), {same_trace}/{rows} traces equal, {outside} outside the kept set: {}",
             if ok { "ok" } else { "FAILED" }
         ));
         let times: Vec<serde_json::Value> = [1usize, 64, 256]
@@ -218,7 +234,7 @@ mod cuda {
                 t
             })
             .collect();
-        json!({ "ok": ok, "rows": rows, "tokens_equal": same, "traces_equal": same_trace,
+        json!({ "ok": ok, "rows": rows, "draws": draws, "tokens_equal": same, "traces_equal": same_trace,
             "outside_kept_set": outside, "timings": times })
     }
 }

@@ -31,10 +31,20 @@
 //!    its logarithms only under its word's leading-zero bound ([`noise`]).
 //!    Cube argmax: max value, then the lowest index holding it.
 //!
+//! **Rejection** (top-p rows without top-k, outside trace mode): the
+//! choice of pass 4 over the keys min-p keeps comes first; its token `c`
+//! is the answer exactly when `c` is in the nucleus, i.e. when the mass of
+//! the keys above `c`'s is under `p Z` (then `c` is also the argmax over
+//! the smaller kept set). One pass of masses tells; a rejected draw (at
+//! most `1 - p` of them) goes through passes 2-4. The sums differ from the
+//! descent's only in their order, so the two agree except where that mass
+//! is within rounding of `p Z`.
+//!
 //! With `write_trace`, unit 0 also writes the row's argmax, top-k, top-p and
 //! final threshold keys (`row_params::TRACE_COLS`), which a GPU check
 //! compares with `row_sampler::RowTrace` pass by pass.
 
+mod choice;
 mod noise;
 mod search;
 #[cfg(test)]
@@ -51,9 +61,10 @@ use crate::ops::cuda::extension::cuda_kernel;
 use crate::ops::cuda::launch::empty_like;
 use crate::ops::row_params::{
     COL_FLAGS, COL_MIN_P, COL_SEED_HI, COL_SEED_LO, COL_TEMPERATURE, COL_TOP_K, COL_TOP_P,
-    FLAG_ALLOWED, FLOAT_COLS, INT_COLS, NOISE_MAX, TRACE_COLS,
+    FLAG_ALLOWED, FLOAT_COLS, INT_COLS, TRACE_COLS,
 };
-use noise::{gumbel, key_of, noise_bound, philox, value_of};
+use choice::{choose, unit_masses};
+use noise::{key_of, value_of};
 use search::{cube_f32, cube_u32, kth_largest, top_p_threshold, OP_MAX, OP_MIN, OP_SUM};
 
 /// Warps per cube (one cube per row).
@@ -135,53 +146,83 @@ pub fn sample_rows_kernel<F: Float, I: Int>(
     let finite = key_max > 0x007F_FFFFu32 && key_max < 0xFF80_0000u32;
     if !greedy && finite {
         let s_max = value_of(key_max);
-        // Pass 2: top-k.
-        if top_k > 0 && top_k < present {
-            tau_k = kth_largest(
-                &keys,
-                &mut bins_u,
-                &mut bins_f,
-                key_min,
-                key_max,
-                top_k,
-                vocab,
-                warps,
-            );
-        }
         let mut key_min_p = 0u32;
         if min_p > f32::new(0.0) {
             key_min_p = key_of(s_max + min_p.ln());
         }
-        let in_k = select(tau_k > key_min, tau_k, key_min);
-        let lower = select(key_min_p > in_k, key_min_p, in_k);
-        // Pass 3: top-p.
-        top_p_key = lower;
-        if top_p < f32::new(1.0) {
-            let nucleus = top_p > f32::new(0.0);
-            if !nucleus {
-                top_p_key = key_max;
-            } else if lower < key_max {
-                top_p_key = top_p_threshold(
+        // Top-p without top-k: a draw first (module doc, "rejection").
+        let mut decided = false;
+        if comptime![!write_trace] {
+            let k_off = top_k == 0 || top_k >= present;
+            if k_off && top_p > f32::new(0.0) && top_p < f32::new(1.0) {
+                let lower = select(key_min_p > key_min, key_min_p, key_min);
+                let candidate = choose(
+                    &keys, &mut red_u, &mut red_f, s_max, argmax, lower, pos, seed_lo, seed_hi,
+                    vocab, warps,
+                );
+                let mut part = Array::<f32>::new(2usize);
+                unit_masses(
+                    &keys,
+                    &mut part,
+                    key_min,
+                    keys[candidate as usize],
+                    s_max,
+                    vocab,
+                    warps,
+                );
+                let z = cube_f32(part[0], &mut red_f, OP_SUM, warps);
+                let above = cube_f32(part[1], &mut red_f, OP_SUM, warps);
+                if above < top_p * z {
+                    token = candidate;
+                    decided = true;
+                }
+            }
+        }
+        if !decided {
+            // Pass 2: top-k.
+            if top_k > 0 && top_k < present {
+                tau_k = kth_largest(
                     &keys,
                     &mut bins_u,
                     &mut bins_f,
-                    &mut red_f,
-                    lower,
+                    key_min,
                     key_max,
-                    in_k,
-                    s_max,
-                    top_p,
+                    top_k,
                     vocab,
                     warps,
                 );
             }
+            let in_k = select(tau_k > key_min, tau_k, key_min);
+            let lower = select(key_min_p > in_k, key_min_p, in_k);
+            // Pass 3: top-p.
+            top_p_key = lower;
+            if top_p < f32::new(1.0) {
+                let nucleus = top_p > f32::new(0.0);
+                if !nucleus {
+                    top_p_key = key_max;
+                } else if lower < key_max {
+                    top_p_key = top_p_threshold(
+                        &keys,
+                        &mut bins_u,
+                        &mut bins_f,
+                        &mut red_f,
+                        lower,
+                        key_max,
+                        in_k,
+                        s_max,
+                        top_p,
+                        vocab,
+                        warps,
+                    );
+                }
+            }
+            threshold = select(top_p_key < key_max, top_p_key, key_max);
+            // Pass 4: the Gumbel-max choice.
+            token = choose(
+                &keys, &mut red_u, &mut red_f, s_max, argmax, threshold, pos, seed_lo, seed_hi,
+                vocab, warps,
+            );
         }
-        threshold = select(top_p_key < key_max, top_p_key, key_max);
-        // Pass 4: the Gumbel-max choice.
-        token = choose(
-            &keys, &mut red_u, &mut red_f, s_max, argmax, threshold, pos, seed_lo, seed_hi, vocab,
-            warps,
-        );
     }
 
     let out_at = row * out.stride(0);
@@ -276,66 +317,6 @@ fn scan_row<F: Float, I: Int>(
         stats[3] = present;
     }
     sync_cube();
-}
-
-/// Pass 4 (module doc): the argmax of `s_i + g_i` over the keys `>=
-/// threshold` (which keeps `argmax`), lowest index on ties.
-#[cube]
-#[allow(clippy::too_many_arguments)]
-fn choose(
-    keys: &Shared<[u32]>,
-    red_u: &mut Shared<[u32]>,
-    red_f: &mut Shared<[f32]>,
-    s_max: f32,
-    argmax: u32,
-    threshold: u32,
-    pos: u32,
-    seed_lo: u32,
-    seed_hi: u32,
-    #[comptime] vocab: usize,
-    #[comptime] warps: usize,
-) -> u32 {
-    let tid = (UNIT_POS_Y * 32 + UNIT_POS_X) as usize;
-    let mut words = Array::<u32>::new(4usize);
-    let mut group_keys = Array::<u32>::new(4usize);
-    philox(&mut words, pos, argmax / 4, seed_lo, seed_hi);
-    let mut best = s_max + gumbel(words[(argmax % 4) as usize]);
-    let mut best_index = argmax;
-    let noise_max = comptime!(NOISE_MAX);
-    let mut c = tid;
-    while c < comptime!(vocab.div_ceil(4)) {
-        let mut could = false;
-        #[unroll]
-        for j in 0..4usize {
-            let i = c * 4 + j;
-            let mut key = 0u32;
-            if i < vocab {
-                key = keys[i];
-            }
-            group_keys[j] = key;
-            could = could || (key >= threshold && value_of(key) + noise_max >= best);
-        }
-        if could {
-            philox(&mut words, pos, c as u32, seed_lo, seed_hi);
-            #[unroll]
-            for j in 0..4usize {
-                let key = group_keys[j];
-                let s = value_of(key);
-                if key >= threshold && s + noise_bound(words[j]) >= best {
-                    let v = s + gumbel(words[j]);
-                    let i = (c * 4 + j) as u32;
-                    if v > best || (v == best && i < best_index) {
-                        best = v;
-                        best_index = i;
-                    }
-                }
-            }
-        }
-        c += comptime!(warps * 32);
-    }
-    let top = cube_f32(best, red_f, OP_MAX, warps);
-    let holder = select(best == top, best_index, 0xFFFF_FFFFu32);
-    cube_u32(holder, red_u, OP_MIN, warps)
 }
 
 cuda_kernel! {
