@@ -28,6 +28,8 @@ pub mod transforms;
 #[cfg(test)]
 mod filter_tests;
 #[cfg(test)]
+mod rejection_tests;
+#[cfg(test)]
 mod row_sampler_tests;
 #[cfg(test)]
 mod test_logits;
