@@ -233,6 +233,23 @@ class Timer:
             torch.cuda.synchronize(device or self.device)
 
 
+def capture_graph(step, warmup=3):
+    """Runs `step` `warmup` times on a side stream (cuBLAS handles, kernel
+    choices), then captures one call in a CUDA graph; returns the graph."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(warmup):
+            step()
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    torch.cuda.synchronize()
+    return graph
+
+
 def pct(xs, q):
     """q-quantile (0..1) of xs, nearest rank."""
     xs = sorted(xs)

@@ -283,17 +283,7 @@ class Graphed:
         if not use_graph:
             self.step()
             return time.perf_counter() - t
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            for _ in range(3):
-                self.step()
-        torch.cuda.current_stream().wait_stream(s)
-        torch.cuda.synchronize()
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            self.step()
-        torch.cuda.synchronize()
+        self.graph = g.capture_graph(self.step)
         return time.perf_counter() - t
 
     def run(self):

@@ -107,17 +107,7 @@ class Decoder:
 
     def capture(self):
         # Warm up on a side stream (cuBLAS handles, SDPA kernel choice), then capture.
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            for _ in range(3):
-                self.step()
-        torch.cuda.current_stream().wait_stream(s)
-        torch.cuda.synchronize()
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            self.step()
-        torch.cuda.synchronize()
+        self.graph = g.capture_graph(self.step)
 
     def run(self):
         if self.graph is not None:

@@ -59,19 +59,10 @@ command -v python3 >/dev/null || die "needs python3"
 
 read -r -a SERVER_EXTRA <<<"$SERVER_ARGS"
 MPORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-"$BIN_DIR/ember-server" --listen 127.0.0.1:0 --http-listen 127.0.0.1:0 --metrics-port "$MPORT" \
-    --preset "$PRESET" --device "$DEVICE" --max-pending 4096 "${SERVER_EXTRA[@]}" \
-    >"$OUT/server.out" 2>"$OUT/server.log" &
-SPID=$!
-trap 'kill $SPID 2>/dev/null; wait $SPID 2>/dev/null' EXIT
-deadline=$(($(date +%s) + T_SERVING))
-HTTP=
-until [[ -n $HTTP ]] && python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)' "http://$HTTP/health" 2>/dev/null; do
-    HTTP=$(sed -n 's/^http listening on //p' "$OUT/server.out")
-    kill -0 $SPID 2>/dev/null || die "ember-server exited (see $OUT/server.log)"
-    (($(date +%s) < deadline)) || die "not SERVING within ${T_SERVING}s"
-    sleep 0.5
-done
+# shellcheck source=bench/door_lib.sh
+source "$REPO/bench/door_lib.sh"
+start_http_server "$OUT" "$T_SERVING" --metrics-port "$MPORT" --preset "$PRESET" \
+    --device "$DEVICE" --max-pending 4096 "${SERVER_EXTRA[@]}"
 say "ember-server SERVING at http://$HTTP (metrics on port $MPORT)"
 "$BIN_DIR/loadgen" --backend openai --base-url "http://$HTTP" --endpoint chat --num-requests 4 \
     --max-new-tokens 4 --temperature 1.0 --progress off >/dev/null 2>&1 || die "warmup failed"

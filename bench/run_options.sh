@@ -54,18 +54,10 @@ die() { say "FAILED: $*"; exit 1; }
 command -v python3 >/dev/null || die "needs python3"
 [[ -x $BIN_DIR/ember-server && -x $BIN_DIR/loadgen ]] || die "no ember-server / loadgen in $BIN_DIR"
 
-"$BIN_DIR/ember-server" --listen 127.0.0.1:0 --http-listen 127.0.0.1:0 --preset "$PRESET" \
-    --device "$DEVICE" --max-batch-size "$N" --max-pending 4096 >"$OUT/server.out" 2>"$OUT/server.log" &
-SPID=$!
-trap 'kill $SPID 2>/dev/null; wait $SPID 2>/dev/null' EXIT
-deadline=$(($(date +%s) + T_SERVING))
-HTTP=
-until [[ -n $HTTP ]] && python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)' "http://$HTTP/health" 2>/dev/null; do
-    HTTP=$(sed -n 's/^http listening on //p' "$OUT/server.out")
-    kill -0 $SPID 2>/dev/null || die "ember-server exited (see $OUT/server.log)"
-    (($(date +%s) < deadline)) || die "not SERVING within ${T_SERVING}s"
-    sleep 0.5
-done
+# shellcheck source=bench/door_lib.sh
+source "$REPO/bench/door_lib.sh"
+start_http_server "$OUT" "$T_SERVING" --preset "$PRESET" --device "$DEVICE" \
+    --max-batch-size "$N" --max-pending 4096
 say "ember-server SERVING at http://$HTTP"
 
 # One loadgen group: NAME COUNT [extra loadgen args...]; run in the background.

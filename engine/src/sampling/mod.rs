@@ -35,5 +35,5 @@ mod row_sampler_tests;
 mod test_logits;
 
 pub use logprobs::logprobs;
-pub use sampler::{choose_on_device, sample, DeviceChoice, SampleColumns, SamplingParamsRows};
+pub use sampler::{choose_on_device, sample, SampleColumns, SamplingParamsRows};
 pub use table::{RowSampling, SamplingTable, TokenEdit};

@@ -40,27 +40,6 @@ pub fn row_params(p: &SamplingParams) -> RowParams {
     }
 }
 
-/// A step's tokens as the device chose them inside the step (a replayed
-/// decode graph), before any logit transform.
-#[derive(Debug, Clone)]
-pub struct DeviceChoice {
-    /// `[B, 1]` ids.
-    pub ids: Tensor<2, Int>,
-    /// Whether every row's own sampling parameters were honoured (the
-    /// sampling kernel), not only the argmax of the raw logits.
-    pub sampled: bool,
-}
-
-impl DeviceChoice {
-    /// The argmax of the raw logits (`ids`), which serves greedy rows only.
-    pub fn argmax(ids: Tensor<2, Int>) -> Self {
-        Self {
-            ids,
-            sampled: false,
-        }
-    }
-}
-
 /// Handles to a [`SamplingParamsRows`]' device columns, for a step that
 /// chooses its tokens on the device ([`choose_on_device`]).
 #[derive(Debug, Clone)]
@@ -72,14 +51,15 @@ pub struct SampleColumns {
     kernel: bool,
 }
 
-/// Every row's token from `logits` `[B, vocab]` on the device: the sampling
-/// kernel where it runs (CUDA, its keys fitting in shared memory), reading
-/// `columns`; elsewhere the argmax (the CPU samples its sampled rows on the
-/// host, after the step).
-pub fn choose_on_device(logits: Tensor<2>, columns: &SampleColumns) -> DeviceChoice {
+/// Every row's token `[B, 1]` from `logits` `[B, vocab]` on the device: the
+/// sampling kernel where it runs (CUDA, its keys fitting in shared memory),
+/// reading `columns`, so every row's own sampling is honoured; elsewhere the
+/// argmax of the raw logits, which serves greedy rows only (the CPU samples
+/// its sampled rows on the host, after the step).
+pub fn choose_on_device(logits: Tensor<2>, columns: &SampleColumns) -> Tensor<2, Int> {
     #[cfg(feature = "cuda")]
     if columns.kernel {
-        let ids = crate::ops::cuda::sample_rows(
+        return crate::ops::cuda::sample_rows(
             logits,
             columns.floats.clone(),
             columns.ints.clone(),
@@ -87,11 +67,10 @@ pub fn choose_on_device(logits: Tensor<2>, columns: &SampleColumns) -> DeviceCho
             None,
             None,
         );
-        return DeviceChoice { ids, sampled: true };
     }
     #[cfg(not(feature = "cuda"))]
     let _ = columns;
-    DeviceChoice::argmax(logits.argmax(1))
+    logits.argmax(1)
 }
 
 /// Whether the sampling kernel serves `device` for `vocab` tokens (asked
@@ -125,6 +104,9 @@ pub struct SamplingParamsRows {
     positions: InputBuffer<1, Int>,
     /// The columns as last written (a write that changes nothing is skipped).
     written: (Vec<f32>, Vec<i32>),
+    /// Every row greedy: what an all-greedy step needs in the columns (a
+    /// replayed graph's kernel reads them), made once.
+    greedy: (Vec<f32>, Vec<i32>),
     /// The positions as last written.
     written_positions: Vec<i32>,
     /// Host-side summary of the last write: every row takes the argmax of the
@@ -146,12 +128,13 @@ pub struct SamplingParamsRows {
 impl SamplingParamsRows {
     /// Buffers for `rows` rows over a vocabulary of `vocab` tokens, all greedy.
     pub fn new(rows: usize, vocab: usize, device: &Device) -> Self {
-        let (floats, ints) = row_params::columns(&[], &[], rows);
+        let greedy = row_params::columns(&[], &[], rows);
         Self {
             floats: InputBuffer::zeros_dtype([rows, FLOAT_COLS], device, DType::F32),
             ints: InputBuffer::zeros([rows, INT_COLS], device),
             positions: InputBuffer::zeros([rows], device),
-            written: (floats, ints),
+            written: greedy.clone(),
+            greedy,
             written_positions: vec![0; rows],
             argmax_only: true,
             transforms: None,
@@ -176,8 +159,10 @@ impl SamplingParamsRows {
 
     /// Writes `table`'s rows (rows past them are greedy padding), and uploads
     /// the logit transforms of rows that change their logits. Columns and
-    /// positions are uploaded only when they changed; an all-greedy table
-    /// writes no positions (greedy rows read none).
+    /// positions are uploaded only when they changed; an all-greedy step (the
+    /// common one, on the decode hot path) builds nothing: it compares the
+    /// columns with the greedy ones and writes them only after a sampled
+    /// step, and writes no positions (greedy rows read none).
     pub fn write(&mut self, table: &SamplingTable) {
         debug_assert!(table.len() <= self.rows);
         self.argmax_only = table.all_take_graph_argmax();
@@ -188,15 +173,16 @@ impl SamplingParamsRows {
                 .get_or_insert_with(|| transforms::TokenBits::new(v, device));
             transforms::Prepared::new(table, self.rows, v, bits, device)
         });
+        if self.argmax_only {
+            if self.written != self.greedy {
+                self.write_columns(self.greedy.clone());
+            }
+            return;
+        }
         let params: Vec<RowParams> = table.sampling.iter().map(row_params).collect();
         let columns = row_params::columns(&params, &[], self.rows);
         if columns != self.written {
-            self.floats.write(columns.0.clone());
-            self.ints.write(columns.1.clone());
-            self.written = columns;
-        }
-        if self.argmax_only {
-            return;
+            self.write_columns(columns);
         }
         let mut positions = vec![0i32; self.rows];
         for (p, &pos) in positions.iter_mut().zip(&table.pos) {
@@ -207,19 +193,27 @@ impl SamplingParamsRows {
             self.written_positions = positions;
         }
     }
+
+    /// Uploads `columns` and remembers them as written.
+    fn write_columns(&mut self, columns: (Vec<f32>, Vec<i32>)) {
+        self.floats.write(columns.0.clone());
+        self.ints.write(columns.1.clone());
+        self.written = columns;
+    }
 }
 
 /// Picks one token per row of `logits` (`[B, vocab]`, B = the parameters'
 /// rows, last written from `table`) and reads back the table's rows' ids:
-/// the step's one device->host read. `chosen`, where the step already chose
-/// on the device (a replayed decode graph), is used when it serves every
-/// row: no row changes its logits, and either it honoured each row's
-/// sampling (the kernel) or every row is greedy. Otherwise the rows whose
+/// the step's one device->host read. `chosen`, the ids the step already
+/// chose on the device with these parameters' columns (a replayed decode
+/// graph, [`choose_on_device`]), is used when it serves every row: no row
+/// changes its logits, and either the kernel chose them (each row's
+/// sampling honoured) or every row is greedy. Otherwise the rows whose
 /// logits change ([`SamplingTable::changes_logits`]) get them changed
 /// ([`super::transforms`]) and every row is chosen again ([`sample_rows`]).
 pub fn sample(
     logits: Tensor<2>,
-    chosen: Option<DeviceChoice>,
+    chosen: Option<Tensor<2, Int>>,
     params: &SamplingParamsRows,
     table: &SamplingTable,
 ) -> Result<Vec<u32>, EngineError> {
@@ -228,7 +222,7 @@ pub fn sample(
     let real = table.len().min(b);
     if params.transforms.is_none() {
         match chosen {
-            Some(c) if c.sampled || params.argmax_only => return read_ids(c.ids, real),
+            Some(ids) if params.kernel || params.argmax_only => return read_ids(ids, real),
             _ if params.argmax_only => return read_ids(logits.argmax(1), real),
             _ => {}
         }
@@ -263,7 +257,7 @@ fn sample_rows(
     real: usize,
 ) -> Result<Vec<u32>, EngineError> {
     if params.kernel {
-        return read_ids(choose_on_device(logits, &params.columns()).ids, real);
+        return read_ids(choose_on_device(logits, &params.columns()), real);
     }
     let [_, v] = logits.dims();
     let host = logits
@@ -336,19 +330,13 @@ pub(super) mod tests {
         let mut params = SamplingParamsRows::new(3, 3, &Device::flex());
         let greedy = table(&[G(), G()]);
         params.write(&greedy);
-        assert_eq!(
-            sample(l, Some(DeviceChoice::argmax(given())), &params, &greedy).unwrap(),
-            [2, 1]
-        );
+        assert_eq!(sample(l, Some(given()), &params, &greedy).unwrap(), [2, 1]);
         // A mixed batch: greedy rows take the argmax of their logits, the
         // sampled row (all its mass on token 0) samples.
         let hot = logits(&[&[0.1, 3.0, 0.2], &[50.0, 0.0, 0.0], &[0.0, 0.0, 9.0]]);
         let mixed = table(&[G(), s(1.0, 0, 1.0, 3)]);
         params.write(&mixed);
-        assert_eq!(
-            sample(hot, Some(DeviceChoice::argmax(given())), &params, &mixed).unwrap(),
-            [1, 0]
-        );
+        assert_eq!(sample(hot, Some(given()), &params, &mixed).unwrap(), [1, 0]);
     }
 
     #[test]
@@ -410,10 +398,24 @@ pub(super) mod tests {
         let t = table(&[banned, G()]);
         let mut params = SamplingParamsRows::new(2, 3, &Device::flex());
         params.write(&t);
-        assert_eq!(
-            sample(l, Some(DeviceChoice::argmax(given)), &params, &t).unwrap(),
-            [2, 0]
-        );
+        assert_eq!(sample(l, Some(given), &params, &t).unwrap(), [2, 0]);
+    }
+
+    #[test]
+    fn an_all_greedy_step_after_a_sampled_one_writes_the_greedy_columns_back() {
+        // A replayed graph's kernel reads the columns on every step, and an
+        // all-greedy step reads its ids straight from it: stale sampled
+        // columns would sample those rows.
+        let mut params = SamplingParamsRows::new(2, 3, &Device::flex());
+        params.write(&table(&[G(), s(1.0, 0, 0.9, 7)]));
+        assert_ne!(params.written, params.greedy);
+        params.write(&table(&[G(), G()]));
+        assert_eq!(params.written, params.greedy);
+        let (floats, ints) = params.greedy.clone();
+        let on_device = |t: Tensor<2>| t.into_data().iter::<f32>().collect::<Vec<_>>();
+        assert_eq!(on_device(params.floats.tensor()), floats);
+        let ids: Vec<i64> = params.ints.tensor().into_data().iter::<i64>().collect();
+        assert_eq!(ids, ints.iter().map(|&x| i64::from(x)).collect::<Vec<_>>());
     }
 
     #[test]

@@ -31,7 +31,7 @@ use super::forward::forward;
 use super::inputs::StepInputs;
 use crate::model::{Gpt2, KvCache};
 use crate::ops::Ops;
-use crate::sampling::{choose_on_device, DeviceChoice, SampleColumns};
+use crate::sampling::{choose_on_device, SampleColumns};
 
 /// What one step hands the captured closure, and what it hands back.
 #[derive(Default)]
@@ -45,7 +45,7 @@ struct StepSlot {
 /// token as the device chose it (captured with the step, so a step whose
 /// rows change no logits launches nothing after the replay: on CUDA the
 /// sampling kernel, greedy and sampled rows alike; elsewhere the argmax).
-pub type GraphOutput = (Tensor<2>, DeviceChoice);
+pub type GraphOutput = (Tensor<2>, Tensor<2, Int>);
 
 type StepClosure = Box<dyn FnMut() -> Option<GraphOutput> + Send>;
 

@@ -25,7 +25,7 @@ use super::shapes::{self, RunnerShape};
 use crate::error::EngineError;
 use crate::model::{Gpt2, Gpt2Config, KvCache};
 use crate::ops::{LinearShape, Ops, TableGeometry, TunedShape};
-use crate::sampling::{logprobs, sample, DeviceChoice, SamplingParamsRows, SamplingTable};
+use crate::sampling::{logprobs, sample, SamplingParamsRows, SamplingTable};
 use crate::types::TokenLogprobs;
 
 /// What a sampled step returns: one id per real row, and each row's logprobs
@@ -166,7 +166,7 @@ impl StepRunner {
         &mut self,
         rows: &[DecodeRow<'_>],
         table: &SamplingTable,
-    ) -> (Tensor<2>, Option<DeviceChoice>, usize) {
+    ) -> (Tensor<2>, Option<Tensor<2, Int>>, usize) {
         let started = Instant::now();
         let bucket = self.decode_bucket(rows.len());
         let inputs = self.prepare_decode(bucket, rows, table);
@@ -447,7 +447,7 @@ fn score(
 /// it did), then the logprobs of the rows that asked (only when one did).
 fn sample_step(
     logits: Tensor<2>,
-    chosen: Option<DeviceChoice>,
+    chosen: Option<Tensor<2, Int>>,
     params: &SamplingParamsRows,
     table: &SamplingTable,
 ) -> Result<Sampled, EngineError> {

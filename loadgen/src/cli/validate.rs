@@ -311,6 +311,8 @@ mod tests {
         assert_eq!(flag_of(&["--temperature", "-1"]), "--temperature");
         assert_eq!(flag_of(&["--top-p", "0"]), "--top-p");
         assert_eq!(flag_of(&["--top-k", "-1"]), "--top-k");
+        assert_eq!(flag_of(&["--min-p", "1.5"]), "--min-p");
+        assert_eq!(flag_of(&["--min-p", "-0.1"]), "--min-p");
         assert_eq!(flag_of(&["--spawn-server"]), "--target");
         assert_eq!(flag_of(&["--", "--preset", "tiny"]), "--spawn-server");
     }
