@@ -77,6 +77,7 @@ mod cuda {
         // The sampler first: the newest kernel, and its line is then never
         // lost to a timeout of the slower checks after it.
         let sampler = crate::sample_check::run(dev, &say);
+        let penalties = crate::penalty_check::run(dev, &say);
         let (attention_diff, split_diff, counters_left) = attention_checks(tuning, &lens, dev);
         say(format!(
             "paged decode attention: max |kernel - reference| = {attention_diff:e}"
@@ -106,6 +107,7 @@ mod cuda {
         Ok(json!({
             "device": device.name,
             "sampler": sampler,
+            "penalties": penalties,
             "attention_max_abs_diff": attention_diff,
             "split_attention_max_abs_diff": split_diff,
             "split_attention_counters_zero": counters_left == 0,

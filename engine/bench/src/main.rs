@@ -33,12 +33,14 @@ use serde_json::json;
 
 #[cfg(feature = "cuda")]
 mod check_data;
+mod controls_check;
 mod gemv_bw;
 mod kernel_check;
 #[cfg(feature = "cuda")]
 mod kv_write_check;
 mod machine;
 mod membw;
+mod penalty_check;
 mod reference;
 mod sample_check;
 mod timing;
@@ -142,7 +144,12 @@ fn main() -> anyhow::Result<()> {
     let device = device::open(args.device, &options)?;
     let report = match &args.reference {
         _ if args.check_kernels => kernel_check::run(&device)?,
-        Some(dir) => reference::check_reference(dir, device, args.graphs)?,
+        Some(dir) => {
+            let controls = controls_check::check_controls(dir, device.clone(), args.graphs)?;
+            let mut report = reference::check_reference(dir, device, args.graphs)?;
+            report["controls"] = controls;
+            report
+        }
         None => run(&args, device)?,
     };
     std::fs::write(&args.json, serde_json::to_string_pretty(&report)?)

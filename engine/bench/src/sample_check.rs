@@ -90,6 +90,7 @@ mod cuda {
             int_cols.clone(),
             positions.clone(),
             None,
+            None,
             Some(trace.clone()),
         );
         let plain = sample_rows(
@@ -97,6 +98,7 @@ mod cuda {
             floats,
             int_cols,
             positions,
+            None,
             None,
             None,
         );
@@ -179,7 +181,15 @@ mod cuda {
             let (f, i) = cols(p);
             let (l, pos) = (data.logits.clone(), positions.clone());
             time(dev, 50, || {
-                let _ = sample_rows(l.clone(), f.clone(), i.clone(), pos.clone(), None, None);
+                let _ = sample_rows(
+                    l.clone(),
+                    f.clone(),
+                    i.clone(),
+                    pos.clone(),
+                    None,
+                    None,
+                    None,
+                );
             })
         };
         let greedy = run(RowParams {

@@ -332,6 +332,7 @@ impl Engine {
         // Before anything is drawn or computed: on OutOfBlocks nothing changed.
         self.seqs.grow(ids)?;
         let started = std::time::Instant::now();
+        self.place_penalties(ids);
         let table = self.sampling_table(ids.iter().copied());
         // The host's share of options (`RUST_LOG=ember_engine::engine=trace`).
         tracing::trace!(
@@ -378,6 +379,24 @@ impl Engine {
     /// graphs where the config asked for them and shapes are bucketed.
     pub fn warmup(&mut self) -> Result<WarmupReport, EngineError> {
         warmup::run(&mut self.runner, self.decode_graphs)
+    }
+
+    /// Gives the runner back the device penalty slots of sequences that
+    /// ended, then gives one to each of `ids` that wants its penalties on
+    /// the device and has none yet (while slots last: the rest keep host
+    /// edits), its counts written from its stats.
+    fn place_penalties(&mut self, ids: &[SeqId]) {
+        for slot in self.seqs.take_freed_penalty_slots() {
+            self.runner.release_penalty_slot(slot);
+        }
+        for &id in ids {
+            let Some(seq) = self.seqs.get_mut(id) else {
+                continue;
+            };
+            if seq.penalty_slot.is_none() && seq.wants_device_penalties() {
+                seq.penalty_slot = self.runner.acquire_penalty_slot(seq.penalty_tokens());
+            }
+        }
     }
 
     /// The sampling table of a step over `ids` (each keyed by its seed and position).

@@ -17,7 +17,8 @@
 
 use super::token_stats::TokenStats;
 use crate::kv::BlockHash;
-use crate::params::SharedConstraint;
+use crate::ops::row_params::RowPenalty;
+use crate::params::{Penalties, SharedConstraint};
 use crate::sampling::RowSampling;
 use crate::types::{FinishReason, ResumeState, SequenceRequest};
 
@@ -49,6 +50,10 @@ pub(crate) struct Sequence {
     request: SequenceRequest,
     /// The tokens it has, for its penalties (empty without one).
     stats: TokenStats,
+    /// Its slot of the device penalty counts, once it decodes with its
+    /// penalties there (`crate::sampling::penalty_state`); given back by
+    /// `super::sequences::Sequences::release`.
+    pub penalty_slot: Option<u32>,
     /// Why its output constraint cannot be honoured, once that happened: the
     /// sequence ends at its next judged token ([`FinishReason::ConstraintFailed`]).
     constraint_error: Option<String>,
@@ -103,6 +108,7 @@ impl Sequence {
             keyed,
             generated,
             stats,
+            penalty_slot: None,
             request: req.clone(),
             constraint_error: None,
             next_scored: scored + 1,
@@ -160,11 +166,18 @@ impl Sequence {
     /// the step samples.
     pub fn sampling_row(&mut self, eos_token_id: u32, vocab_size: usize) -> RowSampling {
         let params = &self.request.params;
-        let edits = if params.transforms.any() {
-            let t = &params.transforms;
-            self.stats.edits(t.penalties, &t.logit_bias)
-        } else {
-            Vec::new()
+        let t = &params.transforms;
+        // Penalties applied from a device slot are not host edits.
+        let penalty = self.penalty_slot.map(|slot| RowPenalty {
+            slot,
+            repetition: t.penalties.repetition,
+            frequency: t.penalties.frequency,
+            presence: t.penalties.presence,
+        });
+        let edits = match (t.any(), penalty) {
+            (false, _) => Vec::new(),
+            (true, None) => self.stats.edits(t.penalties, &t.logit_bias),
+            (true, Some(_)) => self.stats.edits(Penalties::OFF, &t.logit_bias),
         };
         let stop = &params.stop;
         let mut banned = Vec::new();
@@ -194,7 +207,22 @@ impl Sequence {
             edits,
             banned,
             allowed,
+            penalty,
         }
+    }
+
+    /// Whether its penalties may live on the device: it has one, and no
+    /// `logit_bias` (which comes before the repetition factor, so the host
+    /// edits keep both).
+    pub fn wants_device_penalties(&self) -> bool {
+        let t = &self.request.params.transforms;
+        t.penalties.any() && t.logit_bias.is_empty()
+    }
+
+    /// The tokens it has, for its device counts: `(token, output count,
+    /// whether the prompt has it)`.
+    pub fn penalty_tokens(&self) -> Vec<(u32, u32, bool)> {
+        self.stats.entries()
     }
 
     /// Applies the stop rules to `token` and records it as the next input

@@ -48,6 +48,9 @@ pub(crate) struct Sequences {
     block_size: usize,
     /// Admitted and not yet finished or released, prefilling or decoding.
     seqs: BTreeMap<SeqId, Sequence>,
+    /// Device penalty slots of released sequences, for the engine to give
+    /// back to the runner ([`Sequences::take_freed_penalty_slots`]).
+    freed_penalty_slots: Vec<u32>,
 }
 
 impl Sequences {
@@ -56,6 +59,7 @@ impl Sequences {
             blocks: BlockPool::new(num_blocks, prefix_caching),
             block_size,
             seqs: BTreeMap::new(),
+            freed_penalty_slots: Vec::new(),
         }
     }
 
@@ -152,9 +156,15 @@ impl Sequences {
     /// blocks. Returns it, or `None` if unknown.
     pub fn release(&mut self, id: SeqId) -> Option<Sequence> {
         let mut seq = self.seqs.remove(&id)?;
+        self.freed_penalty_slots.extend(seq.penalty_slot.take());
         key_blocks(&mut self.blocks, self.block_size, &mut seq);
         self.blocks.release(&seq.table);
         Some(seq)
+    }
+
+    /// The device penalty slots released sequences held, since the last call.
+    pub fn take_freed_penalty_slots(&mut self) -> Vec<u32> {
+        std::mem::take(&mut self.freed_penalty_slots)
     }
 
     /// Fresh blocks a decode step over `ids` takes: one for each sequence

@@ -54,6 +54,15 @@ impl TokenStats {
         self.by_token.entry(token).or_default().output += 1;
     }
 
+    /// Every token it has: `(token, output count, whether the prompt has
+    /// it)` (the prompt only where the repetition penalty is on).
+    pub fn entries(&self) -> Vec<(u32, u32, bool)> {
+        self.by_token
+            .iter()
+            .map(|(&t, s)| (t, s.output, s.in_prompt))
+            .collect()
+    }
+
     /// One step's edits: `penalties` on the tokens the sequence has, `bias`
     /// added (at most one entry per token).
     pub fn edits(&self, penalties: Penalties, bias: &[(u32, f32)]) -> Vec<TokenEdit> {

@@ -62,6 +62,27 @@ impl<const D: usize> InputBuffer<D, Int> {
     }
 }
 
+impl InputBuffer<2, Int> {
+    /// Replaces row `row` with `values` (exactly one row), leaving the
+    /// other rows as they are.
+    pub fn write_row(&mut self, row: usize, values: Vec<i32>) {
+        let [rows, width] = self.shape;
+        debug_assert!(row < rows && values.len() == width);
+        let data = TensorData::new(values, [1, width]);
+        #[cfg(feature = "cuda")]
+        if super::cuda::inplace::write_int_at(&self.tensor, row * width, &data) {
+            return;
+        }
+        let device = self.tensor.device();
+        let dtype = self.tensor.dtype();
+        let fresh = Tensor::<2, Int>::from_data(data, (&device, dtype));
+        self.tensor = self
+            .tensor
+            .clone()
+            .slice_assign([row..row + 1, 0..width], fresh);
+    }
+}
+
 impl<const D: usize> InputBuffer<D, Float> {
     /// Replaces the contents with `values` (row-major, exactly the buffer's
     /// size; the buffer must be f32).
@@ -91,5 +112,10 @@ mod tests {
         floats.write(vec![0.5, 1.5, 2.5]);
         let got: Vec<f32> = floats.tensor().into_data().iter::<f32>().collect();
         assert_eq!(got, [0.5, 1.5, 2.5]);
+        let mut rows = InputBuffer::<2, Int>::zeros([3, 2], &dev);
+        rows.write(vec![1, 2, 3, 4, 5, 6]);
+        rows.write_row(1, vec![7, 8]);
+        let got: Vec<i64> = rows.tensor().into_data().iter::<i64>().collect();
+        assert_eq!(got, [1, 2, 7, 8, 5, 6], "one row replaced, the others kept");
     }
 }

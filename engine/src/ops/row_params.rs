@@ -8,14 +8,24 @@
 //! Layout (row `b`; a padding row is all zeros, which is greedy and reads no
 //! bitmask):
 //!
-//! | tensor | col 0 | col 1 | col 2 | col 3 |
-//! |---|---|---|---|---|
-//! | floats `[B, 4]` f32 | temperature | top_p | min_p | spare (0) |
-//! | ints `[B, 4]` i32 | top_k | seed bits 0..32 | seed bits 32..64 | flags |
+//! | tensor | col 0 | col 1 | col 2 | col 3 | col 4 | col 5 | 6, 7 |
+//! |---|---|---|---|---|---|---|---|
+//! | floats `[B, 8]` f32 | temperature | top_p | min_p | repetition | frequency | presence | spare |
+//! | ints `[B, 8]` i32 | top_k | seed bits 0..32 | seed bits 32..64 | flags | penalty slot + 1 | spare | spare |
 //!
 //! Flags: [`FLAG_ALLOWED`] = the row's allowed-token bitmask (row `b` of a
 //! `[B, ceil(V / 32)]` tensor, bit `t % 32` of word `t / 32`) applies. Seed
 //! words and bitmask words are u32 bit patterns stored in i32.
+//!
+//! **Penalties on the device** ([`RowPenalty`]): a row whose penalty slot
+//! column is `s + 1` (0: none) reads its tokens' counts from row `s` of the
+//! `[S, V]` counts table (`crate::sampling::penalty_state`): bits 0..30 the
+//! output's count of the token ([`COUNT_MASK`]), bit 30 whether the prompt
+//! has it ([`IN_PROMPT`]). Before anything else, a token with a nonzero
+//! entry gets vLLM's penalties: the repetition factor (a positive logit
+//! divided by it, a negative one multiplied), then `- (frequency * count +
+//! presence * (count > 0))`, the f32 operations of
+//! `crate::sampling::transforms` on the same edit.
 //!
 //! The noise of token `i` at position `pos` is Philox4x32-10 (Random123) with
 //! counter `[pos, i / 4, STREAM_SAMPLE, 0]` and key `[seed_lo, seed_hi]`,
@@ -48,18 +58,47 @@ pub const NOISE_SLACK: f32 = 0.01;
 pub const LN_2: f32 = std::f32::consts::LN_2;
 
 /// Columns of the f32 parameter tensor.
-pub const FLOAT_COLS: usize = 4;
+pub const FLOAT_COLS: usize = 8;
 pub const COL_TEMPERATURE: usize = 0;
 pub const COL_TOP_P: usize = 1;
 pub const COL_MIN_P: usize = 2;
+pub const COL_REPETITION: usize = 3;
+pub const COL_FREQUENCY: usize = 4;
+pub const COL_PRESENCE: usize = 5;
 /// Columns of the i32 parameter tensor.
-pub const INT_COLS: usize = 4;
+pub const INT_COLS: usize = 8;
 pub const COL_TOP_K: usize = 0;
 pub const COL_SEED_LO: usize = 1;
 pub const COL_SEED_HI: usize = 2;
 pub const COL_FLAGS: usize = 3;
+pub const COL_PENALTY_SLOT: usize = 4;
 /// Flag bit: the row's allowed-token bitmask applies.
 pub const FLAG_ALLOWED: i32 = 1;
+/// The output-count bits of a counts-table entry.
+pub const COUNT_MASK: u32 = (1 << 30) - 1;
+/// The prompt-has-it bit of a counts-table entry.
+pub const IN_PROMPT: u32 = 1 << 30;
+
+/// One row's penalties applied by the sampling kernel from the counts
+/// table's row `slot` (module docs).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RowPenalty {
+    pub slot: u32,
+    pub repetition: f32,
+    pub frequency: f32,
+    pub presence: f32,
+}
+
+impl RowPenalty {
+    /// Writes the penalty into row `b` of `columns` (from [`columns`]).
+    pub fn write_into(&self, columns: &mut (Vec<f32>, Vec<i32>), b: usize) {
+        let (floats, ints) = columns;
+        floats[b * FLOAT_COLS + COL_REPETITION] = self.repetition;
+        floats[b * FLOAT_COLS + COL_FREQUENCY] = self.frequency;
+        floats[b * FLOAT_COLS + COL_PRESENCE] = self.presence;
+        ints[b * INT_COLS + COL_PENALTY_SLOT] = self.slot as i32 + 1;
+    }
+}
 
 /// Columns of the optional `[B, 4]` i32 trace the kernel writes for
 /// checking it pass by pass against the CPU sampler's `RowTrace`: the
@@ -162,9 +201,10 @@ mod tests {
             seed: 0xDEAD_BEEF_0123_4567,
         };
         let (f, i) = columns(&[p], &[true], 3);
-        assert_eq!((f.len(), i.len()), (12, 12));
-        assert_eq!(RowParams::from_columns(&f[..4], &i[..4]), (p, true));
-        let (pad, allowed) = RowParams::from_columns(&f[8..], &i[8..]);
+        assert_eq!((f.len(), i.len()), (24, 24));
+        assert_eq!(RowParams::from_columns(&f[..8], &i[..8]), (p, true));
+        let (pad, allowed) = RowParams::from_columns(&f[16..], &i[16..]);
+        assert_eq!(i[16 + COL_PENALTY_SLOT], 0, "padding reads no counts");
         assert!(pad.is_greedy() && !allowed);
         assert_eq!(pad, RowParams::GREEDY.with_top_p(0.0));
         assert_eq!(TWO_POW_M32, (-32f32).exp2());

@@ -10,7 +10,9 @@
 //!   place that decides which rows may take the argmax a decode graph
 //!   computed.
 //! - [`transforms`]: logit bias, penalties, banned tokens and allowed sets,
-//!   on the device, for the rows that ask.
+//!   on the device, for the rows that ask; [`penalty_state`]: the penalties
+//!   of decoding sequences as per-slot device state the sampling kernel
+//!   reads (no host work per token).
 //! - [`philox`]: the sampling noise, a pure function of (seed, position,
 //!   token); [`row_sampler`]: one row's token on the CPU (temperature,
 //!   top-k, top-p, min-p as an intersection), the spec of the device
@@ -19,6 +21,7 @@
 //!   alternatives, from the same logits, only for steps where some row asked.
 
 pub mod logprobs;
+pub mod penalty_state;
 pub mod philox;
 pub mod row_sampler;
 pub mod sampler;
@@ -35,5 +38,6 @@ mod row_sampler_tests;
 mod test_logits;
 
 pub use logprobs::logprobs;
+pub use penalty_state::PenaltyState;
 pub use sampler::{choose_on_device, sample, SampleColumns, SamplingParamsRows};
 pub use table::{RowSampling, SamplingTable, TokenEdit};

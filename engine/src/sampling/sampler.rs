@@ -48,6 +48,8 @@ pub struct SampleColumns {
     floats: Tensor<2>,
     ints: Tensor<2, Int>,
     positions: Tensor<1, Int>,
+    /// The penalty counts table (`super::penalty_state`), where it exists.
+    counts: Option<Tensor<2, Int>>,
     kernel: bool,
 }
 
@@ -65,6 +67,7 @@ pub fn choose_on_device(logits: Tensor<2>, columns: &SampleColumns) -> Tensor<2,
             columns.ints.clone(),
             columns.positions.clone(),
             None,
+            columns.counts.clone(),
             None,
         );
     }
@@ -77,7 +80,7 @@ pub fn choose_on_device(logits: Tensor<2>, columns: &SampleColumns) -> Tensor<2,
 /// where the buffers are made; the device's limit is read once).
 /// `EMBER_DEVICE_SAMPLER=0` turns it off (every sampled row then goes through
 /// the host sampler: a debugging aid, read once).
-fn kernel_serves(device: &Device, vocab: usize) -> bool {
+pub(super) fn kernel_serves(device: &Device, vocab: usize) -> bool {
     #[cfg(feature = "cuda")]
     {
         static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
@@ -120,6 +123,11 @@ pub struct SamplingParamsRows {
     token_bits: Option<transforms::TokenBits>,
     /// Whether the sampling kernel chooses the tokens ([`kernel_serves`]).
     kernel: bool,
+    /// The penalty counts table the kernel reads for rows with a slot
+    /// ([`SamplingParamsRows::with_counts`]).
+    counts: Option<Tensor<2, Int>>,
+    /// Whether the last write has a row with a slot.
+    penalized: bool,
     rows: usize,
     vocab: usize,
     device: Device,
@@ -140,10 +148,20 @@ impl SamplingParamsRows {
             transforms: None,
             token_bits: None,
             kernel: kernel_serves(device, vocab),
+            counts: None,
+            penalized: false,
             rows,
             vocab,
             device: device.clone(),
         }
+    }
+
+    /// These buffers with the penalty counts table `counts` (made once by
+    /// the runner, `super::PenaltyState`), which the kernel then reads for
+    /// every row with a slot.
+    pub fn with_counts(mut self, counts: Option<Tensor<2, Int>>) -> Self {
+        self.counts = counts.filter(|_| self.kernel);
+        self
     }
 
     /// Handles to the device columns (valid until the next write off CUDA,
@@ -153,6 +171,7 @@ impl SamplingParamsRows {
             floats: self.floats.tensor(),
             ints: self.ints.tensor(),
             positions: self.positions.tensor(),
+            counts: self.counts.clone(),
             kernel: self.kernel,
         }
     }
@@ -180,7 +199,16 @@ impl SamplingParamsRows {
             return;
         }
         let params: Vec<RowParams> = table.sampling.iter().map(row_params).collect();
-        let columns = row_params::columns(&params, &[], self.rows);
+        let mut columns = row_params::columns(&params, &[], self.rows);
+        self.penalized = false;
+        for (i, penalty) in table.penalty.iter().enumerate() {
+            if let Some(p) = penalty {
+                // A slot is only given where the kernel reads the counts.
+                debug_assert!(self.counts.is_some(), "a penalty slot without counts");
+                p.write_into(&mut columns, i);
+                self.penalized = true;
+            }
+        }
         if columns != self.written {
             self.write_columns(columns);
         }
@@ -222,7 +250,10 @@ pub fn sample(
     let real = table.len().min(b);
     if params.transforms.is_none() {
         match chosen {
-            Some(ids) if params.kernel || params.argmax_only => return read_ids(ids, real),
+            Some(ids) if params.kernel || params.argmax_only => {
+                record_penalized(params, &ids);
+                return read_ids(ids, real);
+            }
             _ if params.argmax_only => return read_ids(logits.argmax(1), real),
             _ => {}
         }
@@ -232,6 +263,14 @@ pub fn sample(
         None => logits,
     };
     sample_rows(logits, params, real)
+}
+
+/// Adds the step's final choice `ids` of rows with a penalty slot to their
+/// device counts (`super::penalty_state`), queued before the ids are read.
+fn record_penalized(params: &SamplingParamsRows, ids: &Tensor<2, Int>) {
+    if let (true, Some(counts)) = (params.penalized, &params.counts) {
+        super::penalty_state::record_choices(counts, ids, params.ints.tensor());
+    }
 }
 
 /// Reads the `[B, 1]` ids back as they are (no reshape or slice queued
@@ -257,7 +296,9 @@ fn sample_rows(
     real: usize,
 ) -> Result<Vec<u32>, EngineError> {
     if params.kernel {
-        return read_ids(choose_on_device(logits, &params.columns()), real);
+        let ids = choose_on_device(logits, &params.columns());
+        record_penalized(params, &ids);
+        return read_ids(ids, real);
     }
     let [_, v] = logits.dims();
     let host = logits

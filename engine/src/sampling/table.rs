@@ -21,6 +21,7 @@
 //! the sampler; an option that changes logits adds its clause to
 //! [`SamplingTable::changes_logits`].
 
+use crate::ops::row_params::RowPenalty;
 use crate::params::SamplingParams;
 
 /// One token's logit edit in one row, applied before the choice in vLLM's
@@ -55,6 +56,10 @@ pub struct RowSampling {
     /// The only tokens that may be chosen (a constraint's bitset: bit
     /// `t % 32` of word `t / 32`), or `None`.
     pub allowed: Option<Vec<u32>>,
+    /// Penalties the sampling kernel applies from the row's slot of the
+    /// device counts (`super::penalty_state`); such a row's `edits` hold
+    /// none of them.
+    pub penalty: Option<RowPenalty>,
 }
 
 impl RowSampling {
@@ -72,6 +77,7 @@ impl RowSampling {
             edits: Vec::new(),
             banned: Vec::new(),
             allowed: None,
+            penalty: None,
         }
     }
 }
@@ -93,6 +99,8 @@ pub struct SamplingTable {
     pub banned: Vec<Vec<u32>>,
     /// Allowed-token bitsets per row (structured output).
     pub allowed: Vec<Option<Vec<u32>>>,
+    /// Penalties applied from device counts per row.
+    pub penalty: Vec<Option<RowPenalty>>,
 }
 
 impl SamplingTable {
@@ -104,6 +112,7 @@ impl SamplingTable {
             edits: Vec::with_capacity(rows),
             banned: Vec::with_capacity(rows),
             allowed: Vec::with_capacity(rows),
+            penalty: Vec::with_capacity(rows),
         }
     }
 
@@ -124,6 +133,7 @@ impl SamplingTable {
         self.edits.push(row.edits);
         self.banned.push(row.banned);
         self.allowed.push(row.allowed);
+        self.penalty.push(row.penalty);
     }
 
     /// Rows in the table.
@@ -153,10 +163,16 @@ impl SamplingTable {
     }
 
     /// Whether row `i`'s token may be the argmax a replayed decode graph
-    /// computed from the raw logits: greedy, and nothing changes its logits.
-    /// The one place this is decided (module docs).
+    /// computed from the raw logits: greedy, nothing changes its logits
+    /// before the choice, and no device-side penalty (which the sampling
+    /// kernel applies). The one place this is decided (module docs).
     pub fn takes_graph_argmax(&self, i: usize) -> bool {
-        self.is_greedy(i) && !self.changes_logits(i)
+        self.is_greedy(i) && !self.changes_logits(i) && self.penalty[i].is_none()
+    }
+
+    /// Whether any row's penalties come from the device counts.
+    pub fn any_device_penalty(&self) -> bool {
+        self.penalty.iter().any(Option::is_some)
     }
 
     /// Whether every row takes the graph's argmax: the step launches nothing
@@ -226,12 +242,23 @@ mod tests {
             allowed: Some(vec![1]),
             ..RowSampling::greedy()
         };
-        let mut t = SamplingTable::with_capacity(4);
-        for row in [RowSampling::greedy(), edited, banned, allowed] {
+        let penalized = RowSampling {
+            penalty: Some(RowPenalty {
+                slot: 0,
+                repetition: 1.0,
+                frequency: 0.5,
+                presence: 0.0,
+            }),
+            ..RowSampling::greedy()
+        };
+        let mut t = SamplingTable::with_capacity(5);
+        for row in [RowSampling::greedy(), edited, banned, allowed, penalized] {
             t.push(row);
         }
-        let takes: Vec<bool> = (0..4).map(|i| t.takes_graph_argmax(i)).collect();
-        assert_eq!(takes, [true, false, false, false]);
+        let takes: Vec<bool> = (0..5).map(|i| t.takes_graph_argmax(i)).collect();
+        assert_eq!(takes, [true, false, false, false, false]);
+        assert!(!t.changes_logits(4), "device penalties need no host edits");
+        assert!(t.any_device_penalty());
         assert!(t.any_changes_logits() && !t.all_take_graph_argmax());
     }
 }

@@ -56,13 +56,15 @@ pub struct DecodeBuffers {
 
 impl DecodeBuffers {
     /// Buffers for `rows` rows with block tables `table_width` blocks wide,
-    /// sampling over `vocab` tokens, for a model of `heads` attention heads.
+    /// sampling over `vocab` tokens (penalized rows reading `counts`, the
+    /// runner's penalty counts), for a model of `heads` attention heads.
     pub fn new(
         rows: usize,
         table_width: usize,
         vocab: usize,
         heads: usize,
         device: &Device,
+        counts: Option<Tensor<2, Int>>,
     ) -> Self {
         Self {
             rows,
@@ -75,7 +77,7 @@ impl DecodeBuffers {
             context_lens: InputBuffer::zeros([rows], device),
             last_rows: Tensor::arange(0..rows as i64, device),
             arrivals: Tensor::zeros([rows * heads], device),
-            sampling: SamplingParamsRows::new(rows, vocab, device),
+            sampling: SamplingParamsRows::new(rows, vocab, device).with_counts(counts),
         }
     }
 

@@ -236,7 +236,7 @@ mod tests {
     #[test]
     fn decode_reads_tables_and_lengths_from_the_buffers() {
         let dev = Device::flex();
-        let mut buffers = DecodeBuffers::new(4, 3, 10, 2, &dev);
+        let mut buffers = DecodeBuffers::new(4, 3, 10, 2, &dev, None);
         let rows = [
             DecodeRow {
                 token: 5,

@@ -25,7 +25,7 @@ use super::shapes::{self, RunnerShape};
 use crate::error::EngineError;
 use crate::model::{Gpt2, Gpt2Config, KvCache};
 use crate::ops::{LinearShape, Ops, TableGeometry, TunedShape};
-use crate::sampling::{logprobs, sample, SamplingParamsRows, SamplingTable};
+use crate::sampling::{logprobs, sample, PenaltyState, SamplingParamsRows, SamplingTable};
 use crate::types::TokenLogprobs;
 
 /// What a sampled step returns: one id per real row, and each row's logprobs
@@ -44,6 +44,9 @@ pub struct StepRunner {
     cache: KvCache,
     /// Persistent decode inputs, one set per decode bucket, made on first use.
     decode_buffers: BTreeMap<usize, DecodeBuffers>,
+    /// Decoding sequences' penalties on the device, where the sampling
+    /// kernel runs (`crate::sampling::penalty_state`).
+    penalties: Option<PenaltyState>,
     shape: RunnerShape,
     device: Device,
 }
@@ -86,8 +89,10 @@ impl StepRunner {
             kv_bytes = num_slots * config.n_layer * config.n_embd * 2 * cache.elem_bytes(),
             "allocated the paged KV cache"
         );
+        let penalties = PenaltyState::for_device(max_batch, config.vocab_size, &device);
         Ok(Self {
             graphs: BTreeMap::new(),
+            penalties,
             model,
             config,
             ops,
@@ -114,6 +119,20 @@ impl StepRunner {
             block_size,
             width: self.config.n_positions.div_ceil(block_size),
             padding_block: self.shape.num_blocks as u32,
+        }
+    }
+
+    /// Takes a device penalty slot for a sequence with `tokens` (`(token,
+    /// output count, in the prompt)`), written into its counts; `None` where
+    /// there are no device penalties or every slot is taken.
+    pub fn acquire_penalty_slot(&mut self, tokens: Vec<(u32, u32, bool)>) -> Option<u32> {
+        self.penalties.as_mut()?.acquire(tokens)
+    }
+
+    /// Gives a slot from [`StepRunner::acquire_penalty_slot`] back.
+    pub fn release_penalty_slot(&mut self, slot: u32) {
+        if let Some(p) = self.penalties.as_mut() {
+            p.release(slot);
         }
     }
 
@@ -369,10 +388,10 @@ impl StepRunner {
         let table_width = self.tables().width;
         let (vocab, heads) = (self.config.vocab_size, self.config.n_head);
         let device = &self.device;
-        let buffers = self
-            .decode_buffers
-            .entry(bucket)
-            .or_insert_with(|| DecodeBuffers::new(bucket, table_width, vocab, heads, device));
+        let counts = self.penalties.as_ref().map(PenaltyState::counts);
+        let buffers = self.decode_buffers.entry(bucket).or_insert_with(|| {
+            DecodeBuffers::new(bucket, table_width, vocab, heads, device, counts)
+        });
         buffers.write(rows, block_size, self.shape.num_blocks as u32);
         buffers.write_sampling(table);
         decode_inputs(buffers, block_size, max_context)

@@ -20,6 +20,24 @@ pub(crate) fn write_int<const D: usize>(tensor: &Tensor<D, Int>, data: &TensorDa
     cuda::copy_into(client.resolve_tensor_int::<cuda::CubeBackend>(fused), data)
 }
 
+/// Copies `data` (int elements) into the memory of `tensor` from element
+/// `offset` on, if it lives on CUDA and `data` fits there.
+pub(crate) fn write_int_at<const D: usize>(
+    tensor: &Tensor<D, Int>,
+    offset: usize,
+    data: &TensorData,
+) -> bool {
+    let Ok(fused) = tensor.clone().try_into_primitive::<cuda::Cube>() else {
+        return false;
+    };
+    let client = fused.client.clone();
+    cuda::copy_into_at(
+        client.resolve_tensor_int::<cuda::CubeBackend>(fused),
+        offset,
+        data,
+    )
+}
+
 /// Copies `data` into the memory of `tensor` (a float tensor) if it lives on CUDA.
 pub(crate) fn write_float<const D: usize>(tensor: &Tensor<D>, data: &TensorData) -> bool {
     let Ok(fused) = tensor.clone().try_into_primitive::<cuda::Cube>() else {
@@ -45,6 +63,24 @@ mod cuda {
         }
         let bytes = burn::tensor::Bytes::from_bytes_vec(data.as_bytes().to_vec());
         target.client.write(&target.handle, bytes);
+        true
+    }
+
+    /// Enqueues the copy of `data` into `target`'s buffer from element
+    /// `offset` on (same dtype, dense, inside the tensor).
+    pub fn copy_into_at(target: CubeTensor, offset: usize, data: &TensorData) -> bool {
+        let elements = burn::backend::TensorMetadata::shape(&target).num_elements();
+        if target.dtype != data.dtype()
+            || !target.is_contiguous()
+            || offset + data.num_elements() > elements
+        {
+            return false;
+        }
+        let start = (offset * target.dtype.size()) as u64;
+        let bytes = burn::tensor::Bytes::from_bytes_vec(data.as_bytes().to_vec());
+        target
+            .client
+            .write(&target.handle.clone().offset_start(start), bytes);
         true
     }
 }

@@ -18,7 +18,9 @@
 //!   paged cache through the block tables.
 //! - `reduce`: the cube-wide max and sum the attention kernel shares.
 //! - [`sample_rows`]: one token per row (greedy, temperature, top-k, top-p,
-//!   min-p, allowed bitmask), the device twin of `sampling::row_sampler`.
+//!   min-p, allowed bitmask, penalties from the counts table), the device
+//!   twin of `sampling::row_sampler`; [`penalty_counts`] adds each chosen
+//!   token to its row's counts.
 
 pub mod attention;
 pub mod cache_write;
@@ -26,6 +28,7 @@ pub mod decode_passes;
 pub mod gemv;
 pub mod layer_norm;
 pub mod mma;
+pub mod penalty_counts;
 pub mod prefill_attention;
 mod reduce;
 pub mod sample_rows;

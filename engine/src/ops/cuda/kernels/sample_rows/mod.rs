@@ -13,7 +13,9 @@
 //! H100; CubeCL sets the opt-in), so only pass 1 reads global memory:
 //!
 //! 1. **Scan** (every row): each logit `l` (rows of `V`, any `V`; loads
-//!    unrolled by `UNROLL` so they are in flight together), `s = l / T`
+//!    unrolled by `UNROLL` so they are in flight together), penalized first
+//!    where the row has a penalty slot (its counts-table row read beside the
+//!    logits: `row_params`' module docs), `s = l / T`
 //!    (greedy rows: `s = l`), its key (0 if absent: bitmask bit 0 or NaN)
 //!    into shared memory; the cube's max key, lowest index holding it, min
 //!    key and count of present tokens. **Greedy rows stop here** with the
@@ -46,6 +48,7 @@
 
 mod choice;
 mod noise;
+mod scan;
 mod search;
 #[cfg(test)]
 mod source_tests;
@@ -60,22 +63,25 @@ use cubecl::prelude::*;
 use crate::ops::cuda::extension::cuda_kernel;
 use crate::ops::cuda::launch::empty_like;
 use crate::ops::row_params::{
-    COL_FLAGS, COL_MIN_P, COL_SEED_HI, COL_SEED_LO, COL_TEMPERATURE, COL_TOP_K, COL_TOP_P,
-    FLAG_ALLOWED, FLOAT_COLS, INT_COLS, TRACE_COLS,
+    COL_FLAGS, COL_FREQUENCY, COL_MIN_P, COL_PENALTY_SLOT, COL_PRESENCE, COL_REPETITION,
+    COL_SEED_HI, COL_SEED_LO, COL_TEMPERATURE, COL_TOP_K, COL_TOP_P, FLAG_ALLOWED, FLOAT_COLS,
+    INT_COLS, TRACE_COLS,
 };
 use choice::{choose, unit_masses};
 use noise::{key_of, value_of};
-use search::{cube_f32, cube_u32, kth_largest, top_p_threshold, OP_MAX, OP_MIN, OP_SUM};
+use scan::{scan_row, Penalty};
+use search::{cube_f32, kth_largest, top_p_threshold, OP_SUM};
 
 /// Warps per cube (one cube per row).
 pub const SAMPLE_WARPS: usize = 16;
 /// Logits each unit loads at once in pass 1.
-const UNROLL: usize = 8;
+pub(crate) const UNROLL: usize = 8;
 
 /// See the module doc. `logits` `[B, V]` (rows contiguous), `floats` `[B,
 /// 4]` f32 and `ints` `[B, 4]` (`row_params` columns), `positions` `[B]`,
 /// `allowed` `[B, ceil(V / 32)]` (read only with `has_mask`, for rows whose
-/// flag is set), `out` `[B, 1]`, `trace` `[B, 4]` (written only with
+/// flag is set), `counts` `[S, V]` (read only with `has_counts`, for rows
+/// with a penalty slot), `out` `[B, 1]`, `trace` `[B, 4]` (written only with
 /// `write_trace`).
 #[cube(launch, create_dummy_kernel)]
 #[allow(clippy::too_many_arguments)]
@@ -85,11 +91,13 @@ pub fn sample_rows_kernel<F: Float, I: Int>(
     ints: &Tensor<I>,
     positions: &Tensor<I>,
     allowed: &Tensor<I>,
+    counts: &Tensor<I>,
     out: &mut Tensor<I>,
     trace: &mut Tensor<I>,
     #[comptime] vocab: usize,
     #[comptime] warps: usize,
     #[comptime] has_mask: bool,
+    #[comptime] has_counts: bool,
     #[comptime] write_trace: bool,
     #[define(F, I)] _dtypes: [ElemType; 2],
 ) {
@@ -115,6 +123,28 @@ pub fn sample_rows_kernel<F: Float, I: Int>(
     if comptime![has_mask] {
         masked = (u32::cast_from(ints[i_at + COL_FLAGS]) & comptime!(FLAG_ALLOWED as u32)) != 0;
     }
+    let mut on = false;
+    let mut base = 0usize;
+    let mut repetition = f32::new(1.0);
+    let mut frequency = f32::new(0.0);
+    let mut presence = f32::new(0.0);
+    if comptime![has_counts] {
+        let slot = u32::cast_from(ints[i_at + COL_PENALTY_SLOT]);
+        if slot > 0u32 {
+            on = true;
+            base = (slot - 1) as usize * counts.stride(0);
+            repetition = floats[f_at + COL_REPETITION];
+            frequency = floats[f_at + COL_FREQUENCY];
+            presence = floats[f_at + COL_PRESENCE];
+        }
+    }
+    let penalty = Penalty {
+        on,
+        base,
+        repetition,
+        frequency,
+        presence,
+    };
     let pos = u32::cast_from(positions[row * positions.stride(0)]);
     let tempered = temperature > f32::new(0.0);
     let greedy = !tempered || top_k == 1;
@@ -123,6 +153,8 @@ pub fn sample_rows_kernel<F: Float, I: Int>(
     scan_row(
         logits,
         allowed,
+        counts,
+        &penalty,
         &mut keys,
         &mut red_u,
         &mut stats,
@@ -238,87 +270,6 @@ pub fn sample_rows_kernel<F: Float, I: Int>(
     }
 }
 
-/// Pass 1 over row `row` (module doc): the keys of `l / temperature`
-/// (`divide`) or `l` into `keys`, then `stats` = [max key, lowest index of
-/// it (0 if nothing is present), min key, count of present tokens].
-#[cube]
-#[allow(clippy::too_many_arguments)]
-fn scan_row<F: Float, I: Int>(
-    logits: &Tensor<F>,
-    allowed: &Tensor<I>,
-    keys: &mut Shared<[u32]>,
-    red_u: &mut Shared<[u32]>,
-    stats: &mut Shared<[u32]>,
-    row: usize,
-    temperature: f32,
-    divide: bool,
-    masked: bool,
-    #[comptime] vocab: usize,
-    #[comptime] warps: usize,
-) {
-    let tid = (UNIT_POS_Y * 32 + UNIT_POS_X) as usize;
-    let threads = comptime!(warps * 32);
-    let step = comptime!(warps * 32 * UNROLL);
-    let base = row * logits.stride(0);
-    let words_at = row * allowed.stride(0);
-    let mut best_key = 0u32;
-    let mut best_index = 0xFFFF_FFFFu32;
-    let mut min_key = 0xFFFF_FFFFu32;
-    let mut count = 0u32;
-    let mut values = Array::<f32>::new(UNROLL);
-    for r in 0..comptime!(vocab.div_ceil(warps * 32 * UNROLL)) {
-        // All loads first (an index past the row reads its last logit).
-        #[unroll]
-        for u in 0..UNROLL {
-            let i = r * step + u * threads + tid;
-            let at = select(i < vocab, i, comptime!(vocab - 1));
-            values[u] = f32::cast_from(logits[base + at]);
-        }
-        #[unroll]
-        for u in 0..UNROLL {
-            let i = r * step + u * threads + tid;
-            if i < vocab {
-                let l = values[u];
-                let mut present = !l.is_nan();
-                if masked {
-                    let word = u32::cast_from(allowed[words_at + i / 32]);
-                    present = present && ((word >> u32::cast_from(i % 32)) & 1u32) == 1u32;
-                }
-                let mut s = l;
-                if divide {
-                    s = l / temperature;
-                }
-                let mut key = 0u32;
-                if present {
-                    key = key_of(s);
-                }
-                keys[i] = key;
-                // A unit's indices increase, so `>` keeps its lowest.
-                if key > best_key {
-                    best_key = key;
-                    best_index = i as u32;
-                }
-                if key != 0u32 {
-                    count += 1;
-                    min_key = select(key < min_key, key, min_key);
-                }
-            }
-        }
-    }
-    let key_max = cube_u32(best_key, red_u, OP_MAX, warps);
-    let holder = select(best_key == key_max, best_index, 0xFFFF_FFFFu32);
-    let argmax = cube_u32(holder, red_u, OP_MIN, warps);
-    let key_min = cube_u32(min_key, red_u, OP_MIN, warps);
-    let present = cube_u32(count, red_u, OP_SUM, warps);
-    if tid == 0 {
-        stats[0] = key_max;
-        stats[1] = select(key_max == 0u32, 0u32, argmax);
-        stats[2] = key_min;
-        stats[3] = present;
-    }
-    sync_cube();
-}
-
 cuda_kernel! {
     /// One token per row of `logits` `[B, V]` (module doc) with the
     /// `row_params` columns `floats` `[B, 4]` (f32), `ints` `[B, 4]`, each
@@ -332,6 +283,7 @@ cuda_kernel! {
         ints: Tensor<2, Int>,
         positions: Tensor<1, Int>,
         #[optional(flag = has_allowed, stand_in = positions)] allowed: Option<Tensor<2, Int>>,
+        #[optional(flag = has_counts, stand_in = positions)] counts: Option<Tensor<2, Int>>,
         #[in_place] #[optional(flag = has_trace, stand_in = ints)] trace: Option<Tensor<2, Int>>,
     ) -> Tensor<2, Int>
 }
@@ -383,6 +335,7 @@ pub fn launch(
     ints: CubeTensor,
     positions: CubeTensor,
     allowed: Option<CubeTensor>,
+    counts: Option<CubeTensor>,
     trace: Option<CubeTensor>,
 ) -> CubeTensor {
     let [b, v] = logits.shape().dims::<2>();
@@ -413,6 +366,12 @@ pub fn launch(
         allowed.dtype == ints.dtype,
         "sample_rows: allowed in ints' dtype"
     );
+    let has_counts = counts.is_some();
+    let counts = counts.unwrap_or_else(|| positions.clone());
+    assert!(
+        counts.dtype == ints.dtype && (!has_counts || counts.shape().dims::<2>()[1] == v),
+        "sample_rows: counts [S, V] in ints' dtype"
+    );
     let write_trace = trace.is_some();
     let trace = trace.unwrap_or_else(|| empty_like(&ints, [1, TRACE_COLS]));
     let (f, i) = (logits.dtype, ints.dtype);
@@ -425,11 +384,13 @@ pub fn launch(
         ints.into_tensor_arg(),
         positions.into_tensor_arg(),
         allowed.into_tensor_arg(),
+        counts.into_tensor_arg(),
         out.clone().into_tensor_arg(),
         trace.into_tensor_arg(),
         v,
         SAMPLE_WARPS,
         has_mask,
+        has_counts,
         write_trace,
         [dtype_to_storage_type(f), dtype_to_storage_type(i)],
     );

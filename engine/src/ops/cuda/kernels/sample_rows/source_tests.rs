@@ -22,6 +22,7 @@ use cubecl_cuda::{CudaCompilationOptions, CudaCompiler};
 use cubecl_environment::stream::StreamId;
 
 use super::{sample_rows_kernel, shared_bytes, SAMPLE_WARPS};
+use crate::ops::row_params::{FLOAT_COLS, INT_COLS};
 
 /// An H100's properties, as far as expansion reads them.
 fn h100() -> DeviceProperties {
@@ -92,7 +93,12 @@ fn tensor(shape: &[usize], elem_size: usize) -> TensorArg {
 #[test]
 fn the_kernel_expands_and_transpiles_to_cuda_cpp() {
     let (b, v) = (4usize, 50_257usize);
-    for (has_mask, write_trace) in [(false, false), (true, true)] {
+    let cols = FLOAT_COLS;
+    for (has_mask, has_counts, write_trace) in [
+        (false, false, false),
+        (true, true, true),
+        (false, true, false),
+    ] {
         let kernel = sample_rows_kernel::create_dummy_kernel(
             Arc::new(h100()),
             Arc::new(TargetProperties {
@@ -101,15 +107,17 @@ fn the_kernel_expands_and_transpiles_to_cuda_cpp() {
             CubeCount::Static(b as u32, 1, 1),
             CubeDim::new_2d(32, SAMPLE_WARPS as u32),
             tensor(&[b, v], 2),
-            tensor(&[b, 4], 4),
-            tensor(&[b, 4], 4),
+            tensor(&[b, cols], 4),
+            tensor(&[b, INT_COLS], 4),
             tensor(&[b], 4),
             tensor(&[b, v.div_ceil(32)], 4),
+            tensor(&[8, v], 4),
             tensor(&[b, 1], 4),
             tensor(&[b, 4], 4),
             v,
             SAMPLE_WARPS,
             has_mask,
+            has_counts,
             write_trace,
             [ElemType::Float(FloatKind::F16), ElemType::Int(IntKind::I32)],
         );
@@ -135,4 +143,28 @@ fn the_kernel_expands_and_transpiles_to_cuda_cpp() {
             println!("{source}");
         }
     }
+}
+
+#[test]
+fn the_penalty_count_kernel_expands_and_transpiles_to_cuda_cpp() {
+    use crate::ops::cuda::kernels::penalty_counts::count_chosen_kernel;
+    let b = 4usize;
+    let kernel = count_chosen_kernel::create_dummy_kernel(
+        Arc::new(h100()),
+        Arc::new(TargetProperties {
+            mma: MmaProperties::default(),
+        }),
+        CubeCount::Static(1, 1, 1),
+        CubeDim::new_1d(128),
+        tensor(&[b, 1], 4),
+        tensor(&[b, INT_COLS], 4),
+        tensor(&[8, 50_257], 4),
+        ElemType::Int(IntKind::I32),
+    );
+    let definition = define_kernel(&kernel).expect("the kernel expands");
+    let mut options = CudaCompilationOptions::default();
+    options.cpp.warp_size = 32;
+    CudaCompiler::default()
+        .compile(definition, &options)
+        .expect("the kernel transpiles");
 }

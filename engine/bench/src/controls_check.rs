@@ -1,0 +1,140 @@
+//! `--reference DIR`, second half: the logit controls of `controls.json`
+//! (penalties, `logit_bias`, `min_tokens`; transformers' greedy tokens under
+//! vLLM's semantics, `scripts/make_reference_fixtures.py --controls`) on
+//! this device, all cases in one batch, twice (the second pass reuses the
+//! device penalty slots the first gave back), with every decode step
+//! replayed from captured graphs when asked. On CUDA the penalties come
+//! from the device counts (`ember_engine::sampling::penalty_state`) unless
+//! `EMBER_DEVICE_PENALTIES=0`, which keeps them as host edits.
+
+use anyhow::Context;
+use ember_engine::model::ModelSource;
+use ember_engine::{
+    Engine, EngineConfig, EngineDevice, KvBudget, LogitTransforms, Penalties, SeqId,
+    SequenceRequest,
+};
+use serde_json::{json, Value};
+
+/// Runs `dir/controls.json`'s cases (if the fixture has them) on `device`.
+pub fn check_controls(
+    dir: &std::path::Path,
+    device: EngineDevice,
+    graphs: bool,
+) -> anyhow::Result<Value> {
+    let path = dir.join("controls.json");
+    if !path.exists() {
+        return Ok(Value::Null);
+    }
+    let fixture: Value = serde_json::from_str(&std::fs::read_to_string(&path)?)?;
+    let cases = fixture["cases"]
+        .as_array()
+        .context("controls.json: no cases")?;
+    let n = fixture["new_tokens"].as_u64().unwrap_or(16) as usize;
+    let config = EngineConfig {
+        kv: KvBudget::Blocks(128),
+        max_batch: 16,
+        prefix_caching: false,
+        ..EngineConfig::new(ModelSource::Dir(dir.to_path_buf()))
+    };
+    let mut engine = Engine::new(&config, &device)?;
+    let hardware = if graphs {
+        engine.capture_decode_graphs(&[1, 2, 4, 8, 16])
+    } else {
+        0
+    };
+    let mut passes = Vec::new();
+    for pass in 0..2u64 {
+        let base = pass * 1000;
+        let reqs: Vec<SequenceRequest> = cases
+            .iter()
+            .enumerate()
+            .map(|(i, c)| request(base + i as SeqId, c, n))
+            .collect::<anyhow::Result<_>>()?;
+        let got = generate(&mut engine, reqs, base, cases.len())?;
+        let failed: Vec<String> = cases
+            .iter()
+            .zip(&got)
+            .filter(|(c, g)| ids(&c["tokens"]) != **g)
+            .map(|(c, g)| {
+                format!(
+                    "{} (prompt {}): got {g:?}",
+                    c["name"],
+                    ids(&c["prompt"]).len()
+                )
+            })
+            .collect();
+        println!(
+            "  controls pass {pass}: {} of {} cases match transformers token for token{}",
+            cases.len() - failed.len(),
+            cases.len(),
+            if graphs {
+                format!(" ({hardware} hardware graphs)")
+            } else {
+                String::new()
+            }
+        );
+        for f in &failed {
+            println!("    differs: {f}");
+        }
+        passes.push(json!({"cases": cases.len(), "failed": failed}));
+    }
+    Ok(json!({"hardware_graphs": hardware, "passes": passes}))
+}
+
+/// The request `case` describes (its options under OpenAI / vLLM names).
+fn request(id: SeqId, case: &Value, n: usize) -> anyhow::Result<SequenceRequest> {
+    let o = &case["options"];
+    let f = |name: &str, default: f32| o[name].as_f64().map_or(default, |v| v as f32);
+    let mut logit_bias = Vec::new();
+    for (k, v) in o["logit_bias"].as_object().into_iter().flatten() {
+        logit_bias.push((k.parse::<u32>()?, v.as_f64().unwrap_or(0.0) as f32));
+    }
+    logit_bias.sort_by_key(|e| e.0);
+    let mut r = SequenceRequest::greedy(id, ids(&case["prompt"]), n);
+    r.params.transforms = LogitTransforms {
+        penalties: Penalties {
+            repetition: f("repetition_penalty", 1.0),
+            frequency: f("frequency_penalty", 0.0),
+            presence: f("presence_penalty", 0.0),
+        },
+        logit_bias,
+    };
+    r.params.stop.min_tokens = o["min_tokens"].as_u64().unwrap_or(0) as usize;
+    r.params.stop.stop_token_ids = ids(&o["stop_token_ids"]);
+    r.params.stop.ignore_eos = false;
+    Ok(r)
+}
+
+/// Every request's emitted tokens, decoded in one batch until all finish;
+/// request ids are `base..base + count`.
+fn generate(
+    engine: &mut Engine,
+    reqs: Vec<SequenceRequest>,
+    base: SeqId,
+    count: usize,
+) -> anyhow::Result<Vec<Vec<u32>>> {
+    let mut got = vec![Vec::new(); count];
+    let mut active: Vec<SeqId> = reqs.iter().map(|r| r.id).collect();
+    let mut out = engine.prefill(reqs)?;
+    loop {
+        for t in &out.tokens {
+            got[(t.id - base) as usize].push(t.token);
+        }
+        let done: Vec<SeqId> = out.finished.iter().map(|f| f.id).collect();
+        active.retain(|id| !done.contains(id));
+        if active.is_empty() {
+            return Ok(got);
+        }
+        out = engine.decode(&active)?;
+    }
+}
+
+/// The ids in JSON array `v` (non-integers skipped).
+fn ids(v: &Value) -> Vec<u32> {
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_u64)
+        .map(|x| x as u32)
+        .collect()
+}

@@ -1,0 +1,150 @@
+//! [`PenaltyState`]: the penalties' per-sequence state on the device, so a
+//! decode step with penalized rows costs the host nothing per token.
+//!
+//! A sequence with a repetition, frequency or presence penalty (and no
+//! `logit_bias`, whose order before the repetition factor the host edits
+//! keep) gets a slot when it first decodes: row `slot` of the `[S, V]`
+//! counts table, written once from its host-side stats (each token's output
+//! count and whether the prompt has it: `crate::ops::row_params`' layout).
+//! From then on the sampling kernel reads that row beside the logits and
+//! applies the penalties itself (inside a replayed decode graph like any
+//! other row), and after each step's final choice one launch adds every
+//! penalized row's token to its row ([`record_choices`]). The slot is given
+//! back when the sequence ends or is preempted; a resumed sequence gets a
+//! fresh one written from its stats, which saw every token the device did.
+//!
+//! With every slot taken, or where the sampling kernel does not run (the
+//! CPU), a sequence keeps its penalties as host edits
+//! (`super::transforms`): the same logits, more host work.
+
+use burn::prelude::*;
+
+use crate::ops::row_params::{COUNT_MASK, IN_PROMPT};
+use crate::ops::InputBuffer;
+
+/// The most slots a table holds (`S`): 256 rows of GPT-2's vocabulary are
+/// 51 MB.
+pub const MAX_SLOTS: usize = 256;
+
+/// See the module docs.
+#[derive(Debug)]
+pub struct PenaltyState {
+    counts: InputBuffer<2, Int>,
+    /// Slots no sequence holds, the next one taken last.
+    free: Vec<u32>,
+    vocab: usize,
+}
+
+impl PenaltyState {
+    /// A table of `slots` rows over `vocab` tokens, every slot free.
+    pub fn new(slots: usize, vocab: usize, device: &Device) -> Self {
+        Self {
+            counts: InputBuffer::zeros([slots, vocab], device),
+            free: (0..slots as u32).rev().collect(),
+            vocab,
+        }
+    }
+
+    /// The state for a decode batch of up to `max_batch` rows on `device`,
+    /// where the sampling kernel runs there and `EMBER_DEVICE_PENALTIES` is
+    /// not `0` (read once: a switch for comparing with the host edits).
+    pub fn for_device(max_batch: usize, vocab: usize, device: &Device) -> Option<Self> {
+        static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        let off =
+            *OFF.get_or_init(|| std::env::var("EMBER_DEVICE_PENALTIES").is_ok_and(|v| v == "0"));
+        (!off && super::sampler::kernel_serves(device, vocab))
+            .then(|| Self::new(max_batch.clamp(1, MAX_SLOTS), vocab, device))
+    }
+
+    /// The counts table `[S, V]` (a handle to the same device memory).
+    pub fn counts(&self) -> Tensor<2, Int> {
+        self.counts.tensor()
+    }
+
+    /// Takes a free slot and writes a sequence's `tokens` into its row:
+    /// `(token, output count, whether the prompt has it)`, each token once;
+    /// tokens outside the vocabulary are skipped. `None` when every slot is
+    /// taken.
+    pub fn acquire(&mut self, tokens: impl IntoIterator<Item = (u32, u32, bool)>) -> Option<u32> {
+        let slot = self.free.pop()?;
+        let mut row = vec![0i32; self.vocab];
+        for (token, count, in_prompt) in tokens {
+            if let Some(entry) = row.get_mut(token as usize) {
+                let prompt = if in_prompt { IN_PROMPT } else { 0 };
+                *entry = (count.min(COUNT_MASK) | prompt) as i32;
+            }
+        }
+        self.counts.write_row(slot as usize, row);
+        Some(slot)
+    }
+
+    /// Gives `slot` back (a slot not taken, or given twice, is ignored).
+    pub fn release(&mut self, slot: u32) {
+        if !self.free.contains(&slot) && (slot as usize) < self.slots() {
+            self.free.push(slot);
+        }
+    }
+
+    /// Rows in the table.
+    pub fn slots(&self) -> usize {
+        self.counts.tensor().dims()[0]
+    }
+
+    /// Slots no sequence holds.
+    pub fn free_slots(&self) -> usize {
+        self.free.len()
+    }
+}
+
+/// Adds each penalized row's chosen token (`ids` `[B, 1]`, rows whose
+/// `row_params` int columns `ints` `[B, INT_COLS]` name a slot) to its row
+/// of `counts`, in place, after the step's final choice. Only where the
+/// sampling kernel runs (CUDA): elsewhere no row has a slot.
+pub fn record_choices(counts: &Tensor<2, Int>, ids: &Tensor<2, Int>, ints: Tensor<2, Int>) {
+    #[cfg(feature = "cuda")]
+    {
+        let _ = crate::ops::cuda::count_chosen(counts.clone(), ids.clone(), ints);
+    }
+    #[cfg(not(feature = "cuda"))]
+    let _ = (counts, ids, ints);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(state: &PenaltyState, slot: u32) -> Vec<i64> {
+        let all: Vec<i64> = state.counts().into_data().iter::<i64>().collect();
+        let v = state.vocab;
+        all[slot as usize * v..(slot as usize + 1) * v].to_vec()
+    }
+
+    #[test]
+    fn a_slot_holds_its_sequences_counts_and_comes_back() {
+        let mut state = PenaltyState::new(2, 6, &Device::flex());
+        let a = state
+            .acquire([(1, 2, false), (4, 0, true), (9, 1, false)])
+            .unwrap();
+        let b = state.acquire([(0, 1, true)]).unwrap();
+        assert_ne!(a, b);
+        assert_eq!(
+            row(&state, a),
+            [0, 2, 0, 0, IN_PROMPT as i64, 0],
+            "token 9 is outside"
+        );
+        assert_eq!(row(&state, b), [1 | IN_PROMPT as i64, 0, 0, 0, 0, 0]);
+        assert_eq!(state.acquire([]), None, "every slot taken");
+        state.release(a);
+        state.release(a);
+        assert_eq!(state.free_slots(), 1, "a slot given twice counts once");
+        // The next holder's row is written whole: nothing of `a`'s is left.
+        let c = state.acquire([(5, 3, false)]).unwrap();
+        assert_eq!(c, a);
+        assert_eq!(row(&state, c), [0, 0, 0, 0, 0, 3]);
+        assert_eq!(
+            row(&state, b),
+            [1 | IN_PROMPT as i64, 0, 0, 0, 0, 0],
+            "other rows kept"
+        );
+    }
+}
