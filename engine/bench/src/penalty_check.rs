@@ -1,9 +1,12 @@
-//! `--check-kernels`, the penalties part: the sampling kernel reading a
+//! `--check-kernels`, the row options part: the sampling kernel reading a
 //! penalty counts table (`ember_engine::sampling::penalty_state`) against
 //! the same kernel on logits penalized on the host (the f32 operations of
-//! `ember_engine::sampling::transforms`), greedy and sampled rows, and the
-//! count kernel's update of the table. Tokens must be equal for >= 99.5%
-//! of rows (an ulp at a near tie may differ) and the update exact.
+//! `ember_engine::sampling::transforms`), greedy and sampled rows; the
+//! count kernel's update of the table; and allowed-token masks
+//! (`ember_engine::sampling::mask_rows`) against the host sampler with the
+//! same masks. Tokens must be equal for >= 99.5% of rows (an ulp at a near
+//! tie may differ), the update exact, and no masked row may pick a token
+//! its mask excludes.
 
 #[cfg(feature = "cuda")]
 pub use cuda::run;
@@ -16,6 +19,7 @@ mod cuda {
     use ember_engine::ops::row_params::{
         self, RowParams, RowPenalty, COUNT_MASK, FLOAT_COLS, INT_COLS, IN_PROMPT,
     };
+    use ember_engine::sampling::row_sampler::trace_rows_host;
     use serde_json::json;
 
     use crate::check_data::{ints, normal};
@@ -130,7 +134,10 @@ mod cuda {
         let (got, want) = (read(device_ids.clone()), read(host_ids));
         let same = got.iter().zip(&want).filter(|(a, c)| a == c).count();
         // The update: each row's token counted once in its slot, nothing else.
-        let _ = count_chosen(counts.clone(), device_ids, int_cols);
+        let _ = count_chosen(counts.clone(), device_ids.clone(), int_cols.clone(), false);
+        // Undone and done again: the same table.
+        let _ = count_chosen(counts.clone(), device_ids.clone(), int_cols.clone(), true);
+        let _ = count_chosen(counts.clone(), device_ids, int_cols, false);
         let after = read(counts);
         let mut expected: Vec<i64> = table.iter().map(|&x| i64::from(x)).collect();
         for (i, p) in penalties.iter().enumerate() {
@@ -142,6 +149,98 @@ mod cuda {
             "sample_rows with device penalties vs host-penalized logits: {same}/{b} tokens equal; count update exact: {update_ok}: {}",
             if ok { "ok" } else { "FAILED" }
         ));
-        json!({ "ok": ok, "rows": b, "tokens_equal": same, "count_update_exact": update_ok })
+        let masks = masks(dev, say);
+        let rows_ok = row_writes(dev, say);
+        json!({ "ok": ok, "rows": b, "tokens_equal": same, "count_update_exact": update_ok,
+            "masks": masks, "row_writes_ok": rows_ok })
+    }
+
+    /// A penalty slot's row written from the host lands in the table the
+    /// kernels read (the same memory), other rows untouched.
+    fn row_writes(dev: &Device, say: &dyn Fn(String)) -> bool {
+        use ember_engine::sampling::PenaltyState;
+        let v = 50_257usize;
+        let mut state = PenaltyState::new(4, v, dev);
+        let table = state.counts();
+        let a = state.acquire([(5, 2, false), (50_000, 1, true)]);
+        let b = state.acquire([(7, 3, true)]);
+        let all: Vec<i64> = table.into_data().iter::<i64>().collect();
+        let row = |s: Option<u32>| s.map(|s| &all[s as usize * v..(s as usize + 1) * v]);
+        let nonzero = all.iter().filter(|&&x| x != 0).count();
+        let ok = row(a).is_some_and(|r| r[5] == 2 && r[50_000] == 1 | IN_PROMPT as i64)
+            && row(b).is_some_and(|r| r[7] == 3 | IN_PROMPT as i64)
+            && nonzero == 3;
+        say(format!(
+            "penalty slot rows written in place (read through the handle taken before): {}",
+            if ok { "ok" } else { "FAILED" }
+        ));
+        ok
+    }
+
+    /// Masked rows (every other row; about a third of the tokens allowed,
+    /// one row with a single token) against the host sampler.
+    fn masks(dev: &Device, say: &dyn Fn(String)) -> serde_json::Value {
+        let (b, v) = (64usize, 50_257usize);
+        let w = v.div_ceil(32);
+        let params: Vec<RowParams> = (0..b)
+            .map(|i| RowParams {
+                temperature: if i % 4 < 2 { 0.0 } else { 1.0 },
+                top_k: if i % 8 == 2 { 50 } else { 0 },
+                top_p: if i % 8 == 6 { 0.9 } else { 1.0 },
+                min_p: 0.0,
+                seed: 5 + i as u64,
+            })
+            .collect();
+        let masked: Vec<bool> = (0..b).map(|i| i % 2 == 0).collect();
+        let mut words = vec![0u32; b * w];
+        for i in 0..b {
+            for t in 0..v {
+                let keep = if i == 4 {
+                    t == 1234
+                } else {
+                    entry(i + 7, t) != 0 || t % 3 == 0
+                };
+                if keep {
+                    words[i * w + t / 32] |= 1 << (t % 32);
+                }
+            }
+        }
+        let cols = row_params::columns(&params, &masked, b);
+        let logits = normal([b, v], dev).mul_scalar(3.0).cast(DType::F16);
+        let host: Vec<f32> = logits
+            .clone()
+            .cast(DType::F32)
+            .into_data()
+            .iter::<f32>()
+            .collect();
+        let positions: Vec<i32> = (0..b as i32).map(|i| 11 + 3 * i).collect();
+        let ids = sample_rows(
+            logits,
+            Tensor::<2>::from_data(
+                TensorData::new(cols.0.clone(), [b, FLOAT_COLS]),
+                (dev, DType::F32),
+            ),
+            ints(cols.1.clone(), [b, INT_COLS], dev),
+            ints(positions.clone(), [b], dev),
+            Some(ints(words.iter().map(|&x| x as i32).collect(), [b, w], dev)),
+            None,
+            None,
+        );
+        let got: Vec<i64> = ids.into_data().iter::<i64>().collect();
+        let want = trace_rows_host(&host, v, &cols.0, &cols.1, &positions, Some(&words));
+        let same = got
+            .iter()
+            .zip(&want)
+            .filter(|(g, w)| **g as u32 == w.token)
+            .count();
+        let outside = (0..b)
+            .filter(|&i| masked[i] && words[i * w + got[i] as usize / 32] >> (got[i] % 32) & 1 == 0)
+            .count();
+        let ok = same * 1000 >= b * 995 && outside == 0 && got[4] == 1234;
+        say(format!(
+            "sample_rows with allowed-token masks vs the host sampler: {same}/{b} tokens equal, {outside} outside a mask: {}",
+            if ok { "ok" } else { "FAILED" }
+        ));
+        json!({ "ok": ok, "rows": b, "tokens_equal": same, "outside_mask": outside })
     }
 }

@@ -9,7 +9,8 @@
 //! keys (`trace`) must equal the host's; both runs' tokens must lie in the
 //! host's kept set always, and equal the host's token except where the
 //! device's `ln` and the host's differ by an ulp at a near tie (counted and
-//! printed, a pass needs >= 99.5% equal).
+//! printed, a pass needs >= 99.5% equal; traces too, for a top-p mass
+//! within rounding of its bound).
 
 #[cfg(feature = "cuda")]
 pub use cuda::run;
@@ -231,7 +232,10 @@ mod cuda {
         }
         // Two kernel runs per row (with and without the trace).
         let draws = 2 * rows;
-        let ok = outside == 0 && same_trace == rows && same * 1000 >= draws * 995;
+        // A top-p threshold whose cumulative mass is within rounding of
+        // `p Z` may land one key apart (sums in another order): as rare as
+        // a token's near tie, and held to the same bar.
+        let ok = outside == 0 && same_trace * 1000 >= rows * 995 && same * 1000 >= draws * 995;
         say(format!(
             "sample_rows vs the host sampler: {same}/{draws} tokens equal (with and without the trace), {same_trace}/{rows} traces equal, {outside} outside the kept set: {}",
             if ok { "ok" } else { "FAILED" }

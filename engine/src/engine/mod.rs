@@ -55,11 +55,13 @@ mod tests;
 
 use std::collections::HashSet;
 
+use rayon::prelude::*;
+
 use crate::device::EngineDevice;
 use crate::error::EngineError;
 use crate::limits::RequestLimits;
 use crate::model::Gpt2Config;
-use crate::sampling::SamplingTable;
+use crate::sampling::{RowSampling, SamplingTable};
 use crate::step::{DecodeRow, StepRunner};
 use crate::types::*;
 use config::EngineConfig;
@@ -241,7 +243,8 @@ impl Engine {
         }
         let rows = prefill::plan(chunks, &self.seqs)?;
         let sampled = rows.iter().filter(|r| r.samples).count();
-        let table = self.sampling_table(rows[..sampled].iter().map(|r| r.id));
+        let sampled_ids: Vec<SeqId> = rows[..sampled].iter().map(|r| r.id).collect();
+        let table = self.sampling_table(&sampled_ids);
         let (score_requests, scored) = prompt_scoring::plan(&rows, &self.seqs);
         let views = prefill::views(&rows, &self.seqs);
         let ((tokens, mut lps), scores) = self.runner.prefill(&views, &table, &score_requests)?;
@@ -333,7 +336,7 @@ impl Engine {
         self.seqs.grow(ids)?;
         let started = std::time::Instant::now();
         self.place_penalties(ids);
-        let table = self.sampling_table(ids.iter().copied());
+        let table = self.sampling_table(ids);
         // The host's share of options (`RUST_LOG=ember_engine::engine=trace`).
         tracing::trace!(
             rows = ids.len(),
@@ -399,13 +402,28 @@ impl Engine {
         }
     }
 
-    /// The sampling table of a step over `ids` (each keyed by its seed and position).
-    fn sampling_table(&mut self, ids: impl ExactSizeIterator<Item = SeqId>) -> SamplingTable {
-        let mut table = SamplingTable::with_capacity(ids.len());
+    /// The sampling table of a step over `ids` (each keyed by its seed and
+    /// position). Rows with a constraint ask it for their allowed tokens
+    /// (the grammar's mask, the costly part of a structured row): with more
+    /// than one such row they are built in parallel.
+    fn sampling_table(&mut self, ids: &[SeqId]) -> SamplingTable {
         let vocab = self.runner.model_config().vocab_size;
-        for id in ids {
-            if let Some(seq) = self.seqs.get_mut(id) {
-                table.push(seq.sampling_row(self.eos_token_id, vocab));
+        let eos = self.eos_token_id;
+        let mut table = SamplingTable::with_capacity(ids.len());
+        match self.seqs.many_mut(ids) {
+            Some(mut seqs) if seqs.iter().filter(|s| s.has_constraint()).count() > 1 => {
+                let rows: Vec<RowSampling> = seqs
+                    .par_iter_mut()
+                    .map(|seq| seq.sampling_row(eos, vocab))
+                    .collect();
+                rows.into_iter().for_each(|row| table.push(row));
+            }
+            _ => {
+                for &id in ids {
+                    if let Some(seq) = self.seqs.get_mut(id) {
+                        table.push(seq.sampling_row(eos, vocab));
+                    }
+                }
             }
         }
         table

@@ -211,6 +211,11 @@ impl Sequence {
         }
     }
 
+    /// Whether it has an output constraint (structured output).
+    pub fn has_constraint(&self) -> bool {
+        self.request.params.constraint.is_some()
+    }
+
     /// Whether its penalties may live on the device: it has one, and no
     /// `logit_bias` (which comes before the repetition factor, so the host
     /// edits keep both).

@@ -83,6 +83,21 @@ impl Sequences {
         self.seqs.get_mut(&id)
     }
 
+    /// The sequences of `ids`, in their order, each borrowed once (so they
+    /// can be worked on in parallel); `None` if an id is unknown or listed
+    /// twice.
+    pub fn many_mut(&mut self, ids: &[SeqId]) -> Option<Vec<&mut Sequence>> {
+        let wanted: std::collections::HashSet<SeqId> = ids.iter().copied().collect();
+        let mut by_id: std::collections::HashMap<SeqId, &mut Sequence> = self
+            .seqs
+            .iter_mut()
+            .filter(|(id, _)| wanted.contains(id))
+            .map(|(&id, s)| (id, s))
+            .collect();
+        let seqs: Vec<&mut Sequence> = ids.iter().filter_map(|id| by_id.remove(id)).collect();
+        (seqs.len() == ids.len()).then_some(seqs)
+    }
+
     /// The decoding sequence `id`, or [`EngineError::UnknownSequence`] (also
     /// for one still prefilling: decode refuses it).
     pub fn decoding(&self, id: SeqId) -> Result<&Sequence, EngineError> {

@@ -62,24 +62,45 @@ impl<const D: usize> InputBuffer<D, Int> {
     }
 }
 
+impl<const D: usize> InputBuffer<D, Int> {
+    /// A zero-filled buffer whose memory exists now, written from the host
+    /// (`zeros` alone may leave the fill pending: a CUDA graph captured
+    /// before the first write would record the fill and clear the buffer on
+    /// every replay).
+    pub fn resident_zeros(shape: [usize; D], device: &Device) -> Self {
+        let mut buffer = Self::zeros(shape, device);
+        buffer.write(vec![0; shape.iter().product()]);
+        buffer
+    }
+}
+
 impl InputBuffer<2, Int> {
-    /// Replaces row `row` with `values` (exactly one row), leaving the
-    /// other rows as they are.
-    pub fn write_row(&mut self, row: usize, values: Vec<i32>) {
-        let [rows, width] = self.shape;
-        debug_assert!(row < rows && values.len() == width);
-        let data = TensorData::new(values, [1, width]);
-        #[cfg(feature = "cuda")]
-        if super::cuda::inplace::write_int_at(&self.tensor, row * width, &data) {
+    /// Replaces rows `rows` with `values` (`rows.len()` rows, row-major),
+    /// leaving the other rows as they are (on CUDA one small upload and one
+    /// launch into the buffer's own memory).
+    pub fn write_rows(&mut self, rows: &[usize], values: Vec<i32>) {
+        let [n, width] = self.shape;
+        debug_assert!(rows.iter().all(|&r| r < n) && values.len() == rows.len() * width);
+        if rows.is_empty() {
             return;
+        }
+        #[cfg(feature = "cuda")]
+        {
+            let index: Vec<i32> = rows.iter().map(|&r| r as i32).collect();
+            if super::cuda::inplace::write_int_rows(&self.tensor, &index, values.clone()) {
+                return;
+            }
         }
         let device = self.tensor.device();
         let dtype = self.tensor.dtype();
-        let fresh = Tensor::<2, Int>::from_data(data, (&device, dtype));
-        self.tensor = self
-            .tensor
-            .clone()
-            .slice_assign([row..row + 1, 0..width], fresh);
+        for (k, &row) in rows.iter().enumerate() {
+            let data = TensorData::new(values[k * width..(k + 1) * width].to_vec(), [1, width]);
+            let fresh = Tensor::<2, Int>::from_data(data, (&device, dtype));
+            self.tensor = self
+                .tensor
+                .clone()
+                .slice_assign([row..row + 1, 0..width], fresh);
+        }
     }
 }
 
@@ -114,7 +135,7 @@ mod tests {
         assert_eq!(got, [0.5, 1.5, 2.5]);
         let mut rows = InputBuffer::<2, Int>::zeros([3, 2], &dev);
         rows.write(vec![1, 2, 3, 4, 5, 6]);
-        rows.write_row(1, vec![7, 8]);
+        rows.write_rows(&[1], vec![7, 8]);
         let got: Vec<i64> = rows.tensor().into_data().iter::<i64>().collect();
         assert_eq!(got, [1, 2, 7, 8, 5, 6], "one row replaced, the others kept");
     }

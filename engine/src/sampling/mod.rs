@@ -12,7 +12,8 @@
 //! - [`transforms`]: logit bias, penalties, banned tokens and allowed sets,
 //!   on the device, for the rows that ask; [`penalty_state`]: the penalties
 //!   of decoding sequences as per-slot device state the sampling kernel
-//!   reads (no host work per token).
+//!   reads (no host work per token); [`mask_rows`]: allowed-token masks
+//!   (structured output, `min_tokens`) the kernel applies in the graph.
 //! - [`philox`]: the sampling noise, a pure function of (seed, position,
 //!   token); [`row_sampler`]: one row's token on the CPU (temperature,
 //!   top-k, top-p, min-p as an intersection), the spec of the device
@@ -21,6 +22,7 @@
 //!   alternatives, from the same logits, only for steps where some row asked.
 
 pub mod logprobs;
+pub mod mask_rows;
 pub mod penalty_state;
 pub mod philox;
 pub mod row_sampler;
@@ -39,5 +41,5 @@ mod test_logits;
 
 pub use logprobs::logprobs;
 pub use penalty_state::PenaltyState;
-pub use sampler::{choose_on_device, sample, SampleColumns, SamplingParamsRows};
+pub use sampler::{choose_in_graph, choose_on_device, sample, SampleColumns, SamplingParamsRows};
 pub use table::{RowSampling, SamplingTable, TokenEdit};

@@ -8,8 +8,10 @@
 //! count and whether the prompt has it: `crate::ops::row_params`' layout).
 //! From then on the sampling kernel reads that row beside the logits and
 //! applies the penalties itself (inside a replayed decode graph like any
-//! other row), and after each step's final choice one launch adds every
-//! penalized row's token to its row ([`record_choices`]). The slot is given
+//! other row), and the step's final choice of every penalized row is added
+//! to its row ([`record_choices`]: a kernel at the end of the graph; a step
+//! that chooses again after the graph, for host edits, takes the graph's
+//! choice back first and adds its own). The slot is given
 //! back when the sequence ends or is preempted; a resumed sequence gets a
 //! fresh one written from its stats, which saw every token the device did.
 //!
@@ -39,7 +41,8 @@ impl PenaltyState {
     /// A table of `slots` rows over `vocab` tokens, every slot free.
     pub fn new(slots: usize, vocab: usize, device: &Device) -> Self {
         Self {
-            counts: InputBuffer::zeros([slots, vocab], device),
+            // In device memory before any graph is captured over it.
+            counts: InputBuffer::resident_zeros([slots, vocab], device),
             free: (0..slots as u32).rev().collect(),
             vocab,
         }
@@ -74,7 +77,7 @@ impl PenaltyState {
                 *entry = (count.min(COUNT_MASK) | prompt) as i32;
             }
         }
-        self.counts.write_row(slot as usize, row);
+        self.counts.write_rows(&[slot as usize], row);
         Some(slot)
     }
 
@@ -98,15 +101,20 @@ impl PenaltyState {
 
 /// Adds each penalized row's chosen token (`ids` `[B, 1]`, rows whose
 /// `row_params` int columns `ints` `[B, INT_COLS]` name a slot) to its row
-/// of `counts`, in place, after the step's final choice. Only where the
+/// of `counts`, in place (takes it back with `undo`). Only where the
 /// sampling kernel runs (CUDA): elsewhere no row has a slot.
-pub fn record_choices(counts: &Tensor<2, Int>, ids: &Tensor<2, Int>, ints: Tensor<2, Int>) {
+pub fn record_choices(
+    counts: &Tensor<2, Int>,
+    ids: &Tensor<2, Int>,
+    ints: Tensor<2, Int>,
+    undo: bool,
+) {
     #[cfg(feature = "cuda")]
     {
-        let _ = crate::ops::cuda::count_chosen(counts.clone(), ids.clone(), ints);
+        let _ = crate::ops::cuda::count_chosen(counts.clone(), ids.clone(), ints, undo);
     }
     #[cfg(not(feature = "cuda"))]
-    let _ = (counts, ids, ints);
+    let _ = (counts, ids, ints, undo);
 }
 
 #[cfg(test)]

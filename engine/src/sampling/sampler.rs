@@ -20,11 +20,12 @@
 use burn::prelude::*;
 use burn::tensor::DType;
 
+use super::mask_rows::MaskRows;
 use super::row_sampler;
 use super::table::SamplingTable;
 use super::transforms;
 use crate::error::EngineError;
-use crate::ops::row_params::{self, RowParams, FLOAT_COLS, INT_COLS};
+use crate::ops::row_params::{self, RowParams, COL_FLAGS, FLAG_ALLOWED, FLOAT_COLS, INT_COLS};
 use crate::ops::InputBuffer;
 use crate::params::SamplingParams;
 
@@ -50,6 +51,9 @@ pub struct SampleColumns {
     positions: Tensor<1, Int>,
     /// The penalty counts table (`super::penalty_state`), where it exists.
     counts: Option<Tensor<2, Int>>,
+    /// The rows' allowed-token masks (`super::mask_rows`), where the kernel
+    /// runs.
+    allowed: Option<Tensor<2, Int>>,
     kernel: bool,
 }
 
@@ -59,20 +63,35 @@ pub struct SampleColumns {
 /// argmax of the raw logits, which serves greedy rows only (the CPU samples
 /// its sampled rows on the host, after the step).
 pub fn choose_on_device(logits: Tensor<2>, columns: &SampleColumns) -> Tensor<2, Int> {
+    choose(logits, columns, false)
+}
+
+/// [`choose_on_device`] inside a decode graph: each penalized row's choice
+/// is also added to its device counts (`super::penalty_state`), so a step
+/// that takes the graph's choices needs no launch after it.
+pub fn choose_in_graph(logits: Tensor<2>, columns: &SampleColumns) -> Tensor<2, Int> {
+    choose(logits, columns, true)
+}
+
+fn choose(logits: Tensor<2>, columns: &SampleColumns, count: bool) -> Tensor<2, Int> {
     #[cfg(feature = "cuda")]
     if columns.kernel {
-        return crate::ops::cuda::sample_rows(
+        let ids = crate::ops::cuda::sample_rows(
             logits,
             columns.floats.clone(),
             columns.ints.clone(),
             columns.positions.clone(),
-            None,
+            columns.allowed.clone(),
             columns.counts.clone(),
             None,
         );
+        if let (true, Some(counts)) = (count, &columns.counts) {
+            super::penalty_state::record_choices(counts, &ids, columns.ints.clone(), false);
+        }
+        return ids;
     }
     #[cfg(not(feature = "cuda"))]
-    let _ = columns;
+    let _ = (columns, count);
     logits.argmax(1)
 }
 
@@ -128,6 +147,9 @@ pub struct SamplingParamsRows {
     counts: Option<Tensor<2, Int>>,
     /// Whether the last write has a row with a slot.
     penalized: bool,
+    /// The rows' masks, read by the kernel (where it runs; elsewhere the
+    /// host transforms apply bans and allowed sets).
+    masks: Option<MaskRows>,
     rows: usize,
     vocab: usize,
     device: Device,
@@ -137,6 +159,7 @@ impl SamplingParamsRows {
     /// Buffers for `rows` rows over a vocabulary of `vocab` tokens, all greedy.
     pub fn new(rows: usize, vocab: usize, device: &Device) -> Self {
         let greedy = row_params::columns(&[], &[], rows);
+        let kernel = kernel_serves(device, vocab);
         Self {
             floats: InputBuffer::zeros_dtype([rows, FLOAT_COLS], device, DType::F32),
             ints: InputBuffer::zeros([rows, INT_COLS], device),
@@ -147,21 +170,39 @@ impl SamplingParamsRows {
             argmax_only: true,
             transforms: None,
             token_bits: None,
-            kernel: kernel_serves(device, vocab),
+            kernel,
             counts: None,
             penalized: false,
+            masks: None,
             rows,
             vocab,
             device: device.clone(),
         }
     }
 
-    /// These buffers with the penalty counts table `counts` (made once by
-    /// the runner, `super::PenaltyState`), which the kernel then reads for
-    /// every row with a slot.
-    pub fn with_counts(mut self, counts: Option<Tensor<2, Int>>) -> Self {
-        self.counts = counts.filter(|_| self.kernel);
+    /// These buffers as a decode bucket keeps them, where the kernel runs:
+    /// with the penalty counts table `counts` (made once by the runner,
+    /// `super::PenaltyState`), read for every row with a slot, and the
+    /// rows' masks, made now (a graph captured over the buffers must see
+    /// both; a prefill's buffers make their masks when a row needs one).
+    pub fn resident(mut self, counts: Option<Tensor<2, Int>>) -> Self {
+        if self.kernel {
+            self.counts = counts;
+            self.masks = Some(MaskRows::new(self.rows, self.vocab, &self.device));
+        }
         self
+    }
+
+    /// What the last write asked of the step beyond plain choices, for the
+    /// step's trace: a row with a device penalty slot, a masked row, host
+    /// transforms.
+    pub fn options(&self) -> (bool, bool, bool) {
+        let masked = self
+            .written
+            .1
+            .chunks(INT_COLS)
+            .any(|c| c[COL_FLAGS] & FLAG_ALLOWED != 0);
+        (self.penalized, masked, self.transforms.is_some())
     }
 
     /// Handles to the device columns (valid until the next write off CUDA,
@@ -172,6 +213,7 @@ impl SamplingParamsRows {
             ints: self.ints.tensor(),
             positions: self.positions.tensor(),
             counts: self.counts.clone(),
+            allowed: self.masks.as_ref().map(MaskRows::tensor),
             kernel: self.kernel,
         }
     }
@@ -185,12 +227,24 @@ impl SamplingParamsRows {
     pub fn write(&mut self, table: &SamplingTable) {
         debug_assert!(table.len() <= self.rows);
         self.argmax_only = table.all_take_graph_argmax();
-        self.transforms = table.any_changes_logits().then(|| {
+        let any_mask =
+            (0..table.len()).any(|i| table.allowed[i].is_some() || !table.banned[i].is_empty());
+        if self.kernel && self.masks.is_none() && any_mask {
+            self.masks = Some(MaskRows::new(self.rows, self.vocab, &self.device));
+        }
+        // Where the kernel masks (bans, allowed sets), only edits are left
+        // to the host transforms.
+        let edits_only = self.masks.is_some();
+        let host_work = match edits_only {
+            true => table.edits.iter().any(|e| !e.is_empty()),
+            false => table.any_changes_logits(),
+        };
+        self.transforms = host_work.then(|| {
             let (v, device) = (self.vocab, &self.device);
             let bits = self
                 .token_bits
                 .get_or_insert_with(|| transforms::TokenBits::new(v, device));
-            transforms::Prepared::new(table, self.rows, v, bits, device)
+            transforms::Prepared::new(table, self.rows, v, bits, device, edits_only)
         });
         if self.argmax_only {
             if self.written != self.greedy {
@@ -199,7 +253,11 @@ impl SamplingParamsRows {
             return;
         }
         let params: Vec<RowParams> = table.sampling.iter().map(row_params).collect();
-        let mut columns = row_params::columns(&params, &[], self.rows);
+        let masked = match self.masks.as_mut() {
+            Some(masks) => masks.write(table),
+            None => Vec::new(),
+        };
+        let mut columns = row_params::columns(&params, &masked, self.rows);
         self.penalized = false;
         for (i, penalty) in table.penalty.iter().enumerate() {
             if let Some(p) = penalty {
@@ -211,6 +269,11 @@ impl SamplingParamsRows {
         }
         if columns != self.written {
             self.write_columns(columns);
+        }
+        // Only sampled rows read their position (greedy rows with options
+        // do not).
+        if (0..table.len()).all(|i| table.is_greedy(i)) {
+            return;
         }
         let mut positions = vec![0i32; self.rows];
         for (p, &pos) in positions.iter_mut().zip(&table.pos) {
@@ -250,13 +313,15 @@ pub fn sample(
     let real = table.len().min(b);
     if params.transforms.is_none() {
         match chosen {
-            Some(ids) if params.kernel || params.argmax_only => {
-                record_penalized(params, &ids);
-                return read_ids(ids, real);
-            }
+            // The graph's choices, penalized rows already counted there.
+            Some(ids) if params.kernel || params.argmax_only => return read_ids(ids, real),
             _ if params.argmax_only => return read_ids(logits.argmax(1), real),
             _ => {}
         }
+    }
+    // Chosen again below: the graph's choices are not the step's.
+    if let (true, Some(ids)) = (params.kernel, &chosen) {
+        record_penalized(params, ids, true);
     }
     let logits = match &params.transforms {
         Some(prepared) => transforms::apply(logits.cast(DType::F32), prepared),
@@ -266,10 +331,11 @@ pub fn sample(
 }
 
 /// Adds the step's final choice `ids` of rows with a penalty slot to their
-/// device counts (`super::penalty_state`), queued before the ids are read.
-fn record_penalized(params: &SamplingParamsRows, ids: &Tensor<2, Int>) {
+/// device counts (`super::penalty_state`), queued before the ids are read;
+/// with `undo`, takes a graph's choice back.
+fn record_penalized(params: &SamplingParamsRows, ids: &Tensor<2, Int>, undo: bool) {
     if let (true, Some(counts)) = (params.penalized, &params.counts) {
-        super::penalty_state::record_choices(counts, ids, params.ints.tensor());
+        super::penalty_state::record_choices(counts, ids, params.ints.tensor(), undo);
     }
 }
 
@@ -297,7 +363,7 @@ fn sample_rows(
 ) -> Result<Vec<u32>, EngineError> {
     if params.kernel {
         let ids = choose_on_device(logits, &params.columns());
-        record_penalized(params, &ids);
+        record_penalized(params, &ids, false);
         return read_ids(ids, real);
     }
     let [_, v] = logits.dims();

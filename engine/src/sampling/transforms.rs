@@ -18,6 +18,7 @@
 use burn::prelude::*;
 use burn::tensor::{DType, IndexingUpdateOp};
 
+use super::mask_rows::row_words;
 use super::table::SamplingTable;
 
 /// What a token that may not be chosen gets: far below any logit, finite.
@@ -66,15 +67,18 @@ fn bucket(n: usize) -> usize {
 
 impl Prepared {
     /// The inputs of `table`'s rows for logits of `rows` rows (`>=` the
-    /// table's; the rest are padding) over `v` tokens, uploaded to `device`.
+    /// table's; the rest are padding) over `v` tokens, uploaded to `device`;
+    /// with `edits_only`, no bans or allowed sets (the sampling kernel masks
+    /// those itself, `super::mask_rows`).
     pub fn new(
         table: &SamplingTable,
         rows: usize,
         v: usize,
         bits: &TokenBits,
         device: &Device,
+        edits_only: bool,
     ) -> Self {
-        let mut lists = Lists::of(table, rows, v);
+        let mut lists = Lists::of(table, rows, v, edits_only);
         lists.pad(rows, v);
         let floats = |x: Vec<f32>| {
             let n = x.len();
@@ -154,10 +158,10 @@ struct Lists {
 }
 
 impl Lists {
-    fn of(table: &SamplingTable, rows: usize, v: usize) -> Self {
+    fn of(table: &SamplingTable, rows: usize, v: usize, edits_only: bool) -> Self {
         let mut l = Lists::default();
         let w = v.div_ceil(32);
-        if (0..table.len()).any(|i| table.allowed[i].is_some()) {
+        if !edits_only && (0..table.len()).any(|i| table.allowed[i].is_some()) {
             l.words = Some(vec![-1; rows * w]);
         }
         for i in 0..table.len() {
@@ -168,27 +172,21 @@ impl Lists {
                 l.rep.push(e.repetition.max(f32::MIN_POSITIVE));
                 l.sub.push(e.subtract);
             }
-            let banned = table.banned[i].iter().filter(|&&t| (t as usize) < v);
+            if edits_only {
+                continue;
+            }
             match (&table.allowed[i], l.words.as_mut()) {
                 (Some(bits), Some(words)) => {
-                    let row = &mut words[i * w..(i + 1) * w];
-                    for (k, word) in row.iter_mut().enumerate() {
-                        *word = bits.get(k).copied().unwrap_or(0) as i32;
-                    }
-                    if let Some(last) = row.last_mut().filter(|_| !v.is_multiple_of(32)) {
-                        *last &= ((1u32 << (v % 32)) - 1) as i32;
-                    }
                     // A ban that would leave nothing allowed yields to the
                     // constraint (it knows what may come next).
-                    let mut kept = row.to_vec();
-                    for &t in banned {
-                        kept[t as usize / 32] &= !(1i32 << (t % 32));
-                    }
-                    if kept.iter().any(|&x| x != 0) {
-                        row.copy_from_slice(&kept);
+                    if let Some(row) = row_words(Some(bits), &table.banned[i], v) {
+                        words[i * w..(i + 1) * w].copy_from_slice(&row);
                     }
                 }
-                _ => l.banned.extend(banned.map(|&t| base + t as i32)),
+                _ => {
+                    let banned = table.banned[i].iter().filter(|&&t| (t as usize) < v);
+                    l.banned.extend(banned.map(|&t| base + t as i32));
+                }
             }
         }
         l
@@ -258,7 +256,7 @@ mod tests {
     fn applied(l: Tensor<2>, t: &SamplingTable) -> Tensor<2> {
         let [b, v] = l.dims();
         let device = l.device();
-        let prepared = Prepared::new(t, b, v, &TokenBits::new(v, &device), &device);
+        let prepared = Prepared::new(t, b, v, &TokenBits::new(v, &device), &device, false);
         apply(l, &prepared)
     }
 

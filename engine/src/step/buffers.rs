@@ -77,7 +77,7 @@ impl DecodeBuffers {
             context_lens: InputBuffer::zeros([rows], device),
             last_rows: Tensor::arange(0..rows as i64, device),
             arrivals: Tensor::zeros([rows * heads], device),
-            sampling: SamplingParamsRows::new(rows, vocab, device).with_counts(counts),
+            sampling: SamplingParamsRows::new(rows, vocab, device).resident(counts),
         }
     }
 

@@ -31,7 +31,7 @@ use super::forward::forward;
 use super::inputs::StepInputs;
 use crate::model::{Gpt2, KvCache};
 use crate::ops::Ops;
-use crate::sampling::{choose_on_device, SampleColumns};
+use crate::sampling::{choose_in_graph, SampleColumns};
 
 /// What one step hands the captured closure, and what it hands back.
 #[derive(Default)]
@@ -80,7 +80,7 @@ impl DecodeGraph {
             let mut cache = slot.cache.take()?;
             let logits = forward(&model, &ops, &mut cache, inputs);
             slot.cache = Some(cache);
-            let chosen = choose_on_device(logits.clone(), &columns);
+            let chosen = choose_in_graph(logits.clone(), &columns);
             Some((logits, chosen))
         });
         {

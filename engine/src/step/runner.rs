@@ -157,8 +157,12 @@ impl StepRunner {
         let started = Instant::now();
         let params = &self.decode_buffers[&bucket].sampling;
         let sampled = sample_step(logits, chosen, params, table)?;
+        let (penalized, masked, transforms) = params.options();
         tracing::trace!(
             bucket,
+            penalized,
+            masked,
+            transforms,
             sample_us = started.elapsed().as_micros() as u64,
             "decode step sampled and read back"
         );

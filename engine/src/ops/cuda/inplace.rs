@@ -20,22 +20,27 @@ pub(crate) fn write_int<const D: usize>(tensor: &Tensor<D, Int>, data: &TensorDa
     cuda::copy_into(client.resolve_tensor_int::<cuda::CubeBackend>(fused), data)
 }
 
-/// Copies `data` (int elements) into the memory of `tensor` from element
-/// `offset` on, if it lives on CUDA and `data` fits there.
-pub(crate) fn write_int_at<const D: usize>(
-    tensor: &Tensor<D, Int>,
-    offset: usize,
-    data: &TensorData,
-) -> bool {
-    let Ok(fused) = tensor.clone().try_into_primitive::<cuda::Cube>() else {
+/// Writes `values` (`[n, W]` row-major) into rows `rows` of `table` (`[R,
+/// W]`, an int tensor on CUDA) in its own memory, and runs the queued work
+/// up to it, so the rows are there before anything launched after (a graph
+/// replay) reads them. `false` (nothing done) off CUDA.
+pub(crate) fn write_int_rows(table: &Tensor<2, Int>, rows: &[i32], values: Vec<i32>) -> bool {
+    let device = table.device();
+    if !crate::ops::cuda::is_cube_device(&device) {
+        return false;
+    }
+    let [_, w] = table.dims();
+    let n = rows.len();
+    let dtype = table.dtype();
+    let rows = Tensor::<1, Int>::from_data(TensorData::new(rows.to_vec(), [n]), (&device, dtype));
+    let values = Tensor::<2, Int>::from_data(TensorData::new(values, [n, w]), (&device, dtype));
+    let written = crate::ops::cuda::write_rows(table.clone(), rows, values);
+    let Ok(fused) = written.try_into_primitive::<cuda::Cube>() else {
         return false;
     };
     let client = fused.client.clone();
-    cuda::copy_into_at(
-        client.resolve_tensor_int::<cuda::CubeBackend>(fused),
-        offset,
-        data,
-    )
+    let _ = client.resolve_tensor_int::<cuda::CubeBackend>(fused);
+    true
 }
 
 /// Copies `data` into the memory of `tensor` (a float tensor) if it lives on CUDA.
@@ -63,24 +68,6 @@ mod cuda {
         }
         let bytes = burn::tensor::Bytes::from_bytes_vec(data.as_bytes().to_vec());
         target.client.write(&target.handle, bytes);
-        true
-    }
-
-    /// Enqueues the copy of `data` into `target`'s buffer from element
-    /// `offset` on (same dtype, dense, inside the tensor).
-    pub fn copy_into_at(target: CubeTensor, offset: usize, data: &TensorData) -> bool {
-        let elements = burn::backend::TensorMetadata::shape(&target).num_elements();
-        if target.dtype != data.dtype()
-            || !target.is_contiguous()
-            || offset + data.num_elements() > elements
-        {
-            return false;
-        }
-        let start = (offset * target.dtype.size()) as u64;
-        let bytes = burn::tensor::Bytes::from_bytes_vec(data.as_bytes().to_vec());
-        target
-            .client
-            .write(&target.handle.clone().offset_start(start), bytes);
         true
     }
 }

@@ -41,6 +41,7 @@ pub use kernels::cache_write::kv_write;
 pub use kernels::layer_norm::layer_norm_rows;
 pub use kernels::penalty_counts::count_chosen;
 pub use kernels::sample_rows::{fits_device as sample_rows_fit, sample_rows};
+pub use kernels::write_rows::write_rows;
 
 /// Whether `device` is a CubeCL (CUDA) device.
 pub fn is_cube_device(device: &Device) -> bool {

@@ -21,6 +21,8 @@
 //!   min-p, allowed bitmask, penalties from the counts table), the device
 //!   twin of `sampling::row_sampler`; [`penalty_counts`] adds each chosen
 //!   token to its row's counts.
+//! - [`write_rows`]: a few rows of a table a decode graph reads, written in
+//!   place from a fresh upload.
 
 pub mod attention;
 pub mod cache_write;
@@ -33,3 +35,4 @@ pub mod prefill_attention;
 mod reduce;
 pub mod sample_rows;
 pub mod split_combine;
+pub mod write_rows;

@@ -1,7 +1,8 @@
 //! The penalty counts' update after a step's choice: each row with a
 //! penalty slot adds one to its chosen token's count in the `[S, V]` counts
 //! table, in place (`crate::ops::row_params` has the table's layout and the
-//! columns). One thread a row; a slot belongs to one row, so no two threads
+//! columns), or takes it back (`undo`: a choice made again after the
+//! graph's). One thread a row; a slot belongs to one row, so no two threads
 //! write one entry.
 
 use burn::backend::cubecl::dtype_to_storage_type;
@@ -12,14 +13,15 @@ use cubecl::prelude::*;
 use crate::ops::cuda::extension::cuda_kernel;
 use crate::ops::row_params::{COL_PENALTY_SLOT, INT_COLS};
 
-/// `counts[slot - 1, ids[b]] += 1` for every row `b` whose penalty-slot
-/// column `slot` is nonzero. `ids` `[B, 1]`, `ints` `[B, INT_COLS]`,
-/// `counts` `[S, V]`.
+/// `counts[slot - 1, ids[b]] += 1` (`-= 1` with `undo`) for every row `b`
+/// whose penalty-slot column `slot` is nonzero. `ids` `[B, 1]`, `ints` `[B,
+/// INT_COLS]`, `counts` `[S, V]`.
 #[cube(launch, create_dummy_kernel)]
 pub fn count_chosen_kernel<I: Int>(
     ids: &Tensor<I>,
     ints: &Tensor<I>,
     counts: &mut Tensor<I>,
+    #[comptime] undo: bool,
     #[define(I)] _dtype: ElemType,
 ) {
     let row = ABSOLUTE_POS;
@@ -30,24 +32,30 @@ pub fn count_chosen_kernel<I: Int>(
     let token = u32::cast_from(ids[row * ids.stride(0)]) as usize;
     if slot > 0 && slot <= counts.shape(0) && token < counts.shape(1) {
         let at = (slot - 1) * counts.stride(0) + token;
-        counts[at] = counts[at] + I::cast_from(1u32);
+        if comptime![undo] {
+            counts[at] = counts[at] - I::cast_from(1u32);
+        } else {
+            counts[at] = counts[at] + I::cast_from(1u32);
+        }
     }
 }
 
 cuda_kernel! {
     /// Adds each penalized row's chosen token (`ids` `[B, 1]`, the rows'
     /// `row_params` int columns `ints` `[B, INT_COLS]`) to its row of the
-    /// counts table `counts` `[S, V]`, in place; returns the same table.
+    /// counts table `counts` `[S, V]` (takes it back with `undo`), in place;
+    /// returns the same table.
     #[fusion(dtype = counts, shape = counts)]
     pub fn CountChosen::count_chosen(
         #[in_place] counts: Tensor<2, Int>,
         ids: Tensor<2, Int>,
         ints: Tensor<2, Int>,
+        undo: bool,
     ) -> Tensor<2, Int>
 }
 
 /// Launches [`count_chosen_kernel`] over `ids`' rows (see the declaration).
-pub fn launch(counts: CubeTensor, ids: CubeTensor, ints: CubeTensor) -> CubeTensor {
+pub fn launch(counts: CubeTensor, ids: CubeTensor, ints: CubeTensor, undo: bool) -> CubeTensor {
     let [b, _] = ids.shape().dims::<2>();
     assert!(
         ints.shape().dims::<2>() == [b, INT_COLS]
@@ -64,6 +72,7 @@ pub fn launch(counts: CubeTensor, ids: CubeTensor, ints: CubeTensor) -> CubeTens
         ids.into_tensor_arg(),
         ints.into_tensor_arg(),
         counts.clone().into_tensor_arg(),
+        undo,
         dtype_to_storage_type(counts.dtype),
     );
     counts

@@ -159,6 +159,7 @@ fn the_penalty_count_kernel_expands_and_transpiles_to_cuda_cpp() {
         tensor(&[b, 1], 4),
         tensor(&[b, INT_COLS], 4),
         tensor(&[8, 50_257], 4),
+        true,
         ElemType::Int(IntKind::I32),
     );
     let definition = define_kernel(&kernel).expect("the kernel expands");
