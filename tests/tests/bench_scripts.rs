@@ -231,6 +231,31 @@ fn run_options_dry_run_prints_every_group() {
     cleanup_scratch(&out);
 }
 
+/// `bench/run_seeds_ab.sh --dry-run`: this build's server against itself as
+/// the baseline, driven by one loadgen, on the tiny preset: the table has a
+/// row per workload and metric, with both builds' numbers, a ratio and no
+/// failed request.
+#[test]
+fn run_seeds_ab_dry_run_prints_both_builds_and_their_ratio() {
+    let out = scratch_dir("run-seeds-ab-dry");
+    let log = dry_run("run_seeds_ab.sh", &out, &[("WORKLOADS", "seed044 seed048")]);
+    let result = std::fs::read_to_string(out.join("result.md")).expect("result.md written");
+    let rows = table_rows(&result);
+    assert_eq!(
+        rows.len(),
+        3,
+        "seed044 tok/s, seed048 tok/s and TTFT: {result}"
+    );
+    for row in &rows {
+        for cell in &row[2..5] {
+            assert!(cell.parse::<f64>().is_ok_and(|x| x > 0.0), "{result}");
+        }
+        assert_eq!(row[6], "0", "no request failed: {result}");
+    }
+    assert!(log.contains(&result), "the script prints the result");
+    cleanup_scratch(&out);
+}
+
 /// `bench/run_mixed_poisson.sh --dry-run`: Poisson chats, half sampled, as
 /// two loadgens against the tiny preset for a few seconds; both groups
 /// finish requests with no failure, TTFT and the server's waiting queue are

@@ -49,11 +49,17 @@ mod cuda {
         x - (p.frequency * count as f32 + if count > 0 { p.presence } else { 0.0 })
     }
 
-    /// Runs the comparison; returns the report (`ok` as described above).
-    pub fn run(dev: &Device, say: &dyn Fn(String)) -> serde_json::Value {
-        let (b, v) = (64usize, 50_257usize);
+    /// The batch's rows: every other one sampled, some with top-k or top-p,
+    /// each with one of four penalty settings and a slot of its own.
+    fn rows(b: usize) -> (Vec<RowParams>, Vec<RowPenalty>) {
         let mut rows_params = Vec::new();
         let mut penalties = Vec::new();
+        let settings = [
+            (1.3, 0.0, 0.0),
+            (1.0, 0.7, 0.5),
+            (1.2, 0.4, 0.6),
+            (0.8, -0.5, 1.0),
+        ];
         for i in 0..b {
             let sampled = i % 2 == 1;
             rows_params.push(RowParams {
@@ -63,12 +69,6 @@ mod cuda {
                 min_p: 0.0,
                 seed: 77 + i as u64,
             });
-            let settings = [
-                (1.3, 0.0, 0.0),
-                (1.0, 0.7, 0.5),
-                (1.2, 0.4, 0.6),
-                (0.8, -0.5, 1.0),
-            ];
             let (repetition, frequency, presence) = settings[i % settings.len()];
             penalties.push(RowPenalty {
                 slot: (b - 1 - i) as u32,
@@ -77,6 +77,13 @@ mod cuda {
                 presence,
             });
         }
+        (rows_params, penalties)
+    }
+
+    /// Runs the comparison; returns the report (`ok` as described above).
+    pub fn run(dev: &Device, say: &dyn Fn(String)) -> serde_json::Value {
+        let (b, v) = (64usize, 50_257usize);
+        let (rows_params, penalties) = rows(b);
         let plain_cols = row_params::columns(&rows_params, &[], b);
         let mut cols = plain_cols.clone();
         for (i, p) in penalties.iter().enumerate() {

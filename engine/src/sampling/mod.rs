@@ -21,6 +21,7 @@
 //! - [`logprobs`]: log-probabilities of the sampled tokens and their top-n
 //!   alternatives, from the same logits, only for steps where some row asked.
 
+pub mod device_sampler;
 pub mod logprobs;
 pub mod mask_rows;
 pub mod penalty_state;

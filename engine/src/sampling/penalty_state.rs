@@ -55,7 +55,7 @@ impl PenaltyState {
         static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
         let off =
             *OFF.get_or_init(|| std::env::var("EMBER_DEVICE_PENALTIES").is_ok_and(|v| v == "0"));
-        (!off && super::sampler::kernel_serves(device, vocab))
+        (!off && super::device_sampler::kernel_serves(device, vocab))
             .then(|| Self::new(max_batch.clamp(1, MAX_SLOTS), vocab, device))
     }
 

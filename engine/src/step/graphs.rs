@@ -18,6 +18,13 @@
 //! this step's inputs and move the engine's cache through the model like an
 //! eager step does. On CUDA the slot only carries the same buffers every time.
 //!
+//! Each bucket has two graphs of the same step, differing in how the tokens
+//! are chosen: `plain`, the argmax of the raw logits (an all-greedy step
+//! without options: the seeds' and most benchmarks' steps, where a
+//! per-row sampling kernel would only add GPU time), and `sampled`, the
+//! sampling kernel over every row's parameters (and its penalty counts).
+//! The step's sampling columns pick one per replay.
+//!
 //! A capture that did not produce a hardware graph is reported by
 //! [`DecodeGraph::is_hardware`]; the engine then logs it once and runs eager
 //! steps (never a wrong result).
@@ -33,6 +40,8 @@ use crate::model::{Gpt2, KvCache};
 use crate::ops::Ops;
 use crate::sampling::{choose_in_graph, SampleColumns};
 
+type StepGraph = Graph<Option<GraphOutput>, StepClosure>;
+
 /// What one step hands the captured closure, and what it hands back.
 #[derive(Default)]
 struct StepSlot {
@@ -43,8 +52,9 @@ struct StepSlot {
 
 /// A decode step's device results: the logits `[B, vocab]` and each row's
 /// token as the device chose it (captured with the step, so a step whose
-/// rows change no logits launches nothing after the replay: on CUDA the
-/// sampling kernel, greedy and sampled rows alike; elsewhere the argmax).
+/// rows change no logits launches nothing after the replay: the argmax in
+/// the `plain` graph; in the `sampled` one, on CUDA, the sampling kernel,
+/// greedy and sampled rows alike, elsewhere the argmax).
 pub type GraphOutput = (Tensor<2>, Tensor<2, Int>);
 
 type StepClosure = Box<dyn FnMut() -> Option<GraphOutput> + Send>;
@@ -55,7 +65,10 @@ pub struct DecodeGraph {
     /// `Arc<Mutex>` is what lets an engine be built on one thread and moved
     /// to its scheduler thread).
     slot: Arc<Mutex<StepSlot>>,
-    graph: Graph<Option<GraphOutput>, StepClosure>,
+    /// The step with the argmax (module docs).
+    plain: StepGraph,
+    /// The step with the sampling kernel.
+    sampled: StepGraph,
     device: Device,
 }
 
@@ -71,47 +84,45 @@ impl DecodeGraph {
         device: &Device,
     ) -> Self {
         let slot = Arc::new(Mutex::new(StepSlot::default()));
-        let shared = Arc::clone(&slot);
-        let (model, ops) = (model.clone(), ops.clone());
-        let closure: StepClosure = Box::new(move || {
-            let mut slot = lock(&shared);
-            let inputs = slot.inputs.clone()?;
-            let columns = slot.columns.clone()?;
-            let mut cache = slot.cache.take()?;
-            let logits = forward(&model, &ops, &mut cache, inputs);
-            slot.cache = Some(cache);
-            let chosen = choose_in_graph(logits.clone(), &columns);
-            Some((logits, chosen))
-        });
-        {
-            let mut filled = lock(&slot);
-            filled.inputs = Some(inputs);
-            filled.columns = Some(columns);
-            filled.cache = Some(std::mem::take(cache));
-        }
-        let mut this = Self {
-            slot,
-            graph: capture(device, closure),
-            device: device.clone(),
+        let mut one = |sampled: bool| {
+            {
+                let mut filled = lock(&slot);
+                filled.inputs = Some(inputs.clone());
+                filled.columns = Some(columns.clone());
+                filled.cache = Some(std::mem::take(cache));
+            }
+            let graph = capture(device, step_closure(model, ops, &slot, sampled));
+            if let Some(back) = lock(&slot).cache.take() {
+                *cache = back;
+            }
+            graph
         };
-        this.take_cache(cache);
-        this
+        let plain = one(false);
+        let sampled = one(true);
+        Self {
+            slot,
+            plain,
+            sampled,
+            device: device.clone(),
+        }
     }
 
     /// Whether replays are one hardware dispatch (not closure re-runs).
     pub fn is_hardware(&self) -> bool {
-        self.graph.is_hardware()
+        self.plain.is_hardware() && self.sampled.is_hardware()
     }
 
     /// Runs the step with `inputs` and sampling `columns` (the bucket's
-    /// buffers, already written for this step). Returns logits `[bucket,
-    /// vocab]` and the device's choice, complete on the device, or `None` if
-    /// the slot lost the cache (a bug; the caller goes eager).
+    /// buffers, already written for this step), the `plain` graph (the
+    /// argmax) when `argmax_only`. Returns logits `[bucket, vocab]` and the
+    /// device's choice, complete on the device, or `None` if the slot lost
+    /// the cache (a bug; the caller goes eager).
     pub fn replay(
         &mut self,
         cache: &mut KvCache,
         inputs: StepInputs,
         columns: SampleColumns,
+        argmax_only: bool,
     ) -> Option<GraphOutput> {
         {
             let mut slot = lock(&self.slot);
@@ -123,17 +134,22 @@ impl DecodeGraph {
         // owned by the closure, the cache and input buffers by the engine for
         // as long as this graph (the engine drops its graphs first), and all
         // work runs on the engine thread's one stream.
-        let logits = unsafe { self.graph.replay() }.clone();
+        let graph = match argmax_only {
+            true => &mut self.plain,
+            false => &mut self.sampled,
+        };
+        let logits = unsafe { graph.replay() }.clone();
         self.take_cache(cache);
         // Reading a replayed graph's output does not wait for the replay.
         self.device.sync().ok()?;
         logits
     }
 
-    /// Replays a hardware graph `n` times back to back (the bucket's buffers
-    /// as the last step left them) and waits for the device: the step's GPU
-    /// time without the host's per-step work, what the torch CUDA-graph peer
-    /// reports. `false` for a closure graph (nothing run) or a failed sync.
+    /// Replays the `plain` hardware graph `n` times back to back (the
+    /// bucket's buffers as the last step left them) and waits for the
+    /// device: a greedy step's GPU time without the host's per-step work,
+    /// what the torch CUDA-graph peer reports. `false` for a closure graph
+    /// (nothing run) or a failed sync.
     pub fn replay_back_to_back(&mut self, n: usize) -> bool {
         if !self.is_hardware() {
             return false;
@@ -142,7 +158,7 @@ impl DecodeGraph {
             // Safety: as in `replay`; a hardware replay runs no closure, so
             // the cache stays with the engine, alive, while the device
             // rewrites the same slots with the same values.
-            let _ = unsafe { self.graph.replay() };
+            let _ = unsafe { self.plain.replay() };
         }
         self.device.sync().is_ok()
     }
@@ -153,6 +169,31 @@ impl DecodeGraph {
             *cache = back;
         }
     }
+}
+
+/// The step a graph records: the forward over the slot's inputs and cache,
+/// then the tokens, by the sampling kernel (`sampled`) or the argmax.
+fn step_closure(
+    model: &Gpt2,
+    ops: &Ops,
+    slot: &Arc<Mutex<StepSlot>>,
+    sampled: bool,
+) -> StepClosure {
+    let shared = Arc::clone(slot);
+    let (model, ops) = (model.clone(), ops.clone());
+    Box::new(move || {
+        let mut slot = lock(&shared);
+        let inputs = slot.inputs.clone()?;
+        let columns = slot.columns.clone()?;
+        let mut cache = slot.cache.take()?;
+        let logits = forward(&model, &ops, &mut cache, inputs);
+        slot.cache = Some(cache);
+        let chosen = match sampled {
+            true => choose_in_graph(logits.clone(), &columns),
+            false => logits.clone().argmax(1),
+        };
+        Some((logits, chosen))
+    })
 }
 
 /// The slot, whatever a panicking holder left in it (it holds no invariant

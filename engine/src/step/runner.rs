@@ -193,12 +193,13 @@ impl StepRunner {
         let started = Instant::now();
         let bucket = self.decode_bucket(rows.len());
         let inputs = self.prepare_decode(bucket, rows, table);
-        let columns = self.decode_buffers[&bucket].sampling.columns();
+        let sampling = &self.decode_buffers[&bucket].sampling;
+        let (columns, argmax_only) = (sampling.columns(), sampling.argmax_only());
         let prepared = started.elapsed();
         let replayed = self
             .graphs
             .get_mut(&bucket)
-            .and_then(|graph| graph.replay(&mut self.cache, inputs.clone(), columns));
+            .and_then(|graph| graph.replay(&mut self.cache, inputs.clone(), columns, argmax_only));
         // Where a step's host time goes (`RUST_LOG=ember_engine::step=trace`).
         tracing::trace!(
             bucket,

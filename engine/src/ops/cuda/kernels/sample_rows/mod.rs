@@ -74,8 +74,6 @@ use search::{cube_f32, kth_largest, top_p_threshold, OP_SUM};
 
 /// Warps per cube (one cube per row).
 pub const SAMPLE_WARPS: usize = 16;
-/// Logits each unit loads at once in pass 1.
-pub(crate) const UNROLL: usize = 8;
 
 /// See the module doc. `logits` `[B, V]` (rows contiguous), `floats` `[B,
 /// 4]` f32 and `ints` `[B, 4]` (`row_params` columns), `positions` `[B]`,

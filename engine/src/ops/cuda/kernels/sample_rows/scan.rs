@@ -6,8 +6,10 @@ use cubecl::prelude::*;
 
 use super::noise::key_of;
 use super::search::{cube_u32, OP_MAX, OP_MIN, OP_SUM};
-use super::UNROLL;
 use crate::ops::row_params::COUNT_MASK;
+
+/// Logits each unit loads at once in pass 1.
+const UNROLL: usize = 8;
 
 /// A row's penalties (`row_params`' module docs): `on` when it has a
 /// penalty slot, whose counts start at `base` in the counts table.
