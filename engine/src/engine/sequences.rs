@@ -289,3 +289,48 @@ fn key_blocks(blocks: &mut BlockPool, bs: usize, seq: &mut Sequence) {
     }
     seq.keyed = full;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn admitted(ids: &[SeqId]) -> Sequences {
+        let mut seqs = Sequences::new(64, 4, false);
+        for &id in ids {
+            seqs.admit(&SequenceRequest::greedy(id, vec![1, 2, 3], 4), 2)
+                .unwrap();
+        }
+        seqs
+    }
+
+    #[test]
+    fn many_mut_borrows_each_listed_sequence_once_in_the_listed_order() {
+        let mut seqs = admitted(&[1, 2, 3]);
+        {
+            let listed = seqs.many_mut(&[3, 1]).unwrap();
+            assert_eq!(listed.len(), 2);
+            let Ok([third, first]) = <[&mut Sequence; 2]>::try_from(listed) else {
+                panic!("two sequences listed");
+            };
+            third.generated = 30;
+            first.generated = 10;
+        }
+        assert_eq!(seqs.get(3).unwrap().generated, 30);
+        assert_eq!(seqs.get(1).unwrap().generated, 10);
+        assert_eq!(seqs.get(2).unwrap().generated, 0, "not listed, not touched");
+        assert!(seqs.many_mut(&[1, 1]).is_none(), "a sequence listed twice");
+        assert!(seqs.many_mut(&[1, 9]).is_none(), "an unknown sequence");
+    }
+
+    #[test]
+    fn a_released_or_preempted_sequence_gives_its_penalty_slot_back_once() {
+        let mut seqs = admitted(&[1, 2, 3]);
+        seqs.get_mut(1).unwrap().penalty_slot = Some(4);
+        seqs.get_mut(2).unwrap().penalty_slot = Some(7);
+        assert!(seqs.release(1).is_some());
+        assert!(seqs.preempt(2).is_some());
+        assert!(seqs.release(3).is_some(), "no slot, nothing to give back");
+        assert_eq!(seqs.take_freed_penalty_slots(), [4, 7]);
+        assert!(seqs.take_freed_penalty_slots().is_empty(), "taken once");
+    }
+}

@@ -13,6 +13,12 @@
 //! vocabulary, gather each row's sampled id, Burn's `topk_with_indices` for the
 //! alternatives, then ONE device->host read of `[rows, 1 + 2n]` floats (the
 //! sampled logprob, n values, n ids; ids below 2^24 are exact in f32).
+//!
+//! Where shapes are bucketed (CUDA) the rows that asked and `n` are padded
+//! to powers of two (padding rows repeat the first, their results unread):
+//! the device's reductions and top-k are tuned per shape, and a step with a
+//! new count of rows asking, or a prompt-logprobs request of a new length,
+//! then meets a shape already tuned instead of autotuning mid-traffic.
 
 use burn::prelude::*;
 use burn::tensor::activation::log_softmax;
@@ -24,11 +30,13 @@ use crate::types::TokenLogprobs;
 /// Logprobs of row `i`'s sampled token `sampled[i]` and its `top_n[i]` most
 /// likely alternatives, for the rows whose `top_n[i]` is set; `None` for the
 /// others. `logits` is `[B, V]` with `B >= sampled.len()` (rows past them are
-/// padding and are never read).
+/// padding and are never read). `bucketed`: pad the work's shapes (module
+/// docs).
 pub fn logprobs(
     logits: Tensor<2>,
     sampled: &[u32],
     top_n: &[Option<usize>],
+    bucketed: bool,
 ) -> Result<Vec<Option<TokenLogprobs>>, EngineError> {
     let [b, vocab] = logits.dims();
     let rows: Vec<usize> = (0..sampled.len().min(top_n.len()).min(b))
@@ -44,13 +52,21 @@ pub fn logprobs(
         .max()
         .unwrap_or(0)
         .min(vocab);
+    let (r, n) = match bucketed {
+        true => (
+            rows.len().next_power_of_two(),
+            n.next_power_of_two().min(vocab),
+        ),
+        false => (rows.len(), n),
+    };
+    let mut padded = rows.clone();
+    padded.resize(r, rows[0]);
     let device = logits.device();
-    let r = rows.len();
     let ints = |values: Vec<i32>, shape: [usize; 2]| -> Tensor<2, Int> {
         Tensor::from_data(TensorData::new(values, shape), &device)
     };
-    let row_ids = ints(rows.iter().map(|&i| i as i32).collect(), [r, 1]).reshape([r]);
-    let chosen = ints(rows.iter().map(|&i| sampled[i] as i32).collect(), [r, 1]);
+    let row_ids = ints(padded.iter().map(|&i| i as i32).collect(), [r, 1]).reshape([r]);
+    let chosen = ints(padded.iter().map(|&i| sampled[i] as i32).collect(), [r, 1]);
 
     let log_probs = log_softmax(logits.select(0, row_ids).cast(DType::F32), 1); // [R, V]
     let mut parts = vec![log_probs.clone().gather(1, chosen)]; // [R, 1]
@@ -90,7 +106,7 @@ mod tests {
         // is padding.
         let row0: Vec<f32> = [0.1f32, 0.6, 0.3].iter().map(|p| p.ln() + 5.0).collect();
         let l = logits(&[&row0, &[1.0, 2.0, 3.0], &[0.0, 0.0, 0.0], &[9.0, 9.0, 9.0]]);
-        let got = logprobs(l, &[2, 0, 1], &[Some(2), None, Some(0)]).unwrap();
+        let got = logprobs(l, &[2, 0, 1], &[Some(2), None, Some(0)], false).unwrap();
         assert_eq!(got.len(), 3);
         let r0 = got[0].as_ref().unwrap();
         assert!((r0.logprob - 0.3f32.ln()).abs() < 1e-5, "{r0:?}");
@@ -107,16 +123,35 @@ mod tests {
     #[test]
     fn nobody_asked_means_nothing_computed() {
         let l = logits(&[&[1.0, 2.0]]);
-        assert_eq!(logprobs(l, &[1], &[None]).unwrap(), vec![None]);
+        assert_eq!(logprobs(l, &[1], &[None], true).unwrap(), vec![None]);
     }
 
     #[test]
     fn top_n_larger_than_the_vocabulary_is_cut_to_it() {
         let l = logits(&[&[0.0, 1.0]]);
-        let got = logprobs(l, &[1], &[Some(20)]).unwrap();
+        let got = logprobs(l, &[1], &[Some(20)], false).unwrap();
         let top = &got[0].as_ref().unwrap().top;
         assert_eq!(top.iter().map(|t| t.0).collect::<Vec<_>>(), [1, 0]);
         let mass: f32 = top.iter().map(|t| t.1.exp()).sum();
         assert!((mass - 1.0).abs() < 1e-5);
+    }
+
+    #[test]
+    fn bucketed_shapes_give_the_same_results() {
+        // Three rows asking (padded to four), top-3 (padded to four).
+        let rows: Vec<Vec<f32>> = (0..5)
+            .map(|r| {
+                (0..7)
+                    .map(|t| ((r * 7 + t * 3) % 11) as f32 * 0.3)
+                    .collect()
+            })
+            .collect();
+        let slices: Vec<&[f32]> = rows.iter().map(Vec::as_slice).collect();
+        let asks = [Some(3), None, Some(1), Some(3), None];
+        let sampled = [4, 0, 2, 6, 1];
+        let plain = logprobs(logits(&slices), &sampled, &asks, false).unwrap();
+        let padded = logprobs(logits(&slices), &sampled, &asks, true).unwrap();
+        assert_eq!(plain, padded);
+        assert_eq!(padded[2].as_ref().unwrap().top.len(), 1, "as many as asked");
     }
 }

@@ -156,7 +156,7 @@ impl StepRunner {
         let (logits, chosen, bucket) = self.run_decode(rows, table);
         let started = Instant::now();
         let params = &self.decode_buffers[&bucket].sampling;
-        let sampled = sample_step(logits, chosen, params, table)?;
+        let sampled = sample_step(logits, chosen, params, table, self.shape.bucketed)?;
         let (penalized, masked, transforms) = params.options();
         tracing::trace!(
             bucket,
@@ -251,10 +251,10 @@ impl StepRunner {
             let logits = logits.narrow(0, 0, padded);
             let mut params = SamplingParamsRows::new(padded, self.config.vocab_size, &self.device);
             params.write(table);
-            sample_step(logits, None, &params, table)?
+            sample_step(logits, None, &params, table, self.shape.bucketed)?
         };
         let scores = match scored {
-            Some(l) => score(l, scores)?,
+            Some(l) => score(l, scores, self.shape.bucketed)?,
             None => Vec::new(),
         };
         self.check_library_calls()?;
@@ -450,6 +450,7 @@ fn score_positions(rows: &[PrefillSeq<'_>], scores: &[ScoreRequest]) -> Vec<i32>
 fn score(
     logits: Tensor<2>,
     scores: &[ScoreRequest],
+    bucketed: bool,
 ) -> Result<Vec<Vec<TokenLogprobs>>, EngineError> {
     let targets: Vec<u32> = scores
         .iter()
@@ -459,7 +460,7 @@ fn score(
         .iter()
         .flat_map(|s| std::iter::repeat_n(Some(s.top), s.targets.len()))
         .collect();
-    let mut all = logprobs(logits, &targets, &top)?.into_iter();
+    let mut all = logprobs(logits, &targets, &top, bucketed)?.into_iter();
     Ok(scores
         .iter()
         .map(|s| all.by_ref().take(s.targets.len()).flatten().collect())
@@ -474,11 +475,12 @@ fn sample_step(
     chosen: Option<Tensor<2, Int>>,
     params: &SamplingParamsRows,
     table: &SamplingTable,
+    bucketed: bool,
 ) -> Result<Sampled, EngineError> {
     let kept = table.any_logprobs().then(|| logits.clone());
     let tokens = sample(logits, chosen, params, table)?;
     let lps = kept
-        .map(|l| logprobs(l, &tokens, &table.logprobs))
+        .map(|l| logprobs(l, &tokens, &table.logprobs, bucketed))
         .transpose()?
         .unwrap_or_default();
     Ok((tokens, lps))
