@@ -9,10 +9,8 @@
 
 use anyhow::Context;
 use ember_engine::model::ModelSource;
-use ember_engine::{
-    Engine, EngineConfig, EngineDevice, KvBudget, LogitTransforms, Penalties, SeqId,
-    SequenceRequest,
-};
+use ember_engine::params::named_options::with_named_options;
+use ember_engine::{Engine, EngineConfig, EngineDevice, KvBudget, SeqId, SequenceRequest};
 use serde_json::{json, Value};
 
 /// Runs `dir/controls.json`'s cases (if the fixture has them) on `device`.
@@ -83,24 +81,8 @@ pub fn check_controls(
 
 /// The request `case` describes (its options under OpenAI / vLLM names).
 fn request(id: SeqId, case: &Value, n: usize) -> anyhow::Result<SequenceRequest> {
-    let o = &case["options"];
-    let f = |name: &str, default: f32| o[name].as_f64().map_or(default, |v| v as f32);
-    let mut logit_bias = Vec::new();
-    for (k, v) in o["logit_bias"].as_object().into_iter().flatten() {
-        logit_bias.push((k.parse::<u32>()?, v.as_f64().unwrap_or(0.0) as f32));
-    }
-    logit_bias.sort_by_key(|e| e.0);
     let mut r = SequenceRequest::greedy(id, ids(&case["prompt"]), n);
-    r.params.transforms = LogitTransforms {
-        penalties: Penalties {
-            repetition: f("repetition_penalty", 1.0),
-            frequency: f("frequency_penalty", 0.0),
-            presence: f("presence_penalty", 0.0),
-        },
-        logit_bias,
-    };
-    r.params.stop.min_tokens = o["min_tokens"].as_u64().unwrap_or(0) as usize;
-    r.params.stop.stop_token_ids = ids(&o["stop_token_ids"]);
+    r.params = with_named_options(r.params, &case["options"]).map_err(anyhow::Error::msg)?;
     r.params.stop.ignore_eos = false;
     Ok(r)
 }

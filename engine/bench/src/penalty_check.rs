@@ -22,7 +22,7 @@ mod cuda {
     use ember_engine::sampling::row_sampler::trace_rows_host;
     use serde_json::json;
 
-    use crate::check_data::{ints, normal};
+    use crate::check_data::{floats, ints, normal};
 
     /// A deterministic table entry for (row, token): most tokens absent,
     /// some in the prompt, some with output counts up to 3.
@@ -97,12 +97,7 @@ mod cuda {
             }
         }
         let logits = normal([b, v], dev).mul_scalar(3.0).cast(DType::F16);
-        let host: Vec<f32> = logits
-            .clone()
-            .cast(DType::F32)
-            .into_data()
-            .iter::<f32>()
-            .collect();
+        let host = floats(logits.clone());
         let mut edited = host.clone();
         for (i, p) in penalties.iter().enumerate() {
             for t in 0..v {
@@ -112,7 +107,7 @@ mod cuda {
                 }
             }
         }
-        let floats = |f: Vec<f32>| {
+        let float_cols = |f: Vec<f32>| {
             Tensor::<2>::from_data(TensorData::new(f, [b, FLOAT_COLS]), (dev, DType::F32))
         };
         let positions = ints((0..b as i32).map(|i| 3 + 5 * i).collect(), [b], dev);
@@ -120,7 +115,7 @@ mod cuda {
         let int_cols = ints(cols.1.clone(), [b, INT_COLS], dev);
         let device_ids = sample_rows(
             logits,
-            floats(cols.0.clone()),
+            float_cols(cols.0.clone()),
             int_cols.clone(),
             positions.clone(),
             None,
@@ -130,7 +125,7 @@ mod cuda {
         let edited = Tensor::<2>::from_data(TensorData::new(edited, [b, v]), (dev, DType::F32));
         let host_ids = sample_rows(
             edited,
-            floats(plain_cols.0.clone()),
+            float_cols(plain_cols.0.clone()),
             ints(plain_cols.1.clone(), [b, INT_COLS], dev),
             positions,
             None,
@@ -214,12 +209,7 @@ mod cuda {
         }
         let cols = row_params::columns(&params, &masked, b);
         let logits = normal([b, v], dev).mul_scalar(3.0).cast(DType::F16);
-        let host: Vec<f32> = logits
-            .clone()
-            .cast(DType::F32)
-            .into_data()
-            .iter::<f32>()
-            .collect();
+        let host = floats(logits.clone());
         let positions: Vec<i32> = (0..b as i32).map(|i| 11 + 3 * i).collect();
         let ids = sample_rows(
             logits,

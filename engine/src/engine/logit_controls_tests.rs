@@ -12,37 +12,8 @@ use crate::params::*;
 
 /// The request `case` describes (its options under OpenAI / vLLM names).
 fn request(id: SeqId, case: &ControlCase, n: usize) -> SequenceRequest {
-    let o = &case.options;
-    let f = |name: &str, default: f32| {
-        o.get(name)
-            .and_then(|v| v.as_f64())
-            .map_or(default, |v| v as f32)
-    };
-    let logit_bias = o
-        .get("logit_bias")
-        .and_then(|b| b.as_object())
-        .map(|m| {
-            m.iter()
-                .map(|(k, v)| (k.parse::<u32>().unwrap(), v.as_f64().unwrap() as f32))
-                .collect()
-        })
-        .unwrap_or_default();
-    let stop_token_ids = o
-        .get("stop_token_ids")
-        .and_then(|v| v.as_array())
-        .map(|a| a.iter().map(|x| x.as_u64().unwrap() as u32).collect())
-        .unwrap_or_default();
     let mut r = req(id, &case.prompt, n, SamplingParams::greedy());
-    r.params.transforms = LogitTransforms {
-        penalties: Penalties {
-            repetition: f("repetition_penalty", 1.0),
-            frequency: f("frequency_penalty", 0.0),
-            presence: f("presence_penalty", 0.0),
-        },
-        logit_bias,
-    };
-    r.params.stop.min_tokens = o.get("min_tokens").and_then(|v| v.as_u64()).unwrap_or(0) as usize;
-    r.params.stop.stop_token_ids = stop_token_ids;
+    r.params = named_options::with_named_options(r.params, &case.options).unwrap();
     r.params.stop.ignore_eos = false;
     r
 }
