@@ -332,3 +332,44 @@ fn a_refused_token_is_not_emitted_and_ends_the_sequence_with_an_error() {
     assert_eq!(out.finished[0].generated, 0);
     assert_eq!((e.kv_blocks_used(), e.num_active()), (0, 0));
 }
+
+#[test]
+fn constrained_rows_in_one_step_each_follow_their_own_constraint() {
+    // Three structured rows decode together (their masks are built in
+    // parallel) beside a plain one; each keeps to its own allowed set and
+    // gives the tokens it gives alone.
+    let case = &reference().cases[2];
+    let only = |tokens: Vec<u32>| -> SharedConstraint {
+        std::sync::Arc::new(std::sync::Mutex::new(Only {
+            tokens,
+            len: 5,
+            eos: 999,
+            accepted: Vec::new(),
+        }))
+    };
+    let sets = [vec![5, 77, 300], vec![12, 13], vec![400, 401, 402, 403]];
+    let request = |id: SeqId, set: &[u32]| {
+        let mut r = req(id, &case.prompt, 16, SamplingParams::greedy());
+        r.params.constraint = Some(only(set.to_vec()));
+        r.params.stop.ignore_eos = false;
+        r
+    };
+    let alone: Vec<Vec<u32>> = sets
+        .iter()
+        .map(|set| generate(&mut engine(4, 128), vec![request(1, set)])[&1].clone())
+        .collect();
+    let mut together: Vec<SequenceRequest> = sets
+        .iter()
+        .enumerate()
+        .map(|(i, set)| request(i as SeqId + 1, set))
+        .collect();
+    together.push(req(9, &case.prompt, 8, SamplingParams::greedy()));
+    let got = generate(&mut engine(4, 128), together);
+    for (i, set) in sets.iter().enumerate() {
+        let tokens = &got[&(i as SeqId + 1)];
+        assert_eq!(tokens.len(), 5, "{tokens:?}");
+        assert!(tokens.iter().all(|t| set.contains(t)), "{tokens:?}");
+        assert_eq!(tokens, &alone[i], "row {i} as alone");
+    }
+    assert_eq!(got[&9].len(), 8, "the plain row runs beside them");
+}

@@ -397,7 +397,7 @@ impl Engine {
                 continue;
             };
             if seq.penalty_slot.is_none() && seq.wants_device_penalties() {
-                seq.penalty_slot = self.runner.acquire_penalty_slot(seq.penalty_tokens());
+                seq.penalty_slot = self.runner.acquire_penalty_slot(|| seq.penalty_tokens());
             }
         }
     }
@@ -410,8 +410,13 @@ impl Engine {
         let vocab = self.runner.model_config().vocab_size;
         let eos = self.eos_token_id;
         let mut table = SamplingTable::with_capacity(ids.len());
-        match self.seqs.many_mut(ids) {
-            Some(mut seqs) if seqs.iter().filter(|s| s.has_constraint()).count() > 1 => {
+        let constrained = ids
+            .iter()
+            .filter(|&&id| self.seqs.get(id).is_some_and(Sequence::has_constraint))
+            .count();
+        let parallel = (constrained > 1).then(|| self.seqs.many_mut(ids)).flatten();
+        match parallel {
+            Some(mut seqs) => {
                 let rows: Vec<RowSampling> = seqs
                     .par_iter_mut()
                     .map(|seq| seq.sampling_row(eos, vocab))

@@ -122,11 +122,16 @@ impl StepRunner {
         }
     }
 
-    /// Takes a device penalty slot for a sequence with `tokens` (`(token,
-    /// output count, in the prompt)`), written into its counts; `None` where
-    /// there are no device penalties or every slot is taken.
-    pub fn acquire_penalty_slot(&mut self, tokens: Vec<(u32, u32, bool)>) -> Option<u32> {
-        self.penalties.as_mut()?.acquire(tokens)
+    /// Takes a device penalty slot for a sequence whose `tokens` (`(token,
+    /// output count, in the prompt)`, asked for only when a slot is free)
+    /// are written into its counts; `None` where there are no device
+    /// penalties or every slot is taken.
+    pub fn acquire_penalty_slot(
+        &mut self,
+        tokens: impl FnOnce() -> Vec<(u32, u32, bool)>,
+    ) -> Option<u32> {
+        let state = self.penalties.as_mut().filter(|p| p.free_slots() > 0)?;
+        state.acquire(tokens())
     }
 
     /// Gives a slot from [`StepRunner::acquire_penalty_slot`] back.
