@@ -215,6 +215,7 @@ impl SamplingParamsRows {
     pub fn write(&mut self, table: &SamplingTable) {
         debug_assert!(table.len() <= self.rows);
         self.argmax_only = table.all_take_graph_argmax();
+        self.penalized = false;
         let any_mask =
             (0..table.len()).any(|i| table.allowed[i].is_some() || !table.banned[i].is_empty());
         if self.kernel && self.masks.is_none() && any_mask {
@@ -246,7 +247,6 @@ impl SamplingParamsRows {
             None => Vec::new(),
         };
         let mut columns = row_params::columns(&params, &masked, self.rows);
-        self.penalized = false;
         for (i, penalty) in table.penalty.iter().enumerate() {
             if let Some(p) = penalty {
                 // A slot is only given where the kernel reads the counts.
