@@ -1,8 +1,12 @@
-//! The kernel expanded and transpiled to CUDA C++ on the host, with no GPU:
+//! The sampling kernel (and the two small kernels that keep its penalty
+//! counts and masks: `penalty_counts`, `write_rows`) expanded and
+//! transpiled to CUDA C++ on the host, with no GPU:
 //! what only expansion can catch (an operation CubeCL cannot lower, a
 //! comptime value used at run time) fails here, and a few properties of the
 //! source are pinned (the Philox products, the shared memory, no fast-math
-//! intrinsics). Running it on a device is the GPU check's job.
+//! intrinsics). Running them on a device is the GPU check's job; these run
+//! with `cargo test -p ember-engine --features cuda --lib source_tests`
+//! (not in CI, whose CUDA stage only checks that the build compiles).
 
 use std::any::TypeId;
 use std::sync::Arc;
@@ -160,6 +164,29 @@ fn the_penalty_count_kernel_expands_and_transpiles_to_cuda_cpp() {
         tensor(&[b, INT_COLS], 4),
         tensor(&[8, 50_257], 4),
         true,
+        ElemType::Int(IntKind::I32),
+    );
+    let definition = define_kernel(&kernel).expect("the kernel expands");
+    let mut options = CudaCompilationOptions::default();
+    options.cpp.warp_size = 32;
+    CudaCompiler::default()
+        .compile(definition, &options)
+        .expect("the kernel transpiles");
+}
+
+#[test]
+fn the_row_write_kernel_expands_and_transpiles_to_cuda_cpp() {
+    use crate::ops::cuda::kernels::write_rows::write_rows_kernel;
+    let kernel = write_rows_kernel::create_dummy_kernel(
+        Arc::new(h100()),
+        Arc::new(TargetProperties {
+            mma: MmaProperties::default(),
+        }),
+        CubeCount::Static(1, 1, 1),
+        CubeDim::new_1d(256),
+        tensor(&[8, 1571], 4),
+        tensor(&[2], 4),
+        tensor(&[2, 1571], 4),
         ElemType::Int(IntKind::I32),
     );
     let definition = define_kernel(&kernel).expect("the kernel expands");
