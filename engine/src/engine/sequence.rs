@@ -18,7 +18,7 @@
 use super::token_stats::TokenStats;
 use crate::kv::BlockHash;
 use crate::ops::row_params::RowPenalty;
-use crate::params::{Penalties, SharedConstraint};
+use crate::params::SharedConstraint;
 use crate::sampling::RowSampling;
 use crate::types::{FinishReason, ResumeState, SequenceRequest};
 
@@ -174,10 +174,12 @@ impl Sequence {
             frequency: t.penalties.frequency,
             presence: t.penalties.presence,
         });
-        let edits = match (t.any(), penalty) {
-            (false, _) => Vec::new(),
-            (true, None) => self.stats.edits(t.penalties, &t.logit_bias),
-            (true, Some(_)) => self.stats.edits(Penalties::OFF, &t.logit_bias),
+        // A slot is only given without a `logit_bias`: such a row has no
+        // host edits at all.
+        debug_assert!(penalty.is_none() || t.logit_bias.is_empty());
+        let edits = match penalty.is_none() && t.any() {
+            true => self.stats.edits(t.penalties, &t.logit_bias),
+            false => Vec::new(),
         };
         let stop = &params.stop;
         let mut banned = Vec::new();

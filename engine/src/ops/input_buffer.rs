@@ -60,9 +60,7 @@ impl<const D: usize> InputBuffer<D, Int> {
         }
         self.replace(data);
     }
-}
 
-impl<const D: usize> InputBuffer<D, Int> {
     /// A zero-filled buffer whose memory exists now, written from the host
     /// (`zeros` alone may leave the fill pending: a CUDA graph captured
     /// before the first write would record the fill and clear the buffer on
@@ -84,14 +82,13 @@ impl InputBuffer<2, Int> {
         if rows.is_empty() {
             return;
         }
-        #[cfg(feature = "cuda")]
-        {
-            let index: Vec<i32> = rows.iter().map(|&r| r as i32).collect();
-            if super::cuda::inplace::write_int_rows(&self.tensor, &index, values.clone()) {
-                return;
-            }
-        }
         let device = self.tensor.device();
+        #[cfg(feature = "cuda")]
+        if super::cuda::is_cube_device(&device) {
+            let index: Vec<i32> = rows.iter().map(|&r| r as i32).collect();
+            super::cuda::inplace::write_int_rows(&self.tensor, &index, values);
+            return;
+        }
         let dtype = self.tensor.dtype();
         for (k, &row) in rows.iter().enumerate() {
             let data = TensorData::new(values[k * width..(k + 1) * width].to_vec(), [1, width]);

@@ -162,12 +162,10 @@ impl StepRunner {
         let started = Instant::now();
         let params = &self.decode_buffers[&bucket].sampling;
         let sampled = sample_step(logits, chosen, params, table, self.shape.bucketed)?;
-        let (penalized, masked, transforms) = params.options();
+        // (`options` is only evaluated when the trace is on.)
         tracing::trace!(
             bucket,
-            penalized,
-            masked,
-            transforms,
+            options = ?params.options(),
             sample_us = started.elapsed().as_micros() as u64,
             "decode step sampled and read back"
         );

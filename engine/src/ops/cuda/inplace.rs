@@ -21,26 +21,21 @@ pub(crate) fn write_int<const D: usize>(tensor: &Tensor<D, Int>, data: &TensorDa
 }
 
 /// Writes `values` (`[n, W]` row-major) into rows `rows` of `table` (`[R,
-/// W]`, an int tensor on CUDA) in its own memory, and runs the queued work
-/// up to it, so the rows are there before anything launched after (a graph
-/// replay) reads them. `false` (nothing done) off CUDA.
-pub(crate) fn write_int_rows(table: &Tensor<2, Int>, rows: &[i32], values: Vec<i32>) -> bool {
+/// W]`, an int tensor on a CUDA device) in its own memory, and runs the
+/// queued work up to it, so the rows are there before anything launched
+/// after (a graph replay) reads them.
+pub(crate) fn write_int_rows(table: &Tensor<2, Int>, rows: &[i32], values: Vec<i32>) {
     let device = table.device();
-    if !crate::ops::cuda::is_cube_device(&device) {
-        return false;
-    }
     let [_, w] = table.dims();
     let n = rows.len();
     let dtype = table.dtype();
     let rows = Tensor::<1, Int>::from_data(TensorData::new(rows.to_vec(), [n]), (&device, dtype));
     let values = Tensor::<2, Int>::from_data(TensorData::new(values, [n, w]), (&device, dtype));
     let written = crate::ops::cuda::write_rows(table.clone(), rows, values);
-    let Ok(fused) = written.try_into_primitive::<cuda::Cube>() else {
-        return false;
-    };
-    let client = fused.client.clone();
-    let _ = client.resolve_tensor_int::<cuda::CubeBackend>(fused);
-    true
+    if let Ok(fused) = written.try_into_primitive::<cuda::Cube>() {
+        let client = fused.client.clone();
+        let _ = client.resolve_tensor_int::<cuda::CubeBackend>(fused);
+    }
 }
 
 /// Copies `data` into the memory of `tensor` (a float tensor) if it lives on CUDA.

@@ -94,6 +94,26 @@ fn tensor(shape: &[usize], elem_size: usize) -> TensorArg {
     }
 }
 
+/// No tensor cores asked of these kernels.
+fn target() -> Arc<TargetProperties> {
+    Arc::new(TargetProperties {
+        mma: MmaProperties::default(),
+    })
+}
+
+/// A dummy kernel expanded and transpiled to CUDA C++ (warps of 32): its
+/// representation.
+macro_rules! transpile {
+    ($kernel:expr) => {{
+        let definition = define_kernel(&$kernel).expect("the kernel expands");
+        let mut options = CudaCompilationOptions::default();
+        options.cpp.warp_size = 32;
+        CudaCompiler::default()
+            .compile(definition, &options)
+            .expect("the kernel transpiles")
+    }};
+}
+
 #[test]
 fn the_kernel_expands_and_transpiles_to_cuda_cpp() {
     let (b, v) = (4usize, 50_257usize);
@@ -105,9 +125,7 @@ fn the_kernel_expands_and_transpiles_to_cuda_cpp() {
     ] {
         let kernel = sample_rows_kernel::create_dummy_kernel(
             Arc::new(h100()),
-            Arc::new(TargetProperties {
-                mma: MmaProperties::default(),
-            }),
+            target(),
             CubeCount::Static(b as u32, 1, 1),
             CubeDim::new_2d(32, SAMPLE_WARPS as u32),
             tensor(&[b, v], 2),
@@ -125,12 +143,7 @@ fn the_kernel_expands_and_transpiles_to_cuda_cpp() {
             write_trace,
             [ElemType::Float(FloatKind::F16), ElemType::Int(IntKind::I32)],
         );
-        let definition = define_kernel(&kernel).expect("the kernel expands");
-        let mut options = CudaCompilationOptions::default();
-        options.cpp.warp_size = 32;
-        let repr = CudaCompiler::default()
-            .compile(definition, &options)
-            .expect("the kernel transpiles");
+        let repr = transpile!(kernel);
         let source = repr.to_string();
         assert!(source.contains("__umulhi"), "Philox's high products");
         assert!(
@@ -155,9 +168,7 @@ fn the_penalty_count_kernel_expands_and_transpiles_to_cuda_cpp() {
     let b = 4usize;
     let kernel = count_chosen_kernel::create_dummy_kernel(
         Arc::new(h100()),
-        Arc::new(TargetProperties {
-            mma: MmaProperties::default(),
-        }),
+        target(),
         CubeCount::Static(1, 1, 1),
         CubeDim::new_1d(128),
         tensor(&[b, 1], 4),
@@ -166,12 +177,7 @@ fn the_penalty_count_kernel_expands_and_transpiles_to_cuda_cpp() {
         true,
         ElemType::Int(IntKind::I32),
     );
-    let definition = define_kernel(&kernel).expect("the kernel expands");
-    let mut options = CudaCompilationOptions::default();
-    options.cpp.warp_size = 32;
-    CudaCompiler::default()
-        .compile(definition, &options)
-        .expect("the kernel transpiles");
+    transpile!(kernel);
 }
 
 #[test]
@@ -179,9 +185,7 @@ fn the_row_write_kernel_expands_and_transpiles_to_cuda_cpp() {
     use crate::ops::cuda::kernels::write_rows::write_rows_kernel;
     let kernel = write_rows_kernel::create_dummy_kernel(
         Arc::new(h100()),
-        Arc::new(TargetProperties {
-            mma: MmaProperties::default(),
-        }),
+        target(),
         CubeCount::Static(1, 1, 1),
         CubeDim::new_1d(256),
         tensor(&[8, 1571], 4),
@@ -189,10 +193,5 @@ fn the_row_write_kernel_expands_and_transpiles_to_cuda_cpp() {
         tensor(&[2, 1571], 4),
         ElemType::Int(IntKind::I32),
     );
-    let definition = define_kernel(&kernel).expect("the kernel expands");
-    let mut options = CudaCompilationOptions::default();
-    options.cpp.warp_size = 32;
-    CudaCompiler::default()
-        .compile(definition, &options)
-        .expect("the kernel transpiles");
+    transpile!(kernel);
 }
