@@ -16,7 +16,7 @@
 #      config.json + model.safetensors) under MODELS_DIR, kept between calls
 #   3. per size, in SIZES order, within its share of the time left (shares
 #      weighted gpt2 2, medium 3, large 4, xl 5):
-#      - .device/ember-engine-bench --model-dir D --graphs, one run per
+#      - .device/ember-engine-bench --model-dir D --graphs --no-eager, one run per
 #        context in CONTEXTS (decode at every batch of BATCHES whose KV cache
 #        fits in the GPU's memory: `family.py fit`); the i-th shape of
 #        PREFILLS is timed in the i-th run (`--prefill N,L`)
@@ -172,7 +172,7 @@ ember_run() {
         args=(--batch-sizes 1 --context 16 --steps 1 --warmup 1)
     fi
     [[ -n $prefill ]] && args+=(--prefill "${prefill/x/,}")
-    stage "ember:$size:$name" "$t" "$ENGINE_BIN" --device "$DEVICE" --model-dir "$dir" --graphs \
+    stage "ember:$size:$name" "$t" "$ENGINE_BIN" --device "$DEVICE" --model-dir "$dir" --graphs --no-eager \
         "${args[@]}" --json "$RAW/ember-$size-$name.json"
 }
 
@@ -224,7 +224,7 @@ say "the table"
 timeout "$T_TABLE" "$PY" bench/family.py table --raw "$RAW" --stages "$STAGES" \
     --sizes "${SIZE_LIST[@]}" --contexts "${CONTEXT_LIST[*]}" --prefills "${PREFILL_LIST[*]}" \
     --batches "$BATCHES" --hbm-tbs "$HBM_TBS" --cold-size "$COLD_SIZE" \
-    --notes "Ember step: engine bench --graphs, p50 of $STEPS graph steps centred on ctx, each ending with the ids' read-back; Ember GPU-only: graph replays back to back. peer: peer_compile.py (torch.compile $PEER_COMPILE_MODE), median of $PEER_ITERS replays + .cpu() of the ids at position ctx; peer GPU-only: replays back to back. Ember / peer > 1: Ember slower. Floor: weight bytes per step / HBM." \
+    --notes "Ember step: engine bench --graphs, p50 of $STEPS graph steps centred on ctx, each ending with the ids' read-back; Ember overlapped: the same steps in the overlapped loop (each call queues a step, then reads the previous one's ids: the server's default), whose ratio Ember / peer shows; Ember GPU-only: graph replays back to back. peer: peer_compile.py (torch.compile $PEER_COMPILE_MODE), median of $PEER_ITERS replays + .cpu() of the ids at position ctx; peer GPU-only: replays back to back. Ember / peer > 1: Ember slower. Floor: weight bytes per step / HBM." \
     --table "$OUT/table.md" --results "$OUT/results.json" || record table 1 0 "family.py table failed"
 column -t -s $'\t' "$STAGES" 2>/dev/null || cat "$STAGES"
 # Exit 1 when a stage failed, timed out or found no time left (the table names it).

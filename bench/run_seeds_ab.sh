@@ -85,14 +85,17 @@ launch() {
 }
 
 # ready NAME PID: waits for the server's /health on its HTTP door, prints
-# its gRPC address.
+# its gRPC address. Both addresses are read on every pass and both must be
+# there: the server writes them one after the other, and a pass that read
+# the gRPC line before it was written must not count (it would print an
+# empty address).
 ready() {
     local name=$1 pid=$2 deadline addr http
     deadline=$(($(date +%s) + ${T_SERVING:-300}))
     while :; do
         addr=$(sed -n 's/^listening on //p' "$OUT/$name.out")
         http=$(sed -n 's/^http listening on //p' "$OUT/$name.out")
-        if [[ -n $http ]] && python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)' "http://$http/health" 2>/dev/null; then
+        if [[ -n $addr && -n $http ]] && python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)' "http://$http/health" 2>/dev/null; then
             echo "$addr"
             return 0
         fi

@@ -61,6 +61,28 @@ pub trait StepEngine {
     /// leaves everything unchanged).
     fn decode(&mut self, ids: &[SeqId]) -> Result<StepOutput, EngineError>;
 
+    /// The overlapped decode step: queues a step over `ids` like
+    /// [`StepEngine::decode`] and, without waiting for it, returns the
+    /// output of the step the previous call queued (sequences that step
+    /// ended may be in `ids`: their row is wasted, its token never
+    /// emitted). Empty `ids` only return the queued step's output. An
+    /// engine that cannot overlap runs [`StepEngine::decode`] (the default).
+    fn decode_async(&mut self, ids: &[SeqId]) -> Result<StepOutput, EngineError> {
+        self.decode(ids)
+    }
+
+    /// The output of the step [`StepEngine::decode_async`] queued, if any
+    /// (waiting for it).
+    fn flush(&mut self) -> Result<StepOutput, EngineError> {
+        Ok(StepOutput::default())
+    }
+
+    /// Whether a step queued by [`StepEngine::decode_async`] has not been
+    /// returned yet.
+    fn has_pending(&self) -> bool {
+        false
+    }
+
     /// The preemption seam: takes a sequence out wherever it is, frees its
     /// blocks (its computed full blocks stay in the prefix cache until
     /// evicted) and returns its request with what resuming it by recompute

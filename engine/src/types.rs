@@ -152,3 +152,13 @@ pub struct StepOutput {
     /// that asked), in batch order.
     pub prompt_logprobs: Vec<PromptLogprobs>,
 }
+
+impl StepOutput {
+    /// Appends a later step's output (an overlapped decode call can retire
+    /// two steps: events stay in step order).
+    pub fn extend(&mut self, later: StepOutput) {
+        self.tokens.extend(later.tokens);
+        self.finished.extend(later.finished);
+        self.prompt_logprobs.extend(later.prompt_logprobs);
+    }
+}

@@ -2,8 +2,10 @@
 //! (penalties, `logit_bias`, `min_tokens`; transformers' greedy tokens under
 //! vLLM's semantics, `scripts/make_reference_fixtures.py --controls`) on
 //! this device, all cases in one batch, twice (the second pass reuses the
-//! device penalty slots the first gave back), with every decode step
-//! replayed from captured graphs when asked. On CUDA the penalties come
+//! device penalty slots the first gave back, and runs the overlapped step
+//! loop, `Engine::decode_async`: each step queued before the previous one's
+//! tokens are judged), with every decode step replayed from captured graphs
+//! when asked. On CUDA the penalties come
 //! from the device counts (`ember_engine::sampling::penalty_state`) unless
 //! `EMBER_DEVICE_PENALTIES=0`, which keeps them as host edits.
 
@@ -48,7 +50,8 @@ pub fn check_controls(
             .enumerate()
             .map(|(i, c)| request(base + i as SeqId, c, n))
             .collect::<anyhow::Result<_>>()?;
-        let got = generate(&mut engine, reqs, base, cases.len())?;
+        let overlapped = pass == 1;
+        let got = generate(&mut engine, reqs, base, cases.len(), overlapped)?;
         let failed: Vec<String> = cases
             .iter()
             .zip(&got)
@@ -62,7 +65,8 @@ pub fn check_controls(
             })
             .collect();
         println!(
-            "  controls pass {pass}: {} of {} cases match transformers token for token{}",
+            "  controls pass {pass}{}: {} of {} cases match transformers token for token{}",
+            if overlapped { " (overlapped loop)" } else { "" },
             cases.len() - failed.len(),
             cases.len(),
             if graphs {
@@ -74,7 +78,7 @@ pub fn check_controls(
         for f in &failed {
             println!("    differs: {f}");
         }
-        passes.push(json!({"cases": cases.len(), "failed": failed}));
+        passes.push(json!({"cases": cases.len(), "overlapped": overlapped, "failed": failed}));
     }
     Ok(json!({"hardware_graphs": hardware, "passes": passes}))
 }
@@ -87,27 +91,30 @@ fn request(id: SeqId, case: &Value, n: usize) -> anyhow::Result<SequenceRequest>
     Ok(r)
 }
 
-/// Every request's emitted tokens, decoded in one batch until all finish;
+/// Every request's emitted tokens, decoded in one batch until all finish
+/// (`overlapped`: each step queued before the previous one is judged);
 /// request ids are `base..base + count`.
 fn generate(
     engine: &mut Engine,
     reqs: Vec<SequenceRequest>,
     base: SeqId,
     count: usize,
+    overlapped: bool,
 ) -> anyhow::Result<Vec<Vec<u32>>> {
     let mut got = vec![Vec::new(); count];
-    let mut active: Vec<SeqId> = reqs.iter().map(|r| r.id).collect();
     let mut out = engine.prefill(reqs)?;
     loop {
         for t in &out.tokens {
             got[(t.id - base) as usize].push(t.token);
         }
-        let done: Vec<SeqId> = out.finished.iter().map(|f| f.id).collect();
-        active.retain(|id| !done.contains(id));
-        if active.is_empty() {
+        let ids = engine.decoding();
+        if ids.is_empty() && !engine.has_pending() {
             return Ok(got);
         }
-        out = engine.decode(&active)?;
+        out = match overlapped {
+            true => engine.decode_async(&ids)?,
+            false => engine.decode(&ids)?,
+        };
     }
 }
 

@@ -94,10 +94,16 @@ struct Args {
     #[arg(long)]
     reference: Option<PathBuf>,
     /// Also time each batch size with its decode step replayed as a CUDA graph
-    /// (after the eager timing, same sequences), and in `--reference` mode
-    /// check that graph replays produce the eager steps' tokens.
+    /// (after the eager timing, same sequences), synchronously and in the
+    /// overlapped loop (the server's default: each call queues a step, then
+    /// reads the previous one's ids), and in `--reference` mode check that
+    /// graph replays and the overlapped loop produce the eager steps' tokens.
     #[arg(long)]
     graphs: bool,
+    /// With --graphs: skip the eager timing (two timed passes instead of
+    /// three, so a long context fits the model's positions).
+    #[arg(long)]
+    no_eager: bool,
     /// CUDA: check the CubeCL paged-attention and KV-write kernels against the
     /// tensor-op reference on random data, then exit.
     #[arg(long)]
@@ -210,6 +216,7 @@ fn run(args: &Args, device: EngineDevice) -> anyhow::Result<serde_json::Value> {
         warmup: args.warmup,
         steps: args.steps,
         graphs: args.graphs,
+        eager: !(args.graphs && args.no_eager),
     };
     let mut decode_rows = Vec::new();
     for &b in &args.batch_sizes {
@@ -296,7 +303,10 @@ fn build_engine(args: &Args, device: EngineDevice) -> anyhow::Result<(Engine, Gp
     {
         bail!("--prefill takes N,L (two positive numbers)");
     }
-    let timed_passes = if args.graphs { 2 } else { 1 };
+    // Eager steps (unless --no-eager); with graphs, synchronous and
+    // overlapped graph steps too.
+    let eager = !(args.graphs && args.no_eager);
+    let timed_passes = usize::from(eager) + if args.graphs { 2 } else { 0 };
     let max_new = args.warmup + timed_passes * args.steps + 1;
     if args.context + max_new > config.n_positions {
         bail!(

@@ -51,7 +51,7 @@ pub fn check_reference(
     // decode step replayed from captured graphs, which must give the same tokens.
     let n = reference["new_tokens"].as_u64().unwrap_or(16) as usize;
     let t = Instant::now();
-    let got = greedy_tokens(&mut engine, &prompts, n)?;
+    let got = greedy_tokens(&mut engine, &prompts, n, false)?;
     eprintln!(
         "reference generation: {:.0} ms",
         t.elapsed().as_secs_f64() * 1e3
@@ -59,12 +59,17 @@ pub fn check_reference(
     let mut graph_check = serde_json::Value::Null;
     if graphs {
         let hardware = engine.capture_decode_graphs(&[1, 2, 4, 8]);
-        let replayed = greedy_tokens(&mut engine, &prompts, n)?;
+        let replayed = greedy_tokens(&mut engine, &prompts, n, false)?;
         let same = replayed == got;
         println!(
             "  graph replays ({hardware} hardware graphs): tokens identical to eager steps: {same}"
         );
-        graph_check = json!({"hardware_graphs": hardware, "tokens_identical": same});
+        let overlapped = greedy_tokens(&mut engine, &prompts, n, true)? == got;
+        println!(
+            "  overlapped loop (graph replays): tokens identical to eager steps: {overlapped}"
+        );
+        graph_check = json!({"hardware_graphs": hardware, "tokens_identical": same,
+                             "overlapped_identical": overlapped});
     }
     let matching: Vec<usize> = cases
         .iter()
@@ -122,11 +127,13 @@ fn logit_diff(cases: &[serde_json::Value], logits: &[f32], vocab: usize) -> (f32
     (max_diff, max_ref)
 }
 
-/// `n` greedy tokens for each prompt, all decoded in one batch.
+/// `n` greedy tokens for each prompt, all decoded in one batch
+/// (`overlapped`: each step queued before the previous one is judged).
 fn greedy_tokens(
     engine: &mut Engine,
     prompts: &[Vec<u32>],
     n: usize,
+    overlapped: bool,
 ) -> anyhow::Result<Vec<Vec<u32>>> {
     let reqs = prompts
         .iter()
@@ -139,12 +146,13 @@ fn greedy_tokens(
         for t in &out.tokens {
             got[t.id as usize].push(t.token);
         }
-        let active: Vec<SeqId> = (0..prompts.len() as SeqId)
-            .filter(|&id| got[id as usize].len() < n)
-            .collect();
-        if active.is_empty() {
+        let active = engine.decoding();
+        if active.is_empty() && !engine.has_pending() {
             return Ok(got);
         }
-        out = engine.decode(&active)?;
+        out = match overlapped {
+            true => engine.decode_async(&active)?,
+            false => engine.decode(&active)?,
+        };
     }
 }

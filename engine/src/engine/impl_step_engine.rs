@@ -51,6 +51,18 @@ impl StepEngine for Engine {
         Engine::decode(self, ids)
     }
 
+    fn decode_async(&mut self, ids: &[SeqId]) -> Result<StepOutput, EngineError> {
+        Engine::decode_async(self, ids)
+    }
+
+    fn flush(&mut self) -> Result<StepOutput, EngineError> {
+        Engine::flush(self)
+    }
+
+    fn has_pending(&self) -> bool {
+        Engine::has_pending(self)
+    }
+
     fn preempt(&mut self, id: SeqId) -> Option<SequenceRequest> {
         Engine::preempt(self, id)
     }

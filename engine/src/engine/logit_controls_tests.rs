@@ -209,11 +209,11 @@ fn nothing_to_generate_is_only_allowed_when_scoring_the_prompt() {
 
 /// A constraint that allows `tokens` for `len` steps, then only EOS.
 #[derive(Debug)]
-struct Only {
-    tokens: Vec<u32>,
-    len: usize,
-    eos: u32,
-    accepted: Vec<u32>,
+pub(super) struct Only {
+    pub(super) tokens: Vec<u32>,
+    pub(super) len: usize,
+    pub(super) eos: u32,
+    pub(super) accepted: Vec<u32>,
 }
 
 impl TokenConstraint for Only {

@@ -27,12 +27,16 @@
 //! [`startup`] (the cache sized to the device, the runner built),
 //! [`sequences`] and
 //! [`sequence`] (host state), [`prefill`] (planning a prefill step),
+//! [`decode`] (a decode step, synchronous or overlapped with the next;
+//! [`pending`], the step it keeps queued),
 //! [`warmup`] (every step shape before SERVING), [`impl_step_engine`] (the
 //! [`crate::StepEngine`] trait the scheduler drives).
 
 pub mod config;
+mod decode;
 mod impl_step_engine;
 pub mod kv_sizing;
+mod pending;
 mod prefill;
 mod prompt_scoring;
 mod sequence;
@@ -46,6 +50,8 @@ pub mod warmup;
 mod control_tests;
 #[cfg(test)]
 mod logit_controls_tests;
+#[cfg(test)]
+mod overlap_tests;
 #[cfg(test)]
 mod preempt_tests;
 #[cfg(test)]
@@ -62,7 +68,7 @@ use crate::error::EngineError;
 use crate::limits::RequestLimits;
 use crate::model::Gpt2Config;
 use crate::sampling::{RowSampling, SamplingTable};
-use crate::step::{DecodeRow, StepRunner};
+use crate::step::StepRunner;
 use crate::types::*;
 use config::EngineConfig;
 use sequence::{Sequence, Verdict};
@@ -81,6 +87,9 @@ pub struct Engine {
     /// Capture decode graphs at warmup: [`EngineConfig::decode_graphs`] where
     /// shapes are bucketed.
     decode_graphs: bool,
+    /// The decode step queued and not yet judged (the overlapped step loop,
+    /// [`decode`]).
+    pending: Option<pending::PendingStep>,
 }
 
 impl Engine {
@@ -95,6 +104,7 @@ impl Engine {
             seqs: Sequences::new(num_blocks, config.block_size, config.prefix_caching),
             // Graphs pay off only where launches cost: bucketed shapes (CUDA).
             decode_graphs: config.decode_graphs && bucketed,
+            pending: None,
         })
     }
 
@@ -307,58 +317,6 @@ impl Engine {
             .inspect_err(|_| self.abandon(&chunks))
     }
 
-    /// One batched decode step for exactly these decoding sequences (each at
-    /// its own position, at most `max_batch`): takes a block for each that
-    /// starts one ([`Engine::blocks_to_grow`]; all or nothing:
-    /// [`EngineError::OutOfBlocks`] leaves the engine unchanged), feeds each
-    /// one's last sampled token, samples the next.
-    pub fn decode(&mut self, ids: &[SeqId]) -> Result<StepOutput, EngineError> {
-        if ids.is_empty() {
-            return Ok(StepOutput::default());
-        }
-        let max_batch = self.runner.shape().max_batch;
-        if ids.len() > max_batch {
-            return Err(EngineError::InvalidRequest(format!(
-                "decode batch of {} exceeds max_batch {max_batch}",
-                ids.len()
-            )));
-        }
-        let mut seen = HashSet::with_capacity(ids.len());
-        for &id in ids {
-            self.seqs.decoding(id)?;
-            if !seen.insert(id) {
-                return Err(EngineError::InvalidRequest(format!(
-                    "sequence {id} listed twice in one decode step"
-                )));
-            }
-        }
-        // Before anything is drawn or computed: on OutOfBlocks nothing changed.
-        self.seqs.grow(ids)?;
-        let started = std::time::Instant::now();
-        self.place_penalties(ids);
-        let table = self.sampling_table(ids);
-        // The host's share of options (`RUST_LOG=ember_engine::engine=trace`).
-        tracing::trace!(
-            rows = ids.len(),
-            changes_logits = table.any_changes_logits(),
-            table_us = started.elapsed().as_micros() as u64,
-            "decode step sampling table built"
-        );
-        let rows = decode_rows(&self.seqs, ids);
-        let (tokens, mut lps) = self.runner.decode(&rows, &table)?;
-
-        let mut out = StepOutput::default();
-        for (i, (&id, token)) in ids.iter().zip(tokens).enumerate() {
-            let Some(seq) = self.seqs.get_mut(id) else {
-                continue;
-            };
-            seq.cached += 1;
-            let lp = lps.get_mut(i).and_then(Option::take);
-            self.judge_and_record(id, token, lp, &mut out);
-        }
-        Ok(out)
-    }
-
     /// Takes a sequence out, prefilling or decoding, to free its blocks, and
     /// returns its request with what resuming it by recompute needs (the
     /// tokens it emitted, its RNG): admitting that request again prefills
@@ -425,9 +383,12 @@ impl Engine {
             }
             _ => {
                 for &id in ids {
-                    if let Some(seq) = self.seqs.get_mut(id) {
-                        table.push(seq.sampling_row(eos, vocab));
-                    }
+                    // A sequence that ended after its step was planned
+                    // (the overlapped loop) samples a greedy row nobody reads.
+                    table.push(match self.seqs.get_mut(id) {
+                        Some(seq) => seq.sampling_row(eos, vocab),
+                        None => RowSampling::greedy(),
+                    });
                 }
             }
         }
@@ -472,17 +433,4 @@ impl Engine {
             self.release(c.id);
         }
     }
-}
-
-/// Each of `ids`' decode row: its last sampled token, at its position, with
-/// its block table.
-fn decode_rows<'a>(seqs: &'a Sequences, ids: &[SeqId]) -> Vec<DecodeRow<'a>> {
-    ids.iter()
-        .filter_map(|&id| seqs.get(id))
-        .map(|s| DecodeRow {
-            token: s.last_token,
-            pos: s.cached,
-            table: &s.table,
-        })
-        .collect()
 }

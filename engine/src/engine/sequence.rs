@@ -60,6 +60,17 @@ pub(crate) struct Sequence {
     /// With `prompt_logprobs`: the next prompt token whose logprob is to be
     /// reported (from 1; the first token has none).
     pub next_scored: usize,
+    /// Decode steps queued for it whose token the host has not judged yet
+    /// (the overlapped step loop, [`super::overlap`]): each already counts
+    /// in `cached`, none yet in `tokens` or `generated`.
+    pub in_flight: usize,
+    /// Its row in the last queued decode step, while `in_flight > 0`: the
+    /// next step feeds it that row's choice, on the device.
+    pub fed_row: usize,
+    /// Which admission this is (unique in the engine's life): a queued
+    /// step's row belongs to this sequence only if the serials match (a
+    /// sequence released and admitted again under the same id is another).
+    pub serial: u64,
 }
 
 /// What the stop rules made of one sampled token.
@@ -83,6 +94,7 @@ impl Sequence {
         cached: usize,
         keyed: usize,
         hashes: Vec<BlockHash>,
+        serial: u64,
     ) -> Self {
         let mut tokens = req.prompt.clone();
         let (generated, scored) = match &req.resume {
@@ -112,6 +124,9 @@ impl Sequence {
             request: req.clone(),
             constraint_error: None,
             next_scored: scored + 1,
+            in_flight: 0,
+            fed_row: 0,
+            serial,
         }
     }
 
@@ -183,7 +198,9 @@ impl Sequence {
         };
         let stop = &params.stop;
         let mut banned = Vec::new();
-        if self.generated < stop.min_tokens {
+        // Tokens of queued steps count: each is one more token (a sequence
+        // they end is never sampled again).
+        if self.generated + self.in_flight < stop.min_tokens {
             banned.extend_from_slice(&stop.stop_token_ids);
             if !stop.ignore_eos {
                 banned.push(eos_token_id);
@@ -204,7 +221,7 @@ impl Sequence {
         };
         RowSampling {
             params: params.sampling,
-            pos: self.tokens.len() as u32,
+            pos: (self.tokens.len() + self.in_flight) as u32,
             logprobs: params.outputs.logprobs,
             edits,
             banned,
@@ -216,6 +233,26 @@ impl Sequence {
     /// Whether it has an output constraint (structured output).
     pub fn has_constraint(&self) -> bool {
         self.request.params.constraint.is_some()
+    }
+
+    /// Whether its next sampling row needs the counts of every token it has
+    /// chosen on the host: penalties not (yet) on the device (host edits
+    /// from its counts, or a device slot still to be written from them). A
+    /// queued step must then be judged before its next step is planned.
+    pub fn needs_host_counts(&self) -> bool {
+        self.request.params.transforms.penalties.any() && self.penalty_slot.is_none()
+    }
+
+    /// Whether it asks for the logprobs of its sampled tokens.
+    pub fn wants_logprobs(&self) -> bool {
+        self.request.params.outputs.logprobs.is_some()
+    }
+
+    /// Whether the steps queued for it already reach its `max_new_tokens`:
+    /// it must not be planned again (the last one ends it).
+    pub fn budget_queued(&self) -> bool {
+        self.in_flight > 0
+            && self.generated + self.in_flight >= self.request.params.stop.max_new_tokens
     }
 
     /// Whether its penalties may live on the device: it has one, and no
@@ -315,7 +352,7 @@ mod tests {
         let mut req = SequenceRequest::greedy(1, vec![1, 2, 3], max_new_tokens);
         req.params.stop.ignore_eos = ignore_eos;
         req.params.stop.stop_token_ids = stops.to_vec();
-        let mut s = Sequence::new(&req, vec![0], 0, 0, Vec::new());
+        let mut s = Sequence::new(&req, vec![0], 0, 0, Vec::new(), 0);
         s.cached = 3;
         s
     }

@@ -51,6 +51,8 @@ pub(crate) struct Sequences {
     /// Device penalty slots of released sequences, for the engine to give
     /// back to the runner ([`Sequences::take_freed_penalty_slots`]).
     freed_penalty_slots: Vec<u32>,
+    /// Admissions so far: the next sequence's serial.
+    admitted: u64,
 }
 
 impl Sequences {
@@ -60,6 +62,7 @@ impl Sequences {
             block_size,
             seqs: BTreeMap::new(),
             freed_penalty_slots: Vec::new(),
+            admitted: 0,
         }
     }
 
@@ -124,11 +127,13 @@ impl Sequences {
             .map(|(&id, s)| (id, s.prompt_remaining()))
     }
 
-    /// Decoding sequences, in admission order.
+    /// Decoding sequences, in admission order; not those whose queued steps
+    /// already reach their `max_new_tokens` (the overlapped loop plans
+    /// lengths exactly).
     pub fn decoding_ids(&self) -> impl Iterator<Item = SeqId> + '_ {
         self.seqs
             .iter()
-            .filter(|(_, s)| s.is_decoding())
+            .filter(|(_, s)| s.is_decoding() && !s.budget_queued())
             .map(|(&id, _)| id)
     }
 
@@ -159,9 +164,10 @@ impl Sequences {
             .blocks
             .acquire(&hits, total_blocks.saturating_sub(hits.len()))?;
         let cached = hits.len() * self.block_size;
+        self.admitted += 1;
         self.seqs.insert(
             req.id,
-            Sequence::new(req, table, cached, hits.len(), hashes),
+            Sequence::new(req, table, cached, hits.len(), hashes, self.admitted),
         );
         Ok(cached)
     }
@@ -171,6 +177,11 @@ impl Sequences {
     /// blocks. Returns it, or `None` if unknown.
     pub fn release(&mut self, id: SeqId) -> Option<Sequence> {
         let mut seq = self.seqs.remove(&id)?;
+        // Positions of queued steps whose tokens it never judged are not its
+        // (their K/V land in blocks freed or not keyed here, before any
+        // later step that reuses them, on the same stream).
+        seq.cached -= seq.in_flight;
+        seq.in_flight = 0;
         self.freed_penalty_slots.extend(seq.penalty_slot.take());
         key_blocks(&mut self.blocks, self.block_size, &mut seq);
         self.blocks.release(&seq.table);

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 
 use burn::prelude::*;
 
+use super::decode::decode_rows;
 use super::warmup::powers_of_two_up_to;
 use super::*;
 use crate::engine::config::{KvBudget, PrefillBounds};

@@ -99,6 +99,22 @@ impl InputBuffer<2, Int> {
                 .slice_assign([row..row + 1, 0..width], fresh);
         }
     }
+
+    /// Replaces the first `n` rows with `values` (`[n, W]`, a device
+    /// tensor: a step's result kept for the next step), leaving the other
+    /// rows as they are; `leading` is `0..n` as a tensor (on CUDA one launch
+    /// into the buffer's own memory, which reads it).
+    pub fn write_leading_rows(&mut self, values: Tensor<2, Int>, leading: Tensor<1, Int>) {
+        let [n, width] = values.dims();
+        debug_assert!(n <= self.shape[0] && width == self.shape[1]);
+        #[cfg(feature = "cuda")]
+        if super::cuda::is_cube_device(&self.tensor.device()) {
+            super::cuda::inplace::write_int_rows_from(&self.tensor, leading, values);
+            return;
+        }
+        let _ = leading;
+        self.tensor = self.tensor.clone().slice_assign([0..n, 0..width], values);
+    }
 }
 
 impl<const D: usize> InputBuffer<D, Float> {
@@ -135,5 +151,9 @@ mod tests {
         rows.write_rows(&[1], vec![7, 8]);
         let got: Vec<i64> = rows.tensor().into_data().iter::<i64>().collect();
         assert_eq!(got, [1, 2, 7, 8, 5, 6], "one row replaced, the others kept");
+        let values = Tensor::<2, Int>::from_data(TensorData::new(vec![9i32, 9], [1, 2]), &dev);
+        rows.write_leading_rows(values, Tensor::arange(0..1, &dev));
+        let got: Vec<i64> = rows.tensor().into_data().iter::<i64>().collect();
+        assert_eq!(got, [9, 9, 7, 8, 5, 6], "the leading row replaced");
     }
 }

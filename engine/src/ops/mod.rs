@@ -23,7 +23,8 @@
 //! - [`Ops::layer_norm`]: f32 statistics whatever the dtype.
 //! - [`Ops::kv_write`]: new K/V rows into the paged storage, in place.
 //! - [`Ops::attention`]: a step's attention over its [`AttentionContext`].
-//! - [`InputBuffer`]: a device tensor rewritten in place from the host.
+//! - [`InputBuffer`]: a device tensor rewritten in place from the host;
+//!   [`PendingIds`]: a step's ids read back without waiting for them yet.
 //! - [`row_params`]: one row's sampling parameters and their column layout,
 //!   shared by the CPU sampler and the `sample_rows` kernel.
 //!
@@ -38,6 +39,7 @@ pub mod cuda;
 pub mod epilogue;
 pub mod input_buffer;
 pub mod plan;
+pub mod readback;
 pub mod reference;
 pub mod row_params;
 
@@ -49,6 +51,7 @@ pub use attention::{
 pub use choice::{LinearChoices, LinearKernel, LinearShape};
 pub use epilogue::Epilogue;
 pub use input_buffer::InputBuffer;
+pub use readback::PendingIds;
 
 pub use cpu::CpuKernels;
 

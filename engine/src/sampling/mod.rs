@@ -42,5 +42,8 @@ mod test_logits;
 
 pub use logprobs::logprobs;
 pub use penalty_state::PenaltyState;
-pub use sampler::{choose_in_graph, choose_on_device, sample, SampleColumns, SamplingParamsRows};
+pub use sampler::{
+    choose_in_graph, choose_on_device, choose_step, read_chosen, sample, Chosen, SampleColumns,
+    SamplingParamsRows,
+};
 pub use table::{RowSampling, SamplingTable, TokenEdit};

@@ -281,29 +281,50 @@ impl SamplingParamsRows {
     }
 }
 
+/// A step's chosen ids: still on the device (the `[B, 1]` ids, not read
+/// yet), or already on the host (the CPU's row sampler read the logits).
+#[derive(Debug)]
+pub enum Chosen {
+    Device(Tensor<2, Int>),
+    Host(Vec<u32>),
+}
+
 /// Picks one token per row of `logits` (`[B, vocab]`, B = the parameters'
 /// rows, last written from `table`) and reads back the table's rows' ids:
-/// the step's one device->host read. `chosen`, the ids the step already
-/// chose on the device with these parameters' columns (a replayed decode
-/// graph, [`choose_on_device`]), is used when it serves every row: no row
-/// changes its logits, and either the kernel chose them (each row's
-/// sampling honoured) or every row is greedy. Otherwise the rows whose
-/// logits change ([`SamplingTable::changes_logits`]) get them changed
-/// ([`super::transforms`]) and every row is chosen again ([`sample_rows`]).
+/// the step's one device->host read ([`choose_step`], then [`read_chosen`]).
 pub fn sample(
     logits: Tensor<2>,
     chosen: Option<Tensor<2, Int>>,
     params: &SamplingParamsRows,
     table: &SamplingTable,
 ) -> Result<Vec<u32>, EngineError> {
+    let real = table.len().min(params.rows);
+    read_chosen(choose_step(logits, chosen, params, table)?, real)
+}
+
+/// Picks one token per row of `logits` without reading it back (see
+/// [`sample`]). `chosen`, the ids the step already chose on the device with
+/// these parameters' columns (a replayed decode graph,
+/// [`choose_on_device`]), is used when it serves every row: no row changes
+/// its logits, and either the kernel chose them (each row's sampling
+/// honoured) or every row is greedy. Otherwise the rows whose logits change
+/// ([`SamplingTable::changes_logits`]) get them changed
+/// ([`super::transforms`]) and every row is chosen again ([`sample_rows`]):
+/// on the device where the kernel runs, else on the host (the CPU).
+pub fn choose_step(
+    logits: Tensor<2>,
+    chosen: Option<Tensor<2, Int>>,
+    params: &SamplingParamsRows,
+    table: &SamplingTable,
+) -> Result<Chosen, EngineError> {
     let [b, _] = logits.dims();
     debug_assert_eq!(b, params.rows);
     let real = table.len().min(b);
     if params.transforms.is_none() {
         match chosen {
             // The graph's choices, penalized rows already counted there.
-            Some(ids) if params.kernel || params.argmax_only => return read_ids(ids, real),
-            _ if params.argmax_only => return read_ids(logits.argmax(1), real),
+            Some(ids) if params.kernel || params.argmax_only => return Ok(Chosen::Device(ids)),
+            _ if params.argmax_only => return Ok(Chosen::Device(logits.argmax(1))),
             _ => {}
         }
     }
@@ -316,6 +337,17 @@ pub fn sample(
         None => logits,
     };
     sample_rows(logits, params, real)
+}
+
+/// The first `real` ids of a step's choice, read back if still on the device.
+pub fn read_chosen(chosen: Chosen, real: usize) -> Result<Vec<u32>, EngineError> {
+    match chosen {
+        Chosen::Device(ids) => read_ids(ids, real),
+        Chosen::Host(mut ids) => {
+            ids.truncate(real);
+            Ok(ids)
+        }
+    }
 }
 
 /// Adds the step's final choice `ids` of rows with a penalty slot to their
@@ -342,17 +374,18 @@ fn read_ids(ids: Tensor<2, Int>, real: usize) -> Result<Vec<u32>, EngineError> {
 }
 
 /// Every row's token (module docs) from `logits` `[B, vocab]` with the
-/// parameters `params` holds; the first `real` rows' ids are returned. On
-/// CUDA one launch of the kernel; elsewhere the host row sampler.
+/// parameters `params` holds (the first `real` rows' on the host). On CUDA
+/// one launch of the kernel, its ids left on the device; elsewhere the host
+/// row sampler.
 fn sample_rows(
     logits: Tensor<2>,
     params: &SamplingParamsRows,
     real: usize,
-) -> Result<Vec<u32>, EngineError> {
+) -> Result<Chosen, EngineError> {
     if params.kernel {
         let ids = choose_on_device(logits, &params.columns());
         record_penalized(params, &ids, false);
-        return read_ids(ids, real);
+        return Ok(Chosen::Device(ids));
     }
     let [_, v] = logits.dims();
     let host = logits
@@ -371,7 +404,7 @@ fn sample_rows(
         &positions[..real],
         None,
     );
-    Ok(traces.into_iter().map(|t| t.token).collect())
+    Ok(Chosen::Host(traces.into_iter().map(|t| t.token).collect()))
 }
 
 #[cfg(test)]

@@ -11,6 +11,11 @@
 //!
 //! Rows past the batch pad it to the bucket: token 0 at position 0, writing and
 //! reading only the padding block, sampled greedily and discarded.
+//!
+//! A row's token is either one the host knows or, in the overlapped step
+//! loop, a pointer to the previous decode step's choice the host has not
+//! read yet ([`Feed::Previous`]), which the step itself looks up on the
+//! device.
 
 use burn::prelude::*;
 
@@ -18,11 +23,33 @@ use crate::kv::slot_of;
 use crate::ops::InputBuffer;
 use crate::sampling::{SamplingParamsRows, SamplingTable};
 
+/// The token a decode row feeds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Feed {
+    /// A token the host knows (the last one it read back).
+    Token(u32),
+    /// The token row `r` of the previous decode step chose, still on the
+    /// device (the host has not read it yet: the overlapped step loop);
+    /// written as `-(r + 1)` and resolved inside the step
+    /// ([`super::inputs::resolve_tokens`]).
+    Previous(usize),
+}
+
+impl Feed {
+    /// The value written into the tokens buffer.
+    fn encoded(self) -> i32 {
+        match self {
+            Feed::Token(t) => t as i32,
+            Feed::Previous(r) => -(r as i32) - 1,
+        }
+    }
+}
+
 /// One real row of a decode step.
 #[derive(Debug, Clone, Copy)]
 pub struct DecodeRow<'a> {
     /// The token to feed (the last one sampled).
-    pub token: u32,
+    pub token: Feed,
     /// Its position (= tokens already in the cache).
     pub pos: usize,
     /// The sequence's block table.
@@ -35,7 +62,7 @@ pub struct DecodeBuffers {
     rows: usize,
     table_width: usize,
     device: Device,
-    /// `[rows]` token fed to each row.
+    /// `[rows]` token fed to each row (or where to find it: [`Feed`]).
     pub tokens: InputBuffer<1, Int>,
     /// `[rows]` position of that token.
     pub positions: InputBuffer<1, Int>,
@@ -101,7 +128,7 @@ impl DecodeBuffers {
         let mut tables = vec![padding_block as i32; n * w];
         let mut lens = vec![1i32; n];
         for (i, row) in batch.iter().enumerate() {
-            tokens[i] = row.token as i32;
+            tokens[i] = row.token.encoded();
             positions[i] = row.pos as i32;
             slots[i] = slot_of(row.table, block_size, row.pos) as i32;
             for (j, &blk) in row.table.iter().take(w).enumerate() {

@@ -3,7 +3,7 @@
 
 use burn::prelude::*;
 
-use super::inputs::StepInputs;
+use super::inputs::{resolve_tokens, StepInputs};
 use crate::model::{Gpt2, KvCache};
 use crate::ops::cpu::pool;
 use crate::ops::Ops;
@@ -17,7 +17,12 @@ pub fn forward(model: &Gpt2, ops: &Ops, cache: &mut KvCache, inputs: StepInputs)
         positions,
         last_rows,
         meta,
+        previous,
     } = inputs;
+    let tokens = match previous {
+        Some(previous) => resolve_tokens(tokens, previous),
+        None => tokens,
+    };
     let on_cpu = pool::is_cpu(&tokens.device());
     let pass = || model.forward(ops, tokens, positions, last_rows, &meta, cache);
     if on_cpu {

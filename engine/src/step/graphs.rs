@@ -18,12 +18,14 @@
 //! this step's inputs and move the engine's cache through the model like an
 //! eager step does. On CUDA the slot only carries the same buffers every time.
 //!
-//! Each bucket has two graphs of the same step, differing in how the tokens
-//! are chosen: `plain`, the argmax of the raw logits (an all-greedy step
+//! Each bucket has three graphs of the same step, differing in how it ends
+//! ([`Ending`]): `plain`, the argmax of the raw logits (an all-greedy step
 //! without options: the seeds' and most benchmarks' steps, where a
-//! per-row sampling kernel would only add GPU time), and `sampled`, the
-//! sampling kernel over every row's parameters (and its penalty counts).
-//! The step's sampling columns pick one per replay.
+//! per-row sampling kernel would only add GPU time); `sampled`, the
+//! sampling kernel over every row's parameters (and its penalty counts);
+//! and `forward`, the logits alone, for a step whose choice must wait for
+//! host work the forward can run beside (a grammar's allowed sets, in the
+//! overlapped loop). The step's sampling columns pick one per replay.
 //!
 //! A capture that did not produce a hardware graph is reported by
 //! [`DecodeGraph::is_hardware`]; the engine then logs it once and runs eager
@@ -54,8 +56,19 @@ struct StepSlot {
 /// token as the device chose it (captured with the step, so a step whose
 /// rows change no logits launches nothing after the replay: the argmax in
 /// the `plain` graph; in the `sampled` one, on CUDA, the sampling kernel,
-/// greedy and sampled rows alike, elsewhere the argmax).
-pub type GraphOutput = (Tensor<2>, Tensor<2, Int>);
+/// greedy and sampled rows alike, elsewhere the argmax; none in `forward`).
+pub type GraphOutput = (Tensor<2>, Option<Tensor<2, Int>>);
+
+/// How a captured step ends (module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    /// The argmax of the raw logits.
+    Argmax,
+    /// The sampling kernel over the bucket's parameter columns.
+    Sampled,
+    /// Nothing: the logits are the output.
+    Logits,
+}
 
 type StepClosure = Box<dyn FnMut() -> Option<GraphOutput> + Send>;
 
@@ -69,6 +82,8 @@ pub struct DecodeGraph {
     plain: StepGraph,
     /// The step with the sampling kernel.
     sampled: StepGraph,
+    /// The step up to the logits.
+    forward: StepGraph,
     device: Device,
 }
 
@@ -84,45 +99,51 @@ impl DecodeGraph {
         device: &Device,
     ) -> Self {
         let slot = Arc::new(Mutex::new(StepSlot::default()));
-        let mut one = |sampled: bool| {
+        let mut one = |ending: Ending| {
             {
                 let mut filled = lock(&slot);
                 filled.inputs = Some(inputs.clone());
                 filled.columns = Some(columns.clone());
                 filled.cache = Some(std::mem::take(cache));
             }
-            let graph = capture(device, step_closure(model, ops, &slot, sampled));
+            let graph = capture(device, step_closure(model, ops, &slot, ending));
             if let Some(back) = lock(&slot).cache.take() {
                 *cache = back;
             }
             graph
         };
-        let plain = one(false);
-        let sampled = one(true);
+        let plain = one(Ending::Argmax);
+        let sampled = one(Ending::Sampled);
+        let forward = one(Ending::Logits);
         Self {
             slot,
             plain,
             sampled,
+            forward,
             device: device.clone(),
         }
     }
 
     /// Whether replays are one hardware dispatch (not closure re-runs).
     pub fn is_hardware(&self) -> bool {
-        self.plain.is_hardware() && self.sampled.is_hardware()
+        self.plain.is_hardware() && self.sampled.is_hardware() && self.forward.is_hardware()
     }
 
     /// Runs the step with `inputs` and sampling `columns` (the bucket's
-    /// buffers, already written for this step), the `plain` graph (the
-    /// argmax) when `argmax_only`. Returns logits `[bucket, vocab]` and the
-    /// device's choice, complete on the device, or `None` if the slot lost
-    /// the cache (a bug; the caller goes eager).
+    /// buffers, already written for this step) through the graph of
+    /// `ending`. Returns logits `[bucket, vocab]` and the device's choice
+    /// (none for [`Ending::Logits`]), or `None` if the slot lost the cache (a
+    /// bug; the caller goes eager). With `wait` they are complete on the device on
+    /// return; without, the replay is only queued, and whatever reads its
+    /// outputs must be queued behind it on the same stream (the overlapped
+    /// step loop's read-back is).
     pub fn replay(
         &mut self,
         cache: &mut KvCache,
         inputs: StepInputs,
         columns: SampleColumns,
-        argmax_only: bool,
+        ending: Ending,
+        wait: bool,
     ) -> Option<GraphOutput> {
         {
             let mut slot = lock(&self.slot);
@@ -134,14 +155,18 @@ impl DecodeGraph {
         // owned by the closure, the cache and input buffers by the engine for
         // as long as this graph (the engine drops its graphs first), and all
         // work runs on the engine thread's one stream.
-        let graph = match argmax_only {
-            true => &mut self.plain,
-            false => &mut self.sampled,
+        let graph = match ending {
+            Ending::Argmax => &mut self.plain,
+            Ending::Sampled => &mut self.sampled,
+            Ending::Logits => &mut self.forward,
         };
         let logits = unsafe { graph.replay() }.clone();
         self.take_cache(cache);
-        // Reading a replayed graph's output does not wait for the replay.
-        self.device.sync().ok()?;
+        if wait {
+            // A plain read of the output is not known to wait for the
+            // replay (the spike's timing trap), so the synchronous step syncs.
+            self.device.sync().ok()?;
+        }
         logits
     }
 
@@ -172,12 +197,12 @@ impl DecodeGraph {
 }
 
 /// The step a graph records: the forward over the slot's inputs and cache,
-/// then the tokens, by the sampling kernel (`sampled`) or the argmax.
+/// then the tokens as `ending` says.
 fn step_closure(
     model: &Gpt2,
     ops: &Ops,
     slot: &Arc<Mutex<StepSlot>>,
-    sampled: bool,
+    ending: Ending,
 ) -> StepClosure {
     let shared = Arc::clone(slot);
     let (model, ops) = (model.clone(), ops.clone());
@@ -188,9 +213,10 @@ fn step_closure(
         let mut cache = slot.cache.take()?;
         let logits = forward(&model, &ops, &mut cache, inputs);
         slot.cache = Some(cache);
-        let chosen = match sampled {
-            true => choose_in_graph(logits.clone(), &columns),
-            false => logits.clone().argmax(1),
+        let chosen = match ending {
+            Ending::Sampled => Some(choose_in_graph(logits.clone(), &columns)),
+            Ending::Argmax => Some(logits.clone().argmax(1)),
+            Ending::Logits => None,
         };
         Some((logits, chosen))
     })

@@ -38,6 +38,20 @@ pub struct StepInputs {
     /// `[R]` the tokens whose logits are needed, one per row.
     pub last_rows: Tensor<1, Int>,
     pub meta: AttentionMeta,
+    /// Decode steps: the previous decode step's choice (`[max_batch, 1]`),
+    /// where rows fed with [`Feed::Previous`](super::buffers::Feed) find
+    /// their token ([`resolve_tokens`]).
+    pub previous: Option<Tensor<2, Int>>,
+}
+
+/// `tokens` with each `-(r + 1)` replaced by row `r` of `previous` (`[N,
+/// 1]`): a decode row fed the previous step's choice, which only the device
+/// has yet. Three small ops inside the step (a captured graph replays them).
+pub fn resolve_tokens(tokens: Tensor<1, Int>, previous: Tensor<2, Int>) -> Tensor<1, Int> {
+    let [n, _] = previous.dims();
+    let fed = tokens.clone().lower_elem(0);
+    let rows = tokens.clone().neg().sub_scalar(1).clamp_min(0);
+    tokens.mask_where(fed, previous.reshape([n]).select(0, rows))
 }
 
 /// One row of a prefill step: the next tokens of a prompt, the positions
@@ -118,12 +132,19 @@ pub fn prefill_inputs(
                 &rows, padding, geometry, device,
             )),
         },
+        previous: None,
     }
 }
 
 /// The decode step's inputs from `buffers` (already written for this step);
-/// contexts of at most `max_context` positions in blocks of `block_size`.
-pub fn decode_inputs(buffers: &DecodeBuffers, block_size: usize, max_context: usize) -> StepInputs {
+/// contexts of at most `max_context` positions in blocks of `block_size`;
+/// `previous`: the previous decode step's choice.
+pub fn decode_inputs(
+    buffers: &DecodeBuffers,
+    block_size: usize,
+    max_context: usize,
+    previous: Tensor<2, Int>,
+) -> StepInputs {
     StepInputs {
         tokens: buffers.tokens.tensor(),
         positions: buffers.positions.tensor(),
@@ -138,13 +159,14 @@ pub fn decode_inputs(buffers: &DecodeBuffers, block_size: usize, max_context: us
                 arrivals: Some(buffers.arrivals.clone()),
             }),
         },
+        previous: Some(previous),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::step::buffers::DecodeRow;
+    use crate::step::buffers::{DecodeRow, Feed};
 
     fn ints_of<const D: usize>(t: Tensor<D, Int>) -> Vec<i64> {
         t.into_data().iter::<i64>().collect()
@@ -239,18 +261,20 @@ mod tests {
         let mut buffers = DecodeBuffers::new(4, 3, 10, 2, &dev, None);
         let rows = [
             DecodeRow {
-                token: 5,
+                token: Feed::Token(5),
                 pos: 2,
                 table: &[3, 0],
             },
             DecodeRow {
-                token: 6,
+                token: Feed::Previous(2),
                 pos: 0,
                 table: &[1],
             },
         ];
         buffers.write(&rows, 2, 7);
-        let inputs = decode_inputs(&buffers, 2, 6);
+        let previous =
+            Tensor::<2, Int>::from_data(TensorData::new(vec![1i32, 2, 8, 3], [4, 1]), &dev);
+        let inputs = decode_inputs(&buffers, 2, 6, previous.clone());
         let AttentionContext::Paged(paged) = inputs.meta.context else {
             panic!("decode is paged");
         };
@@ -259,7 +283,12 @@ mod tests {
         assert_eq!(ints_of(paged.tables), [3, 0, 7,   1, 7, 7,   7, 7, 7,   7, 7, 7]);
         assert_eq!(ints_of(paged.lens), [3, 1, 1, 1]);
         assert_eq!(ints_of(inputs.meta.write_slots), [0, 2, 14, 14]);
-        assert_eq!(ints_of(inputs.tokens), [5, 6, 0, 0]);
+        // Row 1 is fed row 2 of the previous step's choice.
+        assert_eq!(ints_of(inputs.tokens.clone()), [5, -3, 0, 0]);
+        assert_eq!(
+            ints_of(resolve_tokens(inputs.tokens, previous)),
+            [5, 8, 0, 0]
+        );
         assert_eq!(ints_of(inputs.positions), [2, 0, 0, 0]);
     }
 }

@@ -112,6 +112,14 @@ pub struct Args {
     #[arg(long, env = "EMBER_NO_CUDA_GRAPHS")]
     pub no_cuda_graphs: bool,
 
+    /// Run each decode step to the end before planning the next. By default
+    /// the scheduler queues step N+1 on the device before it reads step N's
+    /// tokens, so its own work (streaming, planning, the next step's inputs)
+    /// overlaps the GPU's (vLLM's --async-scheduling); a request that ends
+    /// at step N costs one wasted row in step N+1, never an extra token.
+    #[arg(long, env = "EMBER_NO_ASYNC_SCHEDULING")]
+    pub no_async_scheduling: bool,
+
     /// CUDA only: where CubeCL keeps autotune results and compiled kernels, so a
     /// restart does not tune and compile again. Each GPU model, driver and
     /// NVRTC version gets its own subdirectory, so a cache made on another GPU
@@ -188,6 +196,7 @@ impl Args {
             max_pending: positive("max-pending", self.max_pending)?,
             max_new_tokens_limit: positive("max-new-tokens-limit", self.max_new_tokens_limit)?,
             policy: self.capacity.policy()?,
+            async_scheduling: !self.no_async_scheduling,
         };
         let engine = EngineConfig {
             model,

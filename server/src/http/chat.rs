@@ -220,6 +220,7 @@ mod tests {
             max_pending: 16,
             max_new_tokens_limit: 256,
             policy: SchedulingPolicy::Fcfs,
+            async_scheduling: true,
         }
     }
 

@@ -1,8 +1,9 @@
 //! A [`StepEngine`] without a model, for the scheduler's tests: block
 //! accounting (the input's blocks at admission, one more each time a decode
-//! step crosses into a new block), preemption, chunked prompts, decode and
-//! the stop rules of a real engine, with tokens made up on the spot (the
-//! token at position `p` is `p`), in microseconds. It can be told to fail a step or refuse an admission, so
+//! step crosses into a new block), preemption, chunked prompts, decode (the
+//! overlapped kind too: a step queued, judged at the next call) and the stop
+//! rules of a real engine (`max_new_tokens`, stop token ids), with tokens
+//! made up on the spot (the token at position `p` is `p`), in microseconds. It can be told to fail a step or refuse an admission, so
 //! the worker's failure paths are tested too, and to hold a step until the
 //! test says go, so a test can act while a request is surely mid-decode.
 
@@ -30,6 +31,8 @@ struct FakeSeq {
     max_new_tokens: usize,
     blocks: usize,
     logprobs: Option<usize>,
+    /// Queued decode steps not judged yet (the overlapped loop).
+    in_flight: usize,
 }
 
 /// See the module docs.
@@ -46,6 +49,8 @@ pub(super) struct FakeEngine {
     /// returns, wait for a message on `.1` (or 30 s).
     pub hold_at_step: Option<(usize, Receiver<()>)>,
     steps: usize,
+    /// The decode step queued by `decode_async`, not judged yet.
+    queued: Option<Vec<SeqId>>,
 }
 
 impl FakeEngine {
@@ -58,6 +63,7 @@ impl FakeEngine {
             refuse: None,
             hold_at_step: None,
             steps: 0,
+            queued: None,
         }
     }
 
@@ -97,12 +103,60 @@ impl FakeEngine {
         }
     }
 
-    /// Emits the next token of `id` (its position), finishing it at its length.
+    /// Checks a decode step over `ids` (each decoding, planned or queued,
+    /// blocks free) and takes its blocks and a step.
+    fn grow_for(&mut self, ids: &[SeqId]) -> Result<(), EngineError> {
+        if let Some(&id) = ids
+            .iter()
+            .find(|id| !self.seqs.get(id).is_some_and(|s| s.computed == s.input_len))
+        {
+            return Err(EngineError::UnknownSequence(id));
+        }
+        let needed = self.blocks_to_grow(ids);
+        let free = self.kv_blocks_free();
+        if needed > free {
+            return Err(EngineError::OutOfBlocks { needed, free });
+        }
+        self.step_allowed()?;
+        for &id in ids {
+            let full = self.is_full_at(id);
+            if let Some(seq) = self.seqs.get_mut(&id) {
+                seq.blocks += usize::from(full);
+                seq.cached += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Judges a queued step: the next token of each of `ids` still there.
+    fn judge(&mut self, ids: &[SeqId]) -> StepOutput {
+        let mut out = StepOutput::default();
+        for id in ids {
+            let Some(seq) = self.seqs.get_mut(id).filter(|s| s.in_flight > 0) else {
+                continue;
+            };
+            seq.in_flight -= 1;
+            self.emit(*id, &mut out);
+        }
+        out
+    }
+
+    /// Emits the next token of `id` (its position), finishing it at its
+    /// length; a stop token id finishes it without being emitted.
     fn emit(&mut self, id: SeqId, out: &mut StepOutput) {
         let Some(seq) = self.seqs.get_mut(&id) else {
             return;
         };
         let token = (seq.request.prompt.len() + seq.generated) as u32;
+        if seq.request.params.stop.stop_token_ids.contains(&token) {
+            let generated = seq.generated;
+            self.seqs.remove(&id);
+            return out.finished.push(FinishedSeq {
+                id,
+                reason: FinishReason::StopToken(token),
+                generated,
+            });
+        }
         seq.generated += 1;
         out.tokens.push(SampledToken {
             id,
@@ -175,6 +229,7 @@ impl StepEngine for FakeEngine {
                 max_new_tokens: req.params.stop.max_new_tokens,
                 blocks,
                 logprobs: req.params.outputs.logprobs,
+                in_flight: 0,
             },
         );
         Ok(0)
@@ -191,7 +246,9 @@ impl StepEngine for FakeEngine {
     fn decoding(&self) -> Vec<SeqId> {
         self.seqs
             .iter()
-            .filter(|(_, s)| s.computed == s.input_len)
+            .filter(|(_, s)| {
+                s.computed == s.input_len && s.generated + s.in_flight < s.max_new_tokens
+            })
             .map(|(&id, _)| id)
             .collect()
     }
@@ -223,28 +280,44 @@ impl StepEngine for FakeEngine {
     }
 
     fn decode(&mut self, ids: &[SeqId]) -> Result<StepOutput, EngineError> {
-        let decoding = self.decoding();
-        if let Some(&id) = ids.iter().find(|id| !decoding.contains(id)) {
-            return Err(EngineError::UnknownSequence(id));
-        }
-        let needed = self.blocks_to_grow(ids);
-        let free = self.kv_blocks_free();
-        if needed > free {
-            return Err(EngineError::OutOfBlocks { needed, free });
-        }
-        self.step_allowed()?;
-        for &id in ids {
-            let full = self.is_full_at(id);
-            if let Some(seq) = self.seqs.get_mut(&id) {
-                seq.blocks += usize::from(full);
-                seq.cached += 1;
-            }
-        }
-        let mut out = StepOutput::default();
-        for &id in ids {
+        let mut out = self.flush()?;
+        let ids: Vec<SeqId> = ids
+            .iter()
+            .copied()
+            .filter(|&id| self.seqs.contains_key(&id))
+            .collect();
+        self.grow_for(&ids)?;
+        for &id in &ids {
             self.emit(id, &mut out);
         }
         Ok(out)
+    }
+
+    fn decode_async(&mut self, ids: &[SeqId]) -> Result<StepOutput, EngineError> {
+        if ids.is_empty() {
+            return self.flush();
+        }
+        self.grow_for(ids)?;
+        for id in ids {
+            if let Some(seq) = self.seqs.get_mut(id) {
+                seq.in_flight += 1;
+            }
+        }
+        match self.queued.replace(ids.to_vec()) {
+            Some(previous) => Ok(self.judge(&previous)),
+            None => Ok(StepOutput::default()),
+        }
+    }
+
+    fn flush(&mut self) -> Result<StepOutput, EngineError> {
+        Ok(match self.queued.take() {
+            Some(queued) => self.judge(&queued),
+            None => StepOutput::default(),
+        })
+    }
+
+    fn has_pending(&self) -> bool {
+        self.queued.is_some()
     }
 
     fn preempt(&mut self, id: SeqId) -> Option<SequenceRequest> {

@@ -34,6 +34,9 @@ pub struct SchedulerKnobs {
     pub max_new_tokens_limit: usize,
     /// Admission order and preemption victims.
     pub policy: SchedulingPolicy,
+    /// Overlap the host with the GPU: queue each decode step before judging
+    /// the previous one (`--no-async-scheduling` turns it off; vLLM's name).
+    pub async_scheduling: bool,
 }
 
 impl SchedulerKnobs {

@@ -210,6 +210,8 @@ fn build_engine(device: &EngineDevice, config: &SchedulerConfig) -> Result<Engin
 #[cfg(test)]
 mod fake_engine;
 #[cfg(test)]
+mod overlap_tests;
+#[cfg(test)]
 mod policy_tests;
 #[cfg(test)]
 mod preemption_tests;

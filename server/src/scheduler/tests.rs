@@ -33,6 +33,7 @@ pub(super) fn knobs(
         max_pending: 64,
         max_new_tokens_limit: 64,
         policy: SchedulingPolicy::Fcfs,
+        async_scheduling: true,
     }
 }
 
@@ -389,6 +390,15 @@ fn requests_share_scarce_kv_blocks_by_preemption_and_all_finish() {
 
 #[test]
 fn cancel_before_and_after_admission_frees_everything() {
+    // Synchronous: the held third step's token was streamed before the
+    // cancel is taken; overlapped: that step was queued, not judged, so its
+    // token is dropped with the sequence.
+    for (async_scheduling, streamed) in [(false, 3), (true, 2)] {
+        cancel_mid_decode(async_scheduling, streamed);
+    }
+}
+
+fn cancel_mid_decode(async_scheduling: bool, streamed: u32) {
     let mut h = Harness::new();
     h.submit(1, 3, 40); // runs; cancelled mid-decode below
     h.submit(2, 3, 40); // waits: the cache holds one request
@@ -414,15 +424,20 @@ fn cancel_before_and_after_admission_frees_everything() {
         .unwrap();
         go.send(()).unwrap();
     });
-    let out = h.run(engine, knobs(8, 8, 1000));
+    let k = SchedulerKnobs {
+        async_scheduling,
+        ..knobs(8, 8, 1000)
+    };
+    let out = h.run(engine, k);
     canceller.join().unwrap();
     assert!(
         out.admission(2).is_none(),
         "a cancelled queued request is never admitted"
     );
     assert_eq!(out.finish(2), (FinishKind::Cancelled, 0));
-    // Cancelled after its third step: three tokens streamed.
-    assert_eq!(out.finish(1), (FinishKind::Cancelled, 3));
+    // Cancelled during its third step.
+    assert_eq!(out.finish(1), (FinishKind::Cancelled, streamed));
+    assert_eq!(out.tokens(1).len(), streamed as usize);
     assert_eq!(SchedulerStats::get(&out.stats.cancelled), 2);
     out.assert_all_free();
 }
@@ -471,6 +486,14 @@ fn a_closed_client_is_dropped_before_admission() {
 
 #[test]
 fn a_stop_string_cancel_frees_the_sequence_and_counts_as_finished() {
+    // As `cancel_before_and_after_admission_frees_everything`: the
+    // overlapped loop had the held step queued, not judged.
+    for (async_scheduling, streamed) in [(false, 3), (true, 2)] {
+        stop_string_mid_decode(async_scheduling, streamed);
+    }
+}
+
+fn stop_string_mid_decode(async_scheduling: bool, streamed: u32) {
     let mut h = Harness::new();
     h.submit_with(1, 2, 40, Some(2));
     h.submit(2, 2, 3);
@@ -488,9 +511,13 @@ fn a_stop_string_cancel_frees_the_sequence_and_counts_as_finished() {
         .unwrap();
         go.send(()).unwrap();
     });
-    let out = h.run(engine, knobs(8, 8, 1000));
+    let k = SchedulerKnobs {
+        async_scheduling,
+        ..knobs(8, 8, 1000)
+    };
+    let out = h.run(engine, k);
     stopper.join().unwrap();
-    assert_eq!(out.finish(1), (FinishKind::Cancelled, 3));
+    assert_eq!(out.finish(1), (FinishKind::Cancelled, streamed));
     assert_eq!(out.finish(2), (FinishKind::Length, 3));
     assert_eq!(SchedulerStats::get(&out.stats.finished), 2);
     assert_eq!(SchedulerStats::get(&out.stats.cancelled), 0);
@@ -504,7 +531,7 @@ fn a_stop_string_cancel_frees_the_sequence_and_counts_as_finished() {
             })
             .collect()
     };
-    assert_eq!(logprobs(1), [Some(2); 3]);
+    assert_eq!(logprobs(1), vec![Some(2); streamed as usize]);
     assert_eq!(logprobs(2), [None; 3]);
     out.assert_all_free();
 }

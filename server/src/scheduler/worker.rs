@@ -15,6 +15,17 @@
 //!    preempted first;
 //! 4. publish gauges.
 //!
+//! **Overlap** (on unless `--no-async-scheduling`): step 3 queues the decode
+//! step on the device and then sends the events of the step queued by the
+//! previous iteration ([`StepEngine::decode_async`]), so everything the
+//! thread does between two decode steps (the events, the commands, the
+//! prefill planning, the next step's inputs) runs while the GPU computes.
+//! A request that ended in the previous step may be in the step just
+//! queued: the engine drops that row's token. Before preempting for a
+//! decode step, or when no decode step runs, the queued step is judged
+//! first ([`Worker::settle`]), so a preempted client has every token it
+//! was going to see and the blocks of finished requests are free.
+//!
 //! The engine is the one owner of sequence state ([`StepEngine`]): which
 //! sequences still prefill, which decode, how many tokens each emitted, which
 //! blocks each holds. The worker keeps what each request's client needs
@@ -66,6 +77,9 @@ pub(crate) struct Worker<E: StepEngine> {
     stats: Arc<SchedulerStats>,
     /// Iterations run (1 for the first); admissions report theirs.
     iteration: u64,
+    /// The sequences of the decode step the engine has queued and not yet
+    /// judged (the overlapped loop): failed with it if judging it fails.
+    queued: Vec<SeqId>,
 }
 
 impl<E: StepEngine> Worker<E> {
@@ -85,6 +99,7 @@ impl<E: StepEngine> Worker<E> {
             decode_from: 0,
             stats,
             iteration: 0,
+            queued: Vec::new(),
         }
     }
 
@@ -248,10 +263,15 @@ impl<E: StepEngine> Worker<E> {
 
     /// One decode step over up to `--max-batch-size` decoding sequences,
     /// starting at the rotation cursor, after making room for the blocks it
-    /// takes.
+    /// takes (judging the queued step first when that may preempt).
     fn decode_step(&mut self) {
-        let decoding = self.engine.decoding();
-        let mut ids = rotation(&decoding, self.decode_from, self.knobs.max_batch_size);
+        let mut ids = self.next_decode_ids();
+        if self.engine.has_pending()
+            && self.engine.blocks_to_grow(&ids) > self.engine.kv_blocks_free()
+        {
+            self.settle();
+            ids = self.next_decode_ids();
+        }
         preemption::make_room_for_decode(
             &mut self.engine,
             &mut self.waiting,
@@ -260,17 +280,47 @@ impl<E: StepEngine> Worker<E> {
             &mut ids,
         );
         let Some(&last) = ids.last() else {
-            return;
+            return self.settle();
         };
         self.decode_from = last + 1;
-        match guarded(|| self.engine.decode(&ids)) {
+        let result = match self.knobs.async_scheduling {
+            true => guarded(|| self.engine.decode_async(&ids)),
+            false => guarded(|| self.engine.decode(&ids)),
+        };
+        if let Err(EngineError::OutOfBlocks { needed, free }) = result {
             // Only if making room failed (it cannot, short of a bug): the
             // sequences stay as they were and the next iteration tries again.
-            Err(EngineError::OutOfBlocks { needed, free }) => {
-                tracing::warn!(needed, free, "decode step skipped: out of KV blocks")
-            }
-            result => self.apply(result, &ids),
+            tracing::warn!(needed, free, "decode step skipped: out of KV blocks");
+            return;
         }
+        // What a failure fails: this step's sequences and the queued step's.
+        let mut stepped = match self.engine.has_pending() {
+            true => std::mem::replace(&mut self.queued, ids.clone()),
+            false => std::mem::take(&mut self.queued),
+        };
+        stepped.extend_from_slice(&ids);
+        self.apply(result, &stepped);
+    }
+
+    /// The next decode step's sequences: up to `--max-batch-size` from the
+    /// rotation cursor.
+    fn next_decode_ids(&self) -> Vec<SeqId> {
+        rotation(
+            &self.engine.decoding(),
+            self.decode_from,
+            self.knobs.max_batch_size,
+        )
+    }
+
+    /// Judges the decode step the engine has queued, if any, and sends its
+    /// events.
+    fn settle(&mut self) {
+        if !self.engine.has_pending() {
+            return;
+        }
+        let queued = std::mem::take(&mut self.queued);
+        let result = guarded(|| self.engine.flush());
+        self.apply(result, &queued);
     }
 
     /// Sends a step's tokens and finish events; on an engine failure fails

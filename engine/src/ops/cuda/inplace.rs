@@ -31,6 +31,16 @@ pub(crate) fn write_int_rows(table: &Tensor<2, Int>, rows: &[i32], values: Vec<i
     let dtype = table.dtype();
     let rows = Tensor::<1, Int>::from_data(TensorData::new(rows.to_vec(), [n]), (&device, dtype));
     let values = Tensor::<2, Int>::from_data(TensorData::new(values, [n, w]), (&device, dtype));
+    write_int_rows_from(table, rows, values);
+}
+
+/// [`write_int_rows`] from rows already on the device (`rows` `[n]`,
+/// `values` `[n, W]`): a step's result kept where the next step reads it.
+pub(crate) fn write_int_rows_from(
+    table: &Tensor<2, Int>,
+    rows: Tensor<1, Int>,
+    values: Tensor<2, Int>,
+) {
     let written = crate::ops::cuda::write_rows(table.clone(), rows, values);
     if let Ok(fused) = written.try_into_primitive::<cuda::Cube>() {
         let client = fused.client.clone();

@@ -11,7 +11,8 @@
 //!   ([`PagedContext`], [`SegmentContext`]) and projection plans apart
 //!   where they need to.
 //! - [`inplace`]: host bytes into an existing device buffer (decode inputs
-//!   rewritten before each graph replay).
+//!   rewritten before each graph replay); [`readback`]: a step's ids copied
+//!   back behind it, waited for later.
 //! - [`runtime`]: opening a CUDA device and pointing CubeCL's kernel and
 //!   autotune caches at `--kernel-cache-dir`.
 //! - [`launch`]: helpers the launches share.
@@ -26,6 +27,7 @@ pub mod extension;
 pub mod inplace;
 pub mod kernels;
 pub mod launch;
+pub mod readback;
 pub mod runtime;
 pub mod tune;
 

@@ -11,6 +11,15 @@
 //! Step shapes (CUDA buckets, exact on the CPU) are [`super::shapes`]'s.
 //! Padding rows and tokens read and write only the padding block (one past
 //! the pool's last).
+//!
+//! Children: [`launch`] (a decode step queued without waiting for its ids,
+//! for the overlapped step loop), [`scoring`] (prompt logprobs).
+
+mod launch;
+mod scoring;
+
+pub use scoring::ScoreRequest;
+use scoring::{score, score_positions};
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -19,12 +28,12 @@ use burn::prelude::*;
 
 use super::buffers::{DecodeBuffers, DecodeRow};
 use super::forward::forward;
-use super::graphs::DecodeGraph;
+use super::graphs::{DecodeGraph, Ending};
 use super::inputs::{decode_inputs, prefill_inputs, PrefillSeq, PrefillShape, StepInputs};
 use super::shapes::{self, RunnerShape};
 use crate::error::EngineError;
 use crate::model::{Gpt2, Gpt2Config, KvCache};
-use crate::ops::{LinearShape, Ops, TableGeometry, TunedShape};
+use crate::ops::{InputBuffer, LinearShape, Ops, TableGeometry, TunedShape};
 use crate::sampling::{logprobs, sample, PenaltyState, SamplingParamsRows, SamplingTable};
 use crate::types::TokenLogprobs;
 
@@ -44,6 +53,9 @@ pub struct StepRunner {
     cache: KvCache,
     /// Persistent decode inputs, one set per decode bucket, made on first use.
     decode_buffers: BTreeMap<usize, DecodeBuffers>,
+    /// `[max_batch, 1]` the last queued decode step's choice ([`launch`]),
+    /// where a row fed [`super::buffers::Feed::Previous`] finds its token.
+    last_chosen: InputBuffer<2, Int>,
     /// Decoding sequences' penalties on the device, where the sampling
     /// kernel runs (`crate::sampling::penalty_state`).
     penalties: Option<PenaltyState>,
@@ -91,6 +103,7 @@ impl StepRunner {
         );
         let penalties = PenaltyState::for_device(max_batch, config.vocab_size, &device);
         Ok(Self {
+            last_chosen: InputBuffer::resident_zeros([max_batch, 1], &device),
             graphs: BTreeMap::new(),
             penalties,
             model,
@@ -158,7 +171,7 @@ impl StepRunner {
         rows: &[DecodeRow<'_>],
         table: &SamplingTable,
     ) -> Result<Sampled, EngineError> {
-        let (logits, chosen, bucket) = self.run_decode(rows, table);
+        let (logits, chosen, bucket) = self.run_decode(rows, Some(table), true);
         let started = Instant::now();
         let params = &self.decode_buffers[&bucket].sampling;
         let sampled = sample_step(logits, chosen, params, table, self.shape.bucketed)?;
@@ -182,27 +195,36 @@ impl StepRunner {
         rows: &[DecodeRow<'_>],
         table: &SamplingTable,
     ) -> (Tensor<2>, usize) {
-        let (logits, _, bucket) = self.run_decode(rows, table);
+        let (logits, _, bucket) = self.run_decode(rows, Some(table), true);
         (logits, bucket)
     }
 
     /// [`StepRunner::decode_forward`], with each row's token as the replayed
-    /// graph chose it.
+    /// graph chose it; `wait`: the device has finished the replay on return
+    /// (else it is only queued). With no `table` the step ends at the
+    /// logits (its sampling columns are written later,
+    /// [`StepRunner::decode_choose`]).
     fn run_decode(
         &mut self,
         rows: &[DecodeRow<'_>],
-        table: &SamplingTable,
+        table: Option<&SamplingTable>,
+        wait: bool,
     ) -> (Tensor<2>, Option<Tensor<2, Int>>, usize) {
         let started = Instant::now();
         let bucket = self.decode_bucket(rows.len());
         let inputs = self.prepare_decode(bucket, rows, table);
         let sampling = &self.decode_buffers[&bucket].sampling;
-        let (columns, argmax_only) = (sampling.columns(), sampling.argmax_only());
+        let columns = sampling.columns();
+        let ending = match (table, sampling.argmax_only()) {
+            (None, _) => Ending::Logits,
+            (Some(_), true) => Ending::Argmax,
+            (Some(_), false) => Ending::Sampled,
+        };
         let prepared = started.elapsed();
         let replayed = self
             .graphs
             .get_mut(&bucket)
-            .and_then(|graph| graph.replay(&mut self.cache, inputs.clone(), columns, argmax_only));
+            .and_then(|graph| graph.replay(&mut self.cache, inputs.clone(), columns, ending, wait));
         // Where a step's host time goes (`RUST_LOG=ember_engine::step=trace`).
         tracing::trace!(
             bucket,
@@ -212,7 +234,7 @@ impl StepRunner {
             "decode step inputs written and run"
         );
         match replayed {
-            Some((logits, chosen)) => (logits, Some(chosen), bucket),
+            Some((logits, chosen)) => (logits, chosen, bucket),
             None => {
                 let logits = forward(&self.model, &self.ops, &mut self.cache, inputs);
                 (logits, None, bucket)
@@ -318,7 +340,7 @@ impl StepRunner {
     /// Runs a decode step of `bucket` padding rows, sampled by `table`
     /// (warmup: the greedy and the sampling path).
     pub fn warm_decode(&mut self, bucket: usize, table: &SamplingTable) -> Result<(), EngineError> {
-        let inputs = self.prepare_decode(bucket, &[], table);
+        let inputs = self.prepare_decode(bucket, &[], Some(table));
         let logits = forward(&self.model, &self.ops, &mut self.cache, inputs);
         sample(logits, None, &self.decode_buffers[&bucket].sampling, table).map(drop)
     }
@@ -331,7 +353,7 @@ impl StepRunner {
         let mut hardware = 0;
         for &bucket in buckets {
             let started = Instant::now();
-            let inputs = self.prepare_decode(bucket, &[], &SamplingTable::default());
+            let inputs = self.prepare_decode(bucket, &[], Some(&SamplingTable::default()));
             let columns = self.decode_buffers[&bucket].sampling.columns();
             let graph = DecodeGraph::capture(
                 &self.model,
@@ -383,13 +405,14 @@ impl StepRunner {
     }
 
     /// Writes a decode step of `bucket` rows (the real `rows` first, padding
-    /// after) into the bucket's persistent buffers, made on first use, and
-    /// returns the step's inputs (views of those buffers).
+    /// after) into the bucket's persistent buffers, made on first use (and
+    /// its sampling `table`, if it is known yet), and returns the step's
+    /// inputs (views of those buffers).
     fn prepare_decode(
         &mut self,
         bucket: usize,
         rows: &[DecodeRow<'_>],
-        table: &SamplingTable,
+        table: Option<&SamplingTable>,
     ) -> StepInputs {
         let block_size = self.shape.block_size;
         let max_context = self.config.n_positions;
@@ -401,8 +424,10 @@ impl StepRunner {
             DecodeBuffers::new(bucket, table_width, vocab, heads, device, counts)
         });
         buffers.write(rows, block_size, self.shape.num_blocks as u32);
-        buffers.write_sampling(table);
-        decode_inputs(buffers, block_size, max_context)
+        if let Some(table) = table {
+            buffers.write_sampling(table);
+        }
+        decode_inputs(buffers, block_size, max_context, self.last_chosen.tensor())
     }
 
     /// The prefill step's inputs over `rows`, padded to the step's shape, and
@@ -414,60 +439,6 @@ impl StepRunner {
         let inputs = prefill_inputs(rows, shape, self.tables(), &self.device);
         (inputs, shape.rows)
     }
-}
-
-/// Logprobs of tokens at positions of one prefill row (prompt logprobs).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ScoreRequest {
-    /// The row, an index into the step's rows.
-    pub row: usize,
-    /// The first position scored, an offset into the row's tokens.
-    pub from: usize,
-    /// The token each position from `from` predicts: its logprob is the
-    /// one reported.
-    pub targets: Vec<u32>,
-    /// Alternatives reported per position.
-    pub top: usize,
-}
-
-/// The flat token indices (into the step's concatenated rows) of every
-/// position `scores` asks for, in order.
-fn score_positions(rows: &[PrefillSeq<'_>], scores: &[ScoreRequest]) -> Vec<i32> {
-    let mut base = Vec::with_capacity(rows.len());
-    let mut n = 0;
-    for r in rows {
-        base.push(n);
-        n += r.tokens.len();
-    }
-    scores
-        .iter()
-        .flat_map(|s| {
-            let b = base[s.row] + s.from;
-            (b..b + s.targets.len()).map(|i| i as i32)
-        })
-        .collect()
-}
-
-/// Each request's logprobs from `logits` (`[positions, V]`, the scored
-/// positions in order).
-fn score(
-    logits: Tensor<2>,
-    scores: &[ScoreRequest],
-    bucketed: bool,
-) -> Result<Vec<Vec<TokenLogprobs>>, EngineError> {
-    let targets: Vec<u32> = scores
-        .iter()
-        .flat_map(|s| s.targets.iter().copied())
-        .collect();
-    let top: Vec<Option<usize>> = scores
-        .iter()
-        .flat_map(|s| std::iter::repeat_n(Some(s.top), s.targets.len()))
-        .collect();
-    let mut all = logprobs(logits, &targets, &top, bucketed)?.into_iter();
-    Ok(scores
-        .iter()
-        .map(|s| all.by_ref().take(s.targets.len()).flatten().collect())
-        .collect())
 }
 
 /// Samples the `table.len()` real rows of `logits` with `params` (written
