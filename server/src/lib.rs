@@ -17,7 +17,10 @@
 //! - [`metrics`]: Prometheus names (vLLM's) and recording helpers.
 //! - [`logging`]: the stderr subscriber (`--log-format text|json`, colours only
 //!   on a terminal, per-request span close lines, panics through tracing).
+//! - [`autotune_watch`]: kernel autotunings counted before and while serving
+//!   (a layer of that subscriber).
 
+pub mod autotune_watch;
 pub mod cli;
 pub mod http;
 pub mod logging;

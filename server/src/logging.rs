@@ -15,12 +15,19 @@
 //!   panic inside `ember_engine::panics::expecting_panics` (a caller that
 //!   handles it, such as the CUDA probe) is a warning, not an error.
 //!
-//! `RUST_LOG` filters (default: the level the binary asks for).
+//! `RUST_LOG` filters what is printed (default: the level the binary asks
+//! for); the [`AutotuneWatch`] layer beside the printer sees CubeCL's
+//! autotune lines whatever it says.
 
 use std::io::IsTerminal;
 
+use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::fmt::format::FmtSpan;
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer};
+
+use crate::autotune_watch::{self, AutotuneWatch};
 
 /// `--log-format`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -37,17 +44,24 @@ pub enum LogFormat {
 pub fn init(format: LogFormat, default_level: &str) {
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let watch = AutotuneWatch::new(autotune_watch::state().clone()).with_filter(LevelFilter::INFO);
+    let printer = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_span_events(FmtSpan::CLOSE);
+    let registry = tracing_subscriber::registry().with(watch);
     match format {
-        LogFormat::Text => builder.with_ansi(use_colour()).init(),
-        LogFormat::Json => builder
-            .json()
-            .with_ansi(false)
-            .with_current_span(true)
-            .with_span_list(false)
+        LogFormat::Text => registry
+            .with(printer.with_ansi(use_colour()).with_filter(filter))
+            .init(),
+        LogFormat::Json => registry
+            .with(
+                printer
+                    .json()
+                    .with_ansi(false)
+                    .with_current_span(true)
+                    .with_span_list(false)
+                    .with_filter(filter),
+            )
             .init(),
     }
     std::panic::set_hook(Box::new(log_panic));

@@ -47,6 +47,7 @@ pub const KV_BLOCKS_USED: &str = "ember:kv_cache_blocks_used";
 pub const REQUEST_ABORTED: &str = "ember:request_aborted_total";
 pub const REQUEST_REJECTED: &str = "ember:request_rejected_total";
 pub const REQUESTS_BY_DOOR: &str = "ember:requests_total";
+pub const AUTOTUNE_WHILE_SERVING: &str = "ember:autotune_while_serving_total";
 
 /// Latency buckets (seconds) of the request-level histograms.
 const LATENCY_BUCKETS: [f64; 20] = [
@@ -199,6 +200,10 @@ fn describe() {
         NUM_PREEMPTIONS,
         "Running requests preempted (KV blocks freed; resumed later by recompute)."
     );
+    describe_counter!(
+        AUTOTUNE_WHILE_SERVING,
+        "Kernel autotunings after health turned SERVING (shapes the warmup missed; should stay 0)."
+    );
 }
 
 /// Counters exist from the start (at 0), so `rate()` works before the first
@@ -220,6 +225,7 @@ fn start_counters_at_zero() {
         PREFIX_CACHE_QUERIES,
         PREFIX_CACHE_HITS,
         NUM_PREEMPTIONS,
+        AUTOTUNE_WHILE_SERVING,
     ] {
         metrics::counter!(name).absolute(0);
     }

@@ -130,8 +130,12 @@ async fn on_ready(
 ) -> anyhow::Result<bool> {
     match report {
         Ok(Ok(info)) => {
+            // From here a kernel autotuning is one the warmup missed.
+            let watch = crate::autotune_watch::state();
+            watch.mark_serving();
             tracing::info!(model = %info.name, device = %info.device, kv_blocks = info.limits.kv_blocks_total,
-                seconds = info.load_seconds, "model loaded and warmed up; SERVING");
+                seconds = info.load_seconds, kernel_autotunings = watch.before_serving(),
+                "model loaded and warmed up; SERVING");
             let eos = info.config.eos_token_id;
             if eos != state.tokenizer.eos_token_id() {
                 tracing::warn!(model_eos = eos, tokenizer_eos = state.tokenizer.eos_token_id(),

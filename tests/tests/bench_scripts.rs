@@ -285,6 +285,69 @@ fn run_mixed_poisson_dry_run_measures_both_groups() {
     cleanup_scratch(&out);
 }
 
+/// `bench/run_first_deploy.sh --dry-run`: the tiny preset on the CPU from an
+/// empty kernel cache, every request kind at once (streamed and whole chats,
+/// n=2, penalties, JSON mode, echo with prompt logprobs, disconnects): each
+/// group sent requests and every group but the disconnects finished them
+/// all, the time to SERVING and TTFT are numbers, and no kernel was tuned
+/// after SERVING (the script exits 1 otherwise).
+#[test]
+fn run_first_deploy_dry_run_sends_every_kind_and_tunes_nothing_after_serving() {
+    let out = scratch_dir("run-first-deploy-dry");
+    let log = dry_run("run_first_deploy.sh", &out, &[]);
+    let result = std::fs::read_to_string(out.join("result.md")).expect("result.md written");
+    let rows = table_rows(&result);
+    let groups: Vec<&str> = rows.iter().map(|r| r[0].as_str()).collect();
+    assert_eq!(
+        groups,
+        [
+            "chat_stream",
+            "chat_sampled",
+            "n2",
+            "penalties",
+            "json",
+            "echo_logprobs",
+            "disconnects"
+        ],
+        "{result}"
+    );
+    for row in &rows {
+        let sent: u64 = row[1].parse().unwrap_or(0);
+        assert!(sent > 0, "{result}");
+        if row[0] != "disconnects" {
+            assert_eq!(row[3], "0", "no errors outside the disconnects: {result}");
+        }
+    }
+    let line = |prefix: &str| {
+        result
+            .lines()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no '{prefix}' line:\n{result}"))
+            .to_string()
+    };
+    let serving = line("- time to SERVING");
+    let secs = serving
+        .rsplit(": ")
+        .next()
+        .unwrap_or("")
+        .trim_end_matches(" s");
+    assert!(secs.parse::<f64>().is_ok_and(|s| s > 0.0), "{serving}");
+    assert!(
+        line("- kernel autotunings after SERVING").ends_with(": 0"),
+        "{result}"
+    );
+    assert!(
+        line("- TTFT over every request").contains("p99"),
+        "{result}"
+    );
+    assert!(
+        result.contains("- verdict: no tuning after SERVING"),
+        "{result}"
+    );
+    assert!(log.contains(&result), "the script prints the result");
+    cleanup_scratch(&out);
+}
+
 /// `bench/run_aiperf_compare.sh --dry-run` without AIPerf (CI has no
 /// PyPI): the pinned server, loadgen's three loads and the table, with the
 /// server's own TTFT and the closed loops' re-issue delay from its log.

@@ -50,6 +50,8 @@
 
 use std::collections::HashSet;
 
+use rayon::prelude::*;
+
 use super::pending::PendingStep;
 use super::sequences::Sequences;
 use super::Engine;
@@ -206,15 +208,54 @@ impl Engine {
             .iter()
             .filter_map(|&id| self.seqs.get(id).map(|s| (id, s.serial)))
             .collect();
+        let started = std::time::Instant::now();
         let rows = decode_rows(&self.seqs, ids);
         let (logits, bucket) = self.runner.decode_forward_queued(&rows);
+        let queued_at = started.elapsed();
         let out = self.flush()?;
+        let judged_at = started.elapsed();
         let table = self.sampling_table(ids);
+        let planned_at = started.elapsed();
         let queued = self
             .runner
             .decode_choose(logits, bucket, ids.len(), &table)?;
+        // Where the host's time goes beside the forward
+        // (`RUST_LOG=ember_engine::engine=trace`).
+        tracing::trace!(
+            rows = ids.len(),
+            forward_queued_us = queued_at.as_micros() as u64,
+            judged_us = (judged_at - queued_at).as_micros() as u64,
+            table_us = (planned_at - judged_at).as_micros() as u64,
+            choice_queued_us = (started.elapsed() - planned_at).as_micros() as u64,
+            "decode step queued in halves"
+        );
         self.queue(planned, queued);
         Ok(out)
+    }
+
+    /// Gives a judged step's tokens to the constraints of its rows that have
+    /// one, in parallel when there are several (the grammar's work of
+    /// judging, before the stop rules run row by row).
+    fn accept_ahead(&mut self, rows: &[(SeqId, u64)], tokens: &[u32]) {
+        let constrained: Vec<(SeqId, u32)> = rows
+            .iter()
+            .zip(tokens)
+            .filter(|((id, serial), _)| {
+                self.seqs
+                    .get(*id)
+                    .is_some_and(|s| s.serial == *serial && s.in_flight > 0 && s.has_constraint())
+            })
+            .map(|(&(id, _), &token)| (id, token))
+            .collect();
+        if constrained.len() < 2 {
+            return;
+        }
+        let ids: Vec<SeqId> = constrained.iter().map(|c| c.0).collect();
+        if let Some(mut seqs) = self.seqs.many_mut(&ids) {
+            seqs.par_iter_mut()
+                .zip(&constrained)
+                .for_each(|(seq, &(_, token))| seq.accept_ahead(token));
+        }
     }
 
     /// Records a queued step: each planned row whose sequence is still that
@@ -235,6 +276,7 @@ impl Engine {
     /// belongs to the sequence it was planned for.
     fn judge_step(&mut self, step: PendingStep) -> Result<StepOutput, EngineError> {
         let tokens = step.ids.wait().map_err(EngineError::Device)?;
+        self.accept_ahead(&step.rows, &tokens);
         let mut out = StepOutput::default();
         for (&(id, serial), token) in step.rows.iter().zip(tokens) {
             match self.seqs.get_mut(id) {

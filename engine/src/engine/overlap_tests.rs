@@ -187,37 +187,40 @@ fn a_stop_token_found_a_step_late_costs_no_token() {
 }
 
 #[test]
-fn a_constrained_row_is_queued_in_halves_and_keeps_its_tokens() {
+fn constrained_rows_are_queued_in_halves_and_keep_their_tokens() {
     let plain = reference();
     let prompt = &plain.cases[3].prompt;
-    let constrained = |id| {
+    let constrained = |id, len| {
         let mut r = req(id, prompt, 8, SamplingParams::greedy());
         r.params.constraint = Some(std::sync::Arc::new(std::sync::Mutex::new(Only {
             tokens: vec![5, 77, 300],
-            len: 5,
+            len,
             eos: 999,
             accepted: Vec::new(),
         })));
         r.params.stop.ignore_eos = false;
         r
     };
+    // Two grammar rows (their tokens accepted in parallel) beside a plain one.
+    let reqs = || {
+        vec![
+            constrained(1, 5),
+            req(2, prompt, 8, SamplingParams::greedy()),
+            constrained(3, 3),
+        ]
+    };
     let mut e = engine(4, 128);
-    let sync = run(
-        &mut e,
-        vec![constrained(1), req(2, prompt, 8, SamplingParams::greedy())],
-        false,
-    );
-    let overlapped = run(
-        &mut e,
-        vec![constrained(1), req(2, prompt, 8, SamplingParams::greedy())],
-        true,
-    );
+    let sync = run(&mut e, reqs(), false);
+    let overlapped = run(&mut e, reqs(), true);
     overlapped.assert_same(&sync, "constrained");
     assert!(
         overlapped.overlapped_calls > 3,
-        "the grammar row's steps were queued in halves"
+        "the grammar rows' steps were queued in halves"
     );
     assert!(overlapped.ids(1)[..5]
+        .iter()
+        .all(|t| [5, 77, 300].contains(t)));
+    assert!(overlapped.ids(3)[..3]
         .iter()
         .all(|t| [5, 77, 300].contains(t)));
 }

@@ -71,6 +71,9 @@ pub(crate) struct Sequence {
     /// step's row belongs to this sequence only if the serials match (a
     /// sequence released and admitted again under the same id is another).
     pub serial: u64,
+    /// A token its constraint already took ([`Sequence::accept_ahead`]),
+    /// which [`Sequence::judge`] then does not give it again.
+    accepted: Option<u32>,
 }
 
 /// What the stop rules made of one sampled token.
@@ -127,6 +130,7 @@ impl Sequence {
             in_flight: 0,
             fed_row: 0,
             serial,
+            accepted: None,
         }
     }
 
@@ -269,6 +273,29 @@ impl Sequence {
         self.stats.entries()
     }
 
+    /// Gives `token` to its constraint now, ahead of [`Sequence::judge`]
+    /// (which then skips it): the engine does this for many rows in
+    /// parallel, the grammar's share of judging a step.
+    pub fn accept_ahead(&mut self, token: u32) {
+        if self.constraint_error.is_none() && self.has_constraint() {
+            self.accept(token);
+            self.accepted = Some(token);
+        }
+    }
+
+    /// Gives `token` to its constraint (if any); a refusal is recorded and
+    /// ends the sequence at [`Sequence::judge`].
+    fn accept(&mut self, token: u32) {
+        let Some(c) = &self.request.params.constraint else {
+            return;
+        };
+        let mut c = c.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Err(err) = c.accept(token) {
+            tracing::warn!(%err, token, "the output constraint refused the sampled token; the sequence ends");
+            self.constraint_error = Some(err);
+        }
+    }
+
     /// Applies the stop rules to `token` and records it as the next input
     /// (and in the sequence's penalties and constraint).
     pub fn judge(&mut self, token: u32, eos_token_id: u32) -> Verdict {
@@ -279,11 +306,9 @@ impl Sequence {
         if self.constraint_error.is_some() {
             return failed;
         }
-        if let Some(c) = &self.request.params.constraint {
-            let mut c = c.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            if let Err(err) = c.accept(token) {
-                tracing::warn!(%err, token, "the output constraint refused the sampled token; the sequence ends");
-                self.constraint_error = Some(err);
+        if self.accepted.take() != Some(token) {
+            self.accept(token);
+            if self.constraint_error.is_some() {
                 return failed;
             }
         }

@@ -18,6 +18,10 @@
 //! Before any of that, on CUDA, the projection kernels are timed against
 //! each other at every decode bucket's shapes and the fastest is recorded for
 //! the steps (and graphs) that follow (`crate::ops::Ops::tune_linear`).
+//! After the steps, the reductions over the vocabulary that logprobs and
+//! prompt logprobs run (not yet their top-n) are tuned at one row count per
+//! autotune bucket, up to the most rows a step can score
+//! (`StepRunner::warm_reductions`).
 //!
 //! On the CPU (unbucketed) there is nothing to compile or tune; one small
 //! prefill and one decode step touch the weights and start the thread pool.
@@ -44,6 +48,8 @@ pub struct WarmupReport {
     pub tuned_shapes: usize,
     /// Seconds the projection timing took (part of `seconds`).
     pub tune_seconds: f64,
+    /// Row counts the vocabulary reductions (logprobs, argmax) ran at (CUDA).
+    pub reduction_rows: usize,
     pub seconds: f64,
 }
 
@@ -95,6 +101,13 @@ pub fn run(runner: &mut StepRunner, decode_graphs: bool) -> Result<WarmupReport,
             runner.warm_decode(bucket, &filtering_table())?;
         }
     }
+    // Logprobs of up to a decode batch's rows; prompt logprobs of up to a
+    // prefill step's tokens.
+    let reductions = if bucketed {
+        runner.warm_reductions(shape.max_batch.max(shape.prefill.max_tokens))?
+    } else {
+        Vec::new()
+    };
     let graphs = if decode_graphs {
         runner.capture_decode_graphs(&decode)
     } else {
@@ -106,6 +119,7 @@ pub fn run(runner: &mut StepRunner, decode_graphs: bool) -> Result<WarmupReport,
         graphs,
         tuned_shapes: tuned.len(),
         tune_seconds,
+        reduction_rows: reductions.len(),
         seconds: started.elapsed().as_secs_f64(),
     };
     tracing::info!(
@@ -114,6 +128,7 @@ pub fn run(runner: &mut StepRunner, decode_graphs: bool) -> Result<WarmupReport,
         graphs = report.graphs,
         tuned_shapes = report.tuned_shapes,
         tune_seconds = report.tune_seconds,
+        reduction_rows = ?reductions,
         seconds = report.seconds,
         "engine warmed up"
     );

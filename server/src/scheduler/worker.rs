@@ -119,6 +119,8 @@ impl<E: StepEngine> Worker<E> {
             }
             if !self.is_idle() {
                 self.iterate();
+                // A kernel tuned in that iteration held every request up.
+                crate::autotune_watch::report_new();
             }
             self.publish_gauges();
         }

@@ -13,10 +13,12 @@
 //! the pool's last).
 //!
 //! Children: [`launch`] (a decode step queued without waiting for its ids,
-//! for the overlapped step loop), [`scoring`] (prompt logprobs).
+//! for the overlapped step loop), [`scoring`] (prompt logprobs), [`warm`]
+//! (the vocabulary reductions tuned at warmup).
 
 mod launch;
 mod scoring;
+mod warm;
 
 pub use scoring::ScoreRequest;
 use scoring::{score, score_positions};
