@@ -283,7 +283,10 @@ impl SamplingParamsRows {
 
 /// A step's chosen ids: still on the device (the `[B, 1]` ids, not read
 /// yet), or already on the host (the CPU's row sampler read the logits).
+/// One is made and moved once a step (a tensor handle is large; boxing it
+/// would only add an allocation).
 #[derive(Debug)]
+#[allow(clippy::large_enum_variant)]
 pub enum Chosen {
     Device(Tensor<2, Int>),
     Host(Vec<u32>),

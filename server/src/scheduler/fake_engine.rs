@@ -108,7 +108,7 @@ impl FakeEngine {
     fn grow_for(&mut self, ids: &[SeqId]) -> Result<(), EngineError> {
         if let Some(&id) = ids
             .iter()
-            .find(|id| !self.seqs.get(id).is_some_and(|s| s.computed == s.input_len))
+            .find(|id| self.seqs.get(id).is_none_or(|s| s.computed != s.input_len))
         {
             return Err(EngineError::UnknownSequence(id));
         }

@@ -73,8 +73,9 @@ fn the_overlapped_loop_sends_what_the_synchronous_one_sends() {
     // Decode 4 at a time from up to 8 running (rotation); plenty of blocks.
     let (overlapped, sync) = run_both(&reqs, || fake(256), knobs(4, 8, 1000));
     assert_same(&overlapped, &sync, &reqs);
+    // Request 3: a 5-token prompt, its stop token 4 positions past it.
     let stopped = overlapped.finish(3);
-    assert_eq!(stopped.0, FinishKind::StopToken(2 + 3 % 4 + 4));
+    assert_eq!(stopped.0, FinishKind::StopToken(5 + 4));
     assert_eq!(stopped.1, 4, "the tokens before the stop, not one more");
     // Few blocks: decode steps preempt (the queued step judged first).
     let (overlapped, sync) = run_both(&reqs, || fake(12), knobs(8, 8, 1000));
