@@ -62,7 +62,9 @@ command -v python3 >/dev/null || die "needs python3"
 [[ -x $BIN_DIR/ember-server && -x $BIN_DIR/loadgen ]] || die "no ember-server / loadgen in $BIN_DIR"
 
 read -r -a SERVER_EXTRA <<<"$SERVER_ARGS"
-rm -rf "$OUT/kernel-cache" && mkdir -p "$OUT/kernel-cache" || die "cannot empty $OUT/kernel-cache"
+if ! { rm -rf "$OUT/kernel-cache" && mkdir -p "$OUT/kernel-cache"; }; then
+    die "cannot empty $OUT/kernel-cache"
+fi
 MPORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 # shellcheck source=bench/door_lib.sh
 source "$REPO/bench/door_lib.sh"
