@@ -78,6 +78,7 @@ mod cuda {
         // lost to a timeout of the slower checks after it.
         let sampler = crate::sample_check::run(dev, &say);
         let penalties = crate::penalty_check::run(dev, &say);
+        let vocab = crate::vocab_check::run(dev, &say);
         let (attention_diff, split_diff, counters_left) = attention_checks(tuning, &lens, dev);
         say(format!(
             "paged decode attention: max |kernel - reference| = {attention_diff:e}"
@@ -108,6 +109,7 @@ mod cuda {
             "device": device.name,
             "sampler": sampler,
             "penalties": penalties,
+            "vocab": vocab,
             "attention_max_abs_diff": attention_diff,
             "split_attention_max_abs_diff": split_diff,
             "split_attention_counters_zero": counters_left == 0,
@@ -200,20 +202,20 @@ mod cuda {
 
     /// Max |kernel - reference| of prefill attention over rows `(tokens,
     /// start)` with block tables `tables` (one per row), padded to `padding`
-    /// and to `tokens` flat tokens when given: random K/V in the cache,
-    /// random `qkv`, both read by both sides.
+    /// and to `tokens` flat tokens when given, `h` heads of `d` dimensions:
+    /// random K/V in the cache, random `qkv`, both read by both sides.
     fn segment_check(
         rows: &[(usize, usize)],
         tables: &[Vec<u32>],
         padding: (SegmentPadding, Option<usize>),
-        h: usize,
+        (h, d): (usize, usize),
         dev: &Device,
     ) -> f32 {
-        let e = h * 64;
+        let e = h * d;
         let slots = PREFILL_BLOCKS * BLOCK;
         let cache = LayerKv {
-            k: normal([h, slots, 64], dev),
-            v: normal([h, slots, 64], dev),
+            k: normal([h, slots, d], dev),
+            v: normal([h, slots, d], dev),
         };
         let real: usize = rows.iter().map(|r| r.0).sum();
         let (padding, tokens) = padding;
@@ -254,8 +256,9 @@ mod cuda {
     /// Prefill attention against the reference, one named case each: fresh
     /// rows of ragged lengths, a chunk after cached positions, prefix-cache
     /// hits, blocks shared between rows in reverse order, and the engine's
-    /// padding (token bucket, rows, tiles). `say` prints each case's line as
-    /// it finishes.
+    /// padding (token bucket, rows, tiles), then head dimensions below 64
+    /// (the tiny model's 4 x 16, and 8 x 32). `say` prints each case's line
+    /// as it finishes.
     fn prefill_checks(h: usize, dev: &Device, say: &dyn Fn(String)) -> Vec<(String, f32)> {
         let exact = (
             SegmentPadding {
@@ -289,42 +292,61 @@ mod cuda {
             },
             Some(bucket),
         );
-        let cases: [PrefillCase<'_>; 5] = [
+        let cases: [PrefillCase<'_>; 7] = [
             (
                 "fresh rows of 1, 17, 64, 100, 256 tokens".to_string(),
                 &fresh,
                 scattered_tables(5),
                 exact,
+                (h, 64),
             ),
             (
                 "a 60-token chunk after 100 cached positions, and a fresh row".into(),
                 &chunk,
                 scattered_tables(2),
                 exact,
+                (h, 64),
             ),
             (
                 "prefix hits: 33 tokens after 192, 16 after 1008, 1 after 500".into(),
                 &hits,
                 scattered_tables(3),
                 exact,
+                (h, 64),
             ),
             (
                 "shared and backward blocks: 130 fresh, 70 after 64".into(),
                 &[(130, 0), (70, 64)],
                 shared,
                 exact,
+                (h, 64),
             ),
             (
                 format!("all ten rows padded to {bucket} tokens, 64 rows, padding tiles"),
                 &mixed,
                 scattered_tables(10),
                 padded,
+                (h, 64),
+            ),
+            (
+                "head dim 16 (4 heads): fresh rows, a chunk, prefix hits".into(),
+                &mixed,
+                scattered_tables(10),
+                exact,
+                (4, 16),
+            ),
+            (
+                "head dim 32 (8 heads): the same rows padded".into(),
+                &mixed,
+                scattered_tables(10),
+                padded,
+                (8, 32),
             ),
         ];
         cases
             .into_iter()
-            .map(|(case, rows, tables, padding)| {
-                let diff = segment_check(rows, &tables, padding, h, dev);
+            .map(|(case, rows, tables, padding, heads)| {
+                let diff = segment_check(rows, &tables, padding, heads, dev);
                 say(format!(
                     "prefill attention, {case}: max |kernel - reference| = {diff:e}"
                 ));
@@ -334,12 +356,13 @@ mod cuda {
     }
 
     /// One prefill attention case: its name, rows `(queries, start)`, block
-    /// tables, and padding (see [`segment_check`]).
+    /// tables, padding and `(heads, head_dim)` (see [`segment_check`]).
     type PrefillCase<'a> = (
         String,
         &'a [(usize, usize)],
         Vec<Vec<u32>>,
         (SegmentPadding, Option<usize>),
+        (usize, usize),
     );
 
     /// Which projection kernels [`projection_check`] runs.

@@ -44,6 +44,8 @@ mod penalty_check;
 mod reference;
 mod sample_check;
 mod timing;
+#[cfg(feature = "cuda")]
+mod vocab_check;
 
 use timing::{bench_batch, bench_prefill, Prompts, TimingOptions};
 

@@ -18,10 +18,10 @@
 //! Before any of that, on CUDA, the projection kernels are timed against
 //! each other at every decode bucket's shapes and the fastest is recorded for
 //! the steps (and graphs) that follow (`crate::ops::Ops::tune_linear`).
-//! After the steps, the reductions over the vocabulary that logprobs and
-//! prompt logprobs run (not yet their top-n) are tuned at one row count per
-//! autotune bucket, up to the most rows a step can score
-//! (`StepRunner::warm_reductions`).
+//! After the steps, the kernels over the vocabulary that logprobs and
+//! prompt logprobs run are compiled (`StepRunner::warm_vocab_kernels`: on
+//! CUDA Ember's own, one plan for every shape, so nothing is tuned).
+//! Each phase's seconds are in the report and its log line.
 //!
 //! On the CPU (unbucketed) there is nothing to compile or tune; one small
 //! prefill and one decode step touch the weights and start the thread pool.
@@ -48,8 +48,12 @@ pub struct WarmupReport {
     pub tuned_shapes: usize,
     /// Seconds the projection timing took (part of `seconds`).
     pub tune_seconds: f64,
-    /// Row counts the vocabulary reductions (logprobs, argmax) ran at (CUDA).
-    pub reduction_rows: usize,
+    /// Seconds of the prefill shapes, the decode shapes, the vocabulary
+    /// kernels and the graph captures (with `tune_seconds`, `seconds`).
+    pub prefill_seconds: f64,
+    pub decode_seconds: f64,
+    pub vocab_seconds: f64,
+    pub capture_seconds: f64,
     pub seconds: f64,
 }
 
@@ -92,22 +96,25 @@ pub fn run(runner: &mut StepRunner, decode_graphs: bool) -> Result<WarmupReport,
     for t in &tuned {
         tracing::debug!(shape = ?t.shape, chosen = ?t.chosen, timings_us = ?t.timings, "projection kernel");
     }
+    let phase = Instant::now();
     for &shape in &prefill {
         runner.warm_prefill(shape)?;
     }
+    let prefill_seconds = phase.elapsed().as_secs_f64();
+    let phase = Instant::now();
     for &bucket in &decode {
         runner.warm_decode(bucket, &SamplingTable::default())?;
         if bucketed {
             runner.warm_decode(bucket, &filtering_table())?;
         }
     }
-    // Logprobs of up to a decode batch's rows; prompt logprobs of up to a
-    // prefill step's tokens.
-    let reductions = if bucketed {
-        runner.warm_reductions(shape.max_batch.max(shape.prefill.max_tokens))?
-    } else {
-        Vec::new()
-    };
+    let decode_seconds = phase.elapsed().as_secs_f64();
+    let phase = Instant::now();
+    if bucketed {
+        runner.warm_vocab_kernels()?;
+    }
+    let vocab_seconds = phase.elapsed().as_secs_f64();
+    let phase = Instant::now();
     let graphs = if decode_graphs {
         runner.capture_decode_graphs(&decode)
     } else {
@@ -119,7 +126,10 @@ pub fn run(runner: &mut StepRunner, decode_graphs: bool) -> Result<WarmupReport,
         graphs,
         tuned_shapes: tuned.len(),
         tune_seconds,
-        reduction_rows: reductions.len(),
+        prefill_seconds,
+        decode_seconds,
+        vocab_seconds,
+        capture_seconds: phase.elapsed().as_secs_f64(),
         seconds: started.elapsed().as_secs_f64(),
     };
     tracing::info!(
@@ -128,7 +138,10 @@ pub fn run(runner: &mut StepRunner, decode_graphs: bool) -> Result<WarmupReport,
         graphs = report.graphs,
         tuned_shapes = report.tuned_shapes,
         tune_seconds = report.tune_seconds,
-        reduction_rows = ?reductions,
+        prefill_seconds = report.prefill_seconds,
+        decode_seconds = report.decode_seconds,
+        vocab_seconds = report.vocab_seconds,
+        capture_seconds = report.capture_seconds,
         seconds = report.seconds,
         "engine warmed up"
     );

@@ -27,6 +27,8 @@
 //!   [`PendingIds`]: a step's ids read back without waiting for them yet.
 //! - [`row_params`]: one row's sampling parameters and their column layout,
 //!   shared by the CPU sampler and the `sample_rows` kernel.
+//! - [`vocab`]: the argmax and the logprobs' log-softmax over each row of
+//!   the vocabulary (on CUDA kernels that are never autotuned).
 //!
 //! The CUDA side also holds the device's runtime setup ([`cuda::runtime`]):
 //! all CUDA code of the crate lives under `ops/cuda/`.
@@ -42,6 +44,7 @@ pub mod plan;
 pub mod readback;
 pub mod reference;
 pub mod row_params;
+pub mod vocab;
 
 use burn::prelude::*;
 
@@ -450,7 +453,7 @@ impl Ops {
     }
 
     /// Prefill attention on CUDA: the causal tensor-core kernel where it
-    /// applies (head_dim 64, not turned off with `--prefill-attention
+    /// applies (head_dim up to 64, not turned off with `--prefill-attention
     /// false`), else the tensor-op reference.
     #[cfg(feature = "cuda")]
     fn cuda_segment_attention(
@@ -462,7 +465,7 @@ impl Ops {
         seg: &SegmentContext,
     ) -> Tensor<2> {
         let [_, e3] = qkv.dims();
-        if self.tuning.prefill_attention && e3 / 3 / n_head == 64 {
+        if self.tuning.prefill_attention && e3 / 3 / n_head <= 64 {
             return cuda::prefill_attention(qkv, k, v, seg);
         }
         reference::segment_attention(qkv, k, v, n_head, seg)

@@ -9,34 +9,30 @@
 //! The distribution is the model's own: `log_softmax` of the raw logits in
 //! f32, at temperature 1 and before top-k/top-p (vLLM's default convention), so
 //! a sampled token's logprob does not depend on the sampling parameters. All of
-//! it runs on the device: gather the rows that asked, `log_softmax` over the
-//! vocabulary, gather each row's sampled id, Burn's `topk_with_indices` for the
-//! alternatives, then ONE device->host read of `[rows, 1 + 2n]` floats (the
-//! sampled logprob, n values, n ids; ids below 2^24 are exact in f32).
-//!
-//! Where shapes are bucketed (CUDA) the rows that asked and `n` are padded
-//! to powers of two (padding rows repeat the first, their results unread):
-//! the device's reductions and top-k are tuned per shape, and a step with a
-//! new count of rows asking, or a prompt-logprobs request of a new length,
-//! then meets a shape already tuned instead of autotuning mid-traffic.
+//! it runs on the device, then ONE device->host read of `[rows, 1 + 2n]`
+//! floats (the sampled logprob, n values, n ids; ids below 2^24 are exact in
+//! f32). On CUDA one kernel computes the table
+//! (`crate::ops::vocab::logprob_rows`: one plan for every row count and `n`,
+//! so a new shape tunes and compiles nothing while serving); elsewhere the
+//! tensor ops do: gather the rows that asked, `log_softmax` over the
+//! vocabulary, gather each row's sampled id, `topk_with_indices`.
 
 use burn::prelude::*;
 use burn::tensor::activation::log_softmax;
 use burn::tensor::{DType, FloatDType};
 
 use crate::error::EngineError;
+use crate::ops::vocab::logprob_rows;
 use crate::types::TokenLogprobs;
 
 /// Logprobs of row `i`'s sampled token `sampled[i]` and its `top_n[i]` most
 /// likely alternatives, for the rows whose `top_n[i]` is set; `None` for the
 /// others. `logits` is `[B, V]` with `B >= sampled.len()` (rows past them are
-/// padding and are never read). `bucketed`: pad the work's shapes (module
-/// docs).
+/// padding and are never read).
 pub fn logprobs(
     logits: Tensor<2>,
     sampled: &[u32],
     top_n: &[Option<usize>],
-    bucketed: bool,
 ) -> Result<Vec<Option<TokenLogprobs>>, EngineError> {
     let [b, vocab] = logits.dims();
     let rows: Vec<usize> = (0..sampled.len().min(top_n.len()).min(b))
@@ -52,31 +48,19 @@ pub fn logprobs(
         .max()
         .unwrap_or(0)
         .min(vocab);
-    let (r, n) = match bucketed {
-        true => (
-            rows.len().next_power_of_two(),
-            n.next_power_of_two().min(vocab),
-        ),
-        false => (rows.len(), n),
-    };
-    let mut padded = rows.clone();
-    padded.resize(r, rows[0]);
+    let r = rows.len();
     let device = logits.device();
-    let ints = |values: Vec<i32>, shape: [usize; 2]| -> Tensor<2, Int> {
-        Tensor::from_data(TensorData::new(values, shape), &device)
+    let ints = |values: Vec<i32>| -> Tensor<1, Int> {
+        Tensor::from_data(TensorData::new(values, [r]), &device)
     };
-    let row_ids = ints(padded.iter().map(|&i| i as i32).collect(), [r, 1]).reshape([r]);
-    let chosen = ints(padded.iter().map(|&i| sampled[i] as i32).collect(), [r, 1]);
-
-    let log_probs = log_softmax(logits.select(0, row_ids).cast(DType::F32), 1); // [R, V]
-    let mut parts = vec![log_probs.clone().gather(1, chosen)]; // [R, 1]
-    if n > 0 {
-        let (values, ids) = log_probs.topk_with_indices(n, 1); // [R, n] each
-        parts.push(values);
-        parts.push(ids.cast(FloatDType::F32));
-    }
+    let row_ids = ints(rows.iter().map(|&i| i as i32).collect());
+    let chosen = ints(rows.iter().map(|&i| sampled[i] as i32).collect());
+    let table = match logprob_rows(&logits, &row_ids, &chosen, n) {
+        Some(table) => table,
+        None => tensor_ops(logits, row_ids, chosen, n),
+    };
     let width = 1 + 2 * n;
-    let host: Vec<f32> = Tensor::cat(parts, 1)
+    let host: Vec<f32> = table
         .try_into_data()
         .map_err(|e| EngineError::Device(format!("{e:?}")))?
         .iter::<f32>()
@@ -94,6 +78,26 @@ pub fn logprobs(
     Ok(out)
 }
 
+/// The `[R, 1 + 2n]` table [`logprobs`] reads, from tensor ops: rows
+/// `row_ids` of `logits`, their `chosen` token's log-softmax value, their
+/// top `n` values and ids.
+fn tensor_ops(
+    logits: Tensor<2>,
+    row_ids: Tensor<1, Int>,
+    chosen: Tensor<1, Int>,
+    n: usize,
+) -> Tensor<2> {
+    let [r] = row_ids.dims();
+    let log_probs = log_softmax(logits.select(0, row_ids).cast(DType::F32), 1); // [R, V]
+    let mut parts = vec![log_probs.clone().gather(1, chosen.reshape([r, 1]))]; // [R, 1]
+    if n > 0 {
+        let (values, ids) = log_probs.topk_with_indices(n, 1); // [R, n] each
+        parts.push(values);
+        parts.push(ids.cast(FloatDType::F32));
+    }
+    Tensor::cat(parts, 1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -106,7 +110,7 @@ mod tests {
         // is padding.
         let row0: Vec<f32> = [0.1f32, 0.6, 0.3].iter().map(|p| p.ln() + 5.0).collect();
         let l = logits(&[&row0, &[1.0, 2.0, 3.0], &[0.0, 0.0, 0.0], &[9.0, 9.0, 9.0]]);
-        let got = logprobs(l, &[2, 0, 1], &[Some(2), None, Some(0)], false).unwrap();
+        let got = logprobs(l, &[2, 0, 1], &[Some(2), None, Some(0)]).unwrap();
         assert_eq!(got.len(), 3);
         let r0 = got[0].as_ref().unwrap();
         assert!((r0.logprob - 0.3f32.ln()).abs() < 1e-5, "{r0:?}");
@@ -123,35 +127,16 @@ mod tests {
     #[test]
     fn nobody_asked_means_nothing_computed() {
         let l = logits(&[&[1.0, 2.0]]);
-        assert_eq!(logprobs(l, &[1], &[None], true).unwrap(), vec![None]);
+        assert_eq!(logprobs(l, &[1], &[None]).unwrap(), vec![None]);
     }
 
     #[test]
     fn top_n_larger_than_the_vocabulary_is_cut_to_it() {
         let l = logits(&[&[0.0, 1.0]]);
-        let got = logprobs(l, &[1], &[Some(20)], false).unwrap();
+        let got = logprobs(l, &[1], &[Some(20)]).unwrap();
         let top = &got[0].as_ref().unwrap().top;
         assert_eq!(top.iter().map(|t| t.0).collect::<Vec<_>>(), [1, 0]);
         let mass: f32 = top.iter().map(|t| t.1.exp()).sum();
         assert!((mass - 1.0).abs() < 1e-5);
-    }
-
-    #[test]
-    fn bucketed_shapes_give_the_same_results() {
-        // Three rows asking (padded to four), top-3 (padded to four).
-        let rows: Vec<Vec<f32>> = (0..5)
-            .map(|r| {
-                (0..7)
-                    .map(|t| ((r * 7 + t * 3) % 11) as f32 * 0.3)
-                    .collect()
-            })
-            .collect();
-        let slices: Vec<&[f32]> = rows.iter().map(Vec::as_slice).collect();
-        let asks = [Some(3), None, Some(1), Some(3), None];
-        let sampled = [4, 0, 2, 6, 1];
-        let plain = logprobs(logits(&slices), &sampled, &asks, false).unwrap();
-        let padded = logprobs(logits(&slices), &sampled, &asks, true).unwrap();
-        assert_eq!(plain, padded);
-        assert_eq!(padded[2].as_ref().unwrap().top.len(), 1, "as many as asked");
     }
 }

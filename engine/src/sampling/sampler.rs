@@ -27,6 +27,7 @@ use super::table::SamplingTable;
 use super::transforms;
 use crate::error::EngineError;
 use crate::ops::row_params::{self, RowParams, COL_FLAGS, FLAG_ALLOWED, FLOAT_COLS, INT_COLS};
+use crate::ops::vocab::argmax_rows;
 use crate::ops::InputBuffer;
 use crate::params::SamplingParams;
 
@@ -93,7 +94,7 @@ fn choose(logits: Tensor<2>, columns: &SampleColumns, count: bool) -> Tensor<2, 
     }
     #[cfg(not(feature = "cuda"))]
     let _ = (columns, count);
-    logits.argmax(1)
+    argmax_rows(logits)
 }
 
 /// Per-row sampling parameters as device tensors in `row_params`' layout
@@ -327,7 +328,7 @@ pub fn choose_step(
         match chosen {
             // The graph's choices, penalized rows already counted there.
             Some(ids) if params.kernel || params.argmax_only => return Ok(Chosen::Device(ids)),
-            _ if params.argmax_only => return Ok(Chosen::Device(logits.argmax(1))),
+            _ if params.argmax_only => return Ok(Chosen::Device(argmax_rows(logits))),
             _ => {}
         }
     }

@@ -39,6 +39,7 @@ use burn::tensor::{capture, Graph};
 use super::forward::forward;
 use super::inputs::StepInputs;
 use crate::model::{Gpt2, KvCache};
+use crate::ops::vocab::argmax_rows;
 use crate::ops::Ops;
 use crate::sampling::{choose_in_graph, SampleColumns};
 
@@ -215,7 +216,7 @@ fn step_closure(
         slot.cache = Some(cache);
         let chosen = match ending {
             Ending::Sampled => Some(choose_in_graph(logits.clone(), &columns)),
-            Ending::Argmax => Some(logits.clone().argmax(1)),
+            Ending::Argmax => Some(argmax_rows(logits.clone())),
             Ending::Logits => None,
         };
         Some((logits, chosen))

@@ -43,6 +43,7 @@ pub use kernels::cache_write::kv_write;
 pub use kernels::layer_norm::layer_norm_rows;
 pub use kernels::penalty_counts::count_chosen;
 pub use kernels::sample_rows::{fits_device as sample_rows_fit, sample_rows};
+pub use kernels::vocab_rows::{vocab_argmax, vocab_logprobs};
 pub use kernels::write_rows::write_rows;
 
 /// Whether `device` is a CubeCL (CUDA) device.
@@ -132,7 +133,7 @@ pub fn lt_linear(
 }
 
 /// Causal prefill attention over a step's segments: the flat `qkv`
-/// `[T, 3E]` (head_dim 64) against the layer's `[H, S, D]` storage, through
+/// `[T, 3E]` (head_dim up to 64) against the layer's `[H, S, D]` storage, through
 /// `seg`'s offsets, starts, block tables and tiles; returns `[T, E]`
 /// (padding tokens 0).
 pub fn prefill_attention(

@@ -176,7 +176,7 @@ impl StepRunner {
         let (logits, chosen, bucket) = self.run_decode(rows, Some(table), true);
         let started = Instant::now();
         let params = &self.decode_buffers[&bucket].sampling;
-        let sampled = sample_step(logits, chosen, params, table, self.shape.bucketed)?;
+        let sampled = sample_step(logits, chosen, params, table)?;
         // (`options` is only evaluated when the trace is on.)
         tracing::trace!(
             bucket,
@@ -278,10 +278,10 @@ impl StepRunner {
             let logits = logits.narrow(0, 0, padded);
             let mut params = SamplingParamsRows::new(padded, self.config.vocab_size, &self.device);
             params.write(table);
-            sample_step(logits, None, &params, table, self.shape.bucketed)?
+            sample_step(logits, None, &params, table)?
         };
         let scores = match scored {
-            Some(l) => score(l, scores, self.shape.bucketed)?,
+            Some(l) => score(l, scores)?,
             None => Vec::new(),
         };
         self.check_library_calls()?;
@@ -451,12 +451,11 @@ fn sample_step(
     chosen: Option<Tensor<2, Int>>,
     params: &SamplingParamsRows,
     table: &SamplingTable,
-    bucketed: bool,
 ) -> Result<Sampled, EngineError> {
     let kept = table.any_logprobs().then(|| logits.clone());
     let tokens = sample(logits, chosen, params, table)?;
     let lps = kept
-        .map(|l| logprobs(l, &tokens, &table.logprobs, bucketed))
+        .map(|l| logprobs(l, &tokens, &table.logprobs))
         .transpose()?
         .unwrap_or_default();
     Ok((tokens, lps))

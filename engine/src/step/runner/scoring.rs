@@ -45,7 +45,6 @@ pub(super) fn score_positions(rows: &[PrefillSeq<'_>], scores: &[ScoreRequest]) 
 pub(super) fn score(
     logits: Tensor<2>,
     scores: &[ScoreRequest],
-    bucketed: bool,
 ) -> Result<Vec<Vec<TokenLogprobs>>, EngineError> {
     let targets: Vec<u32> = scores
         .iter()
@@ -55,7 +54,7 @@ pub(super) fn score(
         .iter()
         .flat_map(|s| std::iter::repeat_n(Some(s.top), s.targets.len()))
         .collect();
-    let mut all = logprobs(logits, &targets, &top, bucketed)?.into_iter();
+    let mut all = logprobs(logits, &targets, &top)?.into_iter();
     Ok(scores
         .iter()
         .map(|s| all.by_ref().take(s.targets.len()).flatten().collect())

@@ -16,11 +16,14 @@
 //! - [`prefill_attention`]: causal tensor-core attention over a prefill
 //!   step's segments: queries straight from `qkv`, keys and values from the
 //!   paged cache through the block tables.
-//! - `reduce`: the cube-wide max and sum the attention kernel shares.
+//! - `reduce`: the cube-wide reductions and the f32 key order the kernels
+//!   share.
 //! - [`sample_rows`]: one token per row (greedy, temperature, top-k, top-p,
 //!   min-p, allowed bitmask, penalties from the counts table), the device
 //!   twin of `sampling::row_sampler`; [`penalty_counts`] adds each chosen
 //!   token to its row's counts.
+//! - [`vocab_rows`]: per row of the vocabulary, the argmax and the
+//!   logprobs' log-softmax values (one token's, the top `n`), never tuned.
 //! - [`write_rows`]: a few rows of a table a decode graph reads, written in
 //!   place from a fresh upload.
 
@@ -32,7 +35,9 @@ pub mod layer_norm;
 pub mod mma;
 pub mod penalty_counts;
 pub mod prefill_attention;
+mod prefill_stage;
 mod reduce;
 pub mod sample_rows;
 pub mod split_combine;
+pub mod vocab_rows;
 pub mod write_rows;

@@ -35,6 +35,12 @@
 //! its `O` by the row's sum and writes its real queries' rows, as `F`, into
 //! `out` `[T, E]`, which starts zeroed: padding tokens (in no row) stay 0.
 //! Shared tiles have padded rows (`LD`, `SLD`) against bank conflicts.
+//!
+//! The tiles are 64 dimensions wide; a head dimension below 64 (the tiny
+//! test model's 16, any model's up to 64) is staged zero-padded: the
+//! padding columns of Q and K add nothing to `S`, those of V give columns
+//! of `O` that are never written. So every head dimension up to 64 runs on
+//! this one kernel, none on the autotuned tensor-op path.
 
 use cubecl::prelude::*;
 
@@ -46,20 +52,17 @@ use burn::prelude::Shape;
 use burn_cubecl::ops::numeric::zeros_client;
 
 use super::mma::{fragment, zeroed_accumulator};
+pub use super::prefill_stage::PREFILL_WARPS;
+use super::prefill_stage::{stage, stage_paged, LD};
 use crate::ops::cuda::extension::cuda_kernel;
 use crate::ops::cuda::launch::vector_size;
-use crate::ops::plan::PREFILL_TILE;
 
-/// Warps per cube, 16 queries each.
-pub const PREFILL_WARPS: usize = PREFILL_TILE / 16;
-/// Row stride of the f16 shared tiles (64 columns + 8 padding).
-const LD: usize = 72;
 /// Row stride of the f32 score tiles (64 columns + 4 padding).
 const SLD: usize = 68;
 
-/// See the module doc. `qkv` `[T, 3E]` and the caches `[H, S, 64]` read as
-/// vectors of `vs` elements; `out` `[T, E]` contiguous and zeroed; head_dim
-/// 64. `CUBE_POS_X` picks the tile, `CUBE_POS_Y` the head.
+/// See the module doc. `qkv` `[T, 3E]` and the caches `[H, S, D]` read as
+/// vectors of `vs` elements; `out` `[T, E]` contiguous and zeroed; `D =
+/// head_dim <= 64`. `CUBE_POS_X` picks the tile, `CUBE_POS_Y` the head.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub fn prefill_attention_kernel<F: Float, I: Numeric, N: Size>(
@@ -73,6 +76,7 @@ pub fn prefill_attention_kernel<F: Float, I: Numeric, N: Size>(
     out: &mut Tensor<F>,
     scale: f32,
     #[comptime] n_embd: usize,
+    #[comptime] head_dim: usize,
     #[comptime] block_size: usize,
     #[comptime] vs: usize,
     #[define(F, I)] _dtypes: [ElemType; 2],
@@ -90,7 +94,7 @@ pub fn prefill_attention_kernel<F: Float, I: Numeric, N: Size>(
     }
     let start = u32::cast_from(starts[row]) as usize;
     let head = CUBE_POS_Y as usize;
-    let col = head * 64;
+    let col = head * head_dim;
     // The tile's queries: flat rows `first + q0 ..`, `n_q` of them real, at
     // positions `start + q0 ..`; the last one sees the first `visible`.
     let mut n_q = len - q0;
@@ -106,7 +110,16 @@ pub fn prefill_attention_kernel<F: Float, I: Numeric, N: Size>(
     let mut s_s = Shared::<[f32]>::new_slice(comptime!(PREFILL_WARPS * 16 * SLD));
     let s_tile = warp * comptime!(16 * SLD);
 
-    stage(qkv, &mut q_s, first + q0, first + len, col, n_embd, vs);
+    stage(
+        qkv,
+        &mut q_s,
+        first + q0,
+        first + len,
+        col,
+        n_embd,
+        head_dim,
+        vs,
+    );
     sync_cube();
     let q_at = warp * comptime!(16 * LD);
     let qa0 = load_a(&q_s, q_at);
@@ -136,10 +149,10 @@ pub fn prefill_attention_kernel<F: Float, I: Numeric, N: Size>(
         let pos0 = ch * 64;
         sync_cube();
         stage_paged(
-            k_cache, tables, table, &mut k_s, pos0, visible, head, block_size, vs,
+            k_cache, tables, table, &mut k_s, pos0, visible, head, head_dim, block_size, vs,
         );
         stage_paged(
-            v_cache, tables, table, &mut v_s, pos0, visible, head, block_size, vs,
+            v_cache, tables, table, &mut v_s, pos0, visible, head, head_dim, block_size, vs,
         );
         sync_cube();
         scores(&k_s, &mut s_s, s_tile, &qa0, &qa1, &qa2, &qa3);
@@ -177,7 +190,9 @@ pub fn prefill_attention_kernel<F: Float, I: Numeric, N: Size>(
         let row_out = (first + q0 + local) * n_embd + col + c0;
         #[unroll]
         for j in 0..32 {
-            out[row_out + j] = F::cast_from(o[j] * inv_l);
+            if c0 + j < head_dim {
+                out[row_out + j] = F::cast_from(o[j] * inv_l);
+            }
         }
     }
 }
@@ -237,87 +252,6 @@ fn rescale_add_pv<F: Float>(
         o[j] = o[j] * alpha + s_s[at + j];
     }
     sync_plane();
-}
-
-/// Copies 64 rows of 64 columns of `qkv` (rows from `row0`, columns from
-/// `col`) into `tile` (row stride `LD`), 16 bytes per load, all the cube's
-/// threads at once; rows at or past `row_end` become zeros.
-#[cube]
-fn stage<F: Float, N: Size>(
-    qkv: &Tensor<Vector<F, N>>,
-    tile: &mut Shared<[F]>,
-    row0: usize,
-    row_end: usize,
-    col: usize,
-    #[comptime] n_embd: usize,
-    #[comptime] vs: usize,
-) {
-    let tid = (UNIT_POS_Y * 32 + UNIT_POS_X) as usize;
-    let per_row = comptime!(64 / vs);
-    #[unroll]
-    for i in 0..comptime!(64 * 64 / vs / (32 * PREFILL_WARPS)) {
-        let idx = tid + i * comptime!(32 * PREFILL_WARPS);
-        let r = idx / per_row;
-        let c = (idx % per_row) * vs;
-        let row = row0 + r;
-        if row < row_end {
-            let v = qkv[(row * comptime!(3 * n_embd) + col + c) / vs];
-            #[unroll]
-            for j in 0..vs {
-                tile[r * LD + c + j] = v.extract(j);
-            }
-        } else {
-            #[unroll]
-            for j in 0..vs {
-                tile[r * LD + c + j] = F::new(0.0);
-            }
-        }
-    }
-}
-
-/// Copies the K (or V) rows of positions `pos0 .. pos0 + 64` of one row's
-/// sequence, head `head`, from the `[H, S, 64]` `cache` into `tile` (row
-/// stride `LD`), each position's slot looked up in the row's block table
-/// (entries from `table` in `tables`); 16 bytes per load, all the cube's
-/// threads at once. Positions at or past `visible` become zeros.
-#[cube]
-#[allow(clippy::too_many_arguments)]
-fn stage_paged<F: Float, I: Numeric, N: Size>(
-    cache: &Tensor<Vector<F, N>>,
-    tables: &Tensor<I>,
-    table: usize,
-    tile: &mut Shared<[F]>,
-    pos0: usize,
-    visible: usize,
-    head: usize,
-    #[comptime] block_size: usize,
-    #[comptime] vs: usize,
-) {
-    let tid = (UNIT_POS_Y * 32 + UNIT_POS_X) as usize;
-    let per_row = comptime!(64 / vs);
-    let head_at = head * cache.stride(0);
-    #[unroll]
-    for i in 0..comptime!(64 * 64 / vs / (32 * PREFILL_WARPS)) {
-        let idx = tid + i * comptime!(32 * PREFILL_WARPS);
-        let r = idx / per_row;
-        let c = (idx % per_row) * vs;
-        let pos = pos0 + r;
-        if pos < visible {
-            let entry = table + (pos / block_size) * tables.stride(1);
-            let block = u32::cast_from(tables[entry]) as usize;
-            let slot = block * block_size + pos % block_size;
-            let v = cache[(head_at + slot * cache.stride(1) + c) / vs];
-            #[unroll]
-            for j in 0..vs {
-                tile[r * LD + c + j] = v.extract(j);
-            }
-        } else {
-            #[unroll]
-            for j in 0..vs {
-                tile[r * LD + c + j] = F::new(0.0);
-            }
-        }
-    }
 }
 
 /// A row-major 16x16 A fragment of a shared tile at `at` (row stride `LD`).
@@ -402,7 +336,7 @@ fn store_s(s_s: &mut Shared<[f32]>, at: usize, frag: &cmma::Matrix<f32>) {
 
 cuda_kernel! {
     /// Causal prefill attention over a step's segments of the flat `qkv`
-    /// (`[T, 3E]`, head_dim 64): row `r`'s queries are `cu_seqlens[r] ..
+    /// (`[T, 3E]`, head_dim up to 64): row `r`'s queries are `cu_seqlens[r] ..
     /// cu_seqlens[r + 1]` at positions from `starts[r]`, its keys and values
     /// read from the layer's `[H, S, D]` storage through `tables` (`[R, W]`,
     /// blocks of `block_size`); one cube per `tiles` entry (`[n, 2]`: row,
@@ -421,7 +355,7 @@ cuda_kernel! {
 }
 
 /// Launches [`prefill_attention_kernel`]: one cube per entry of `tiles` and
-/// head, over contiguous `qkv` `[T, 3E]` and the `[H, S, 64]` caches (blocks
+/// head, over contiguous `qkv` `[T, 3E]` and the `[H, S, D]` caches (blocks
 /// of `block_size`), with the segments' `tables`, `cu_seqlens` and `starts`
 /// (see [`prefill_attention`]). Returns `[T, E]`, zeroed where no tile
 /// writes.
@@ -445,19 +379,23 @@ pub fn launch(
         qkv.dtype,
     );
     let cache_strides = k_cache.meta.strides();
+    let [heads, _, head_dim] = k_cache.shape().dims::<3>();
     assert!(
-        cache_strides[2] == 1 && v_cache.meta.strides() == cache_strides,
-        "prefill attention: the K/V caches must be row-major [H, S, D] storage"
+        cache_strides[2] == 1
+            && v_cache.meta.strides() == cache_strides
+            && heads * head_dim == e
+            && head_dim <= 64,
+        "prefill attention: the K/V caches must be row-major [H, S, D] storage, D <= 64"
     );
     let [n_tiles, _] = tiles.shape().dims::<2>();
     if n_tiles == 0 {
         return out; // padding only (an unbucketed warmup step)
     }
     let (f, i) = (qkv.dtype, tables.dtype);
-    let vs = vector_size(&qkv, &[64, e3, cache_strides[0], cache_strides[1]]);
+    let vs = vector_size(&qkv, &[head_dim, e3, cache_strides[0], cache_strides[1]]);
     prefill_attention_kernel::launch(
         &qkv.client,
-        CubeCount::Static(n_tiles as u32, (e / 64) as u32, 1),
+        CubeCount::Static(n_tiles as u32, heads as u32, 1),
         CubeDim::new_2d(32, PREFILL_WARPS as u32),
         vs,
         qkv.clone().into_tensor_arg(),
@@ -468,8 +406,9 @@ pub fn launch(
         starts.into_tensor_arg(),
         tiles.into_tensor_arg(),
         out.clone().into_tensor_arg(),
-        1.0 / 64f32.sqrt(), // head_dim 64
+        1.0 / (head_dim as f32).sqrt(),
         e,
+        head_dim,
         block_size,
         vs,
         [dtype_to_storage_type(f), dtype_to_storage_type(i)],

@@ -4,8 +4,8 @@
 
 use cubecl::prelude::*;
 
-use super::noise::{gumbel, noise_bound, philox, value_of};
-use super::search::{cube_f32, cube_u32, OP_MAX, OP_MIN};
+use super::noise::{gumbel, noise_bound, philox};
+use crate::ops::cuda::kernels::reduce::{cube_f32, cube_u32, value_of, OP_MAX, OP_MIN};
 use crate::ops::row_params::NOISE_MAX;
 
 /// This unit's share of `Z`, the mass `exp(s - s_max)` of the keys `>=

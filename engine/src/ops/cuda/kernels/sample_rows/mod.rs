@@ -60,6 +60,7 @@ use burn::tensor::DType;
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 
+use super::reduce::{cube_f32, key_of, value_of, OP_SUM};
 use crate::ops::cuda::extension::cuda_kernel;
 use crate::ops::cuda::launch::empty_like;
 use crate::ops::row_params::{
@@ -68,9 +69,8 @@ use crate::ops::row_params::{
     INT_COLS, TRACE_COLS,
 };
 use choice::{choose, unit_masses};
-use noise::{key_of, value_of};
 use scan::{scan_row, Penalty};
-use search::{cube_f32, kth_largest, top_p_threshold, OP_SUM};
+use search::{kth_largest, top_p_threshold};
 
 /// Warps per cube (one cube per row).
 pub const SAMPLE_WARPS: usize = 16;

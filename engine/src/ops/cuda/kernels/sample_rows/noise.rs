@@ -1,7 +1,7 @@
 //! The device side of the sampling noise and of the key order: the same
 //! f32 and u32 operations, in the same order, as `crate::sampling::philox`
-//! and `crate::sampling::row_sampler::{key_of, value_of}`, so both samplers
-//! give the same token for the same logits.
+//! and `crate::sampling::row_sampler`, so both samplers give the same token
+//! for the same logits (the key order itself is `super::super::reduce`'s).
 
 use cubecl::prelude::*;
 
@@ -73,28 +73,4 @@ pub fn gumbel(x: u32) -> f32 {
 #[cube]
 pub fn noise_bound(x: u32) -> f32 {
     f32::cast_from(x.leading_zeros() + 1) * comptime!(LN_2) + comptime!(NOISE_SLACK)
-}
-
-/// The order-preserving key of `s` (`-0` made `+0`; `row_sampler::key_of`).
-#[cube]
-pub fn key_of(s: f32) -> u32 {
-    let mut bits = u32::reinterpret(s);
-    if bits == 0x8000_0000u32 {
-        bits = 0u32;
-    }
-    let mut key = bits | 0x8000_0000u32;
-    if bits >= 0x8000_0000u32 {
-        key = !bits;
-    }
-    key
-}
-
-/// The f32 whose key is `key` (`row_sampler::value_of`).
-#[cube]
-pub fn value_of(key: u32) -> f32 {
-    let mut bits = !key;
-    if key >= 0x8000_0000u32 {
-        bits = key & 0x7FFF_FFFFu32;
-    }
-    f32::reinterpret(bits)
 }

@@ -4,8 +4,7 @@
 
 use cubecl::prelude::*;
 
-use super::noise::key_of;
-use super::search::{cube_u32, OP_MAX, OP_MIN, OP_SUM};
+use crate::ops::cuda::kernels::reduce::{cube_u32, key_of, OP_MAX, OP_MIN, OP_SUM};
 use crate::ops::row_params::COUNT_MASK;
 
 /// Logits each unit loads at once in pass 1.

@@ -195,3 +195,41 @@ fn the_row_write_kernel_expands_and_transpiles_to_cuda_cpp() {
     );
     transpile!(kernel);
 }
+
+#[test]
+fn the_vocabulary_kernels_expand_and_transpile_to_cuda_cpp() {
+    use crate::ops::cuda::kernels::vocab_rows::{
+        vocab_argmax_kernel, vocab_logprobs_kernel, VOCAB_WARPS,
+    };
+    let (b, v) = (4usize, 50_257usize);
+    let dtypes = [ElemType::Float(FloatKind::F16), ElemType::Int(IntKind::I32)];
+    let argmax = vocab_argmax_kernel::create_dummy_kernel(
+        Arc::new(h100()),
+        target(),
+        CubeCount::Static(b as u32, 1, 1),
+        CubeDim::new_2d(32, VOCAB_WARPS as u32),
+        tensor(&[b, v], 2),
+        tensor(&[b, 1], 4),
+        VOCAB_WARPS,
+        dtypes,
+    );
+    transpile!(argmax);
+    let logprobs = vocab_logprobs_kernel::create_dummy_kernel(
+        Arc::new(h100()),
+        target(),
+        CubeCount::Static(2, 1, 1),
+        CubeDim::new_2d(32, VOCAB_WARPS as u32),
+        tensor(&[b, v], 2),
+        tensor(&[2], 4),
+        tensor(&[2], 4),
+        tensor(&[2, 1 + 2 * 5], 4),
+        5u32,
+        VOCAB_WARPS,
+        dtypes,
+    );
+    let source = transpile!(logprobs).to_string();
+    assert!(
+        !source.contains("__logf") && !source.contains("__expf"),
+        "no fast math"
+    );
+}

@@ -1,0 +1,259 @@
+//! Reductions over each row of the vocabulary, planned by rule (never
+//! autotuned): the argmax of a row ([`vocab_argmax`]), and the log-softmax
+//! values logprobs and prompt logprobs report ([`vocab_logprobs`]: one
+//! token's log-probability and the `n` most likely alternatives).
+//!
+//! Why Ember's own: Burn's reductions and its `topk` are autotuned per shape
+//! on first use (CubeCL's keys round the row count up to a power of 8, and
+//! `topk` has one key per `n`); on an H200 a key took 1-33 s to tune, on the
+//! scheduler thread when a request met it first (issue 46). These kernels
+//! have one plan whatever the shape, so nothing is left to tune: one cube a
+//! row, [`VOCAB_WARPS`] warps walking the row with strided loads, and the
+//! cube-wide reductions of [`super::reduce`] in a fixed order, so the result
+//! is deterministic and a tie goes to the lowest index (as the sampling
+//! kernel's greedy rows and `crate::sampling::row_sampler` decide).
+//!
+//! Values are compared as order-preserving u32 keys of their f32 value
+//! ([`key_of`]); a NaN logit is absent (key 0, below every number's key).
+//!
+//! The top-n needs no sort and no selection state: round `j` is a cube
+//! argmax over the elements strictly after round `j - 1`'s pick in the
+//! order (value descending, index ascending), so each round re-reads the
+//! row (from L2) and `n` stays small (`max_logprobs`, 20 by default). `n`
+//! is a run-time argument and the row count the launch's, so each kernel is
+//! compiled once per dtype and no new shape ever compiles anything.
+
+use burn::backend::cubecl::dtype_to_storage_type;
+use burn::backend::TensorMetadata;
+use burn_cubecl::tensor::CubeTensor;
+use cubecl::prelude::*;
+
+use super::reduce::{cube_f32, cube_u32, key_of, value_of, OP_MAX, OP_MIN, OP_SUM};
+use crate::ops::cuda::extension::cuda_kernel;
+
+/// Warps of each row's cube.
+pub const VOCAB_WARPS: usize = 8;
+
+/// The cube's best element of the row at `base` (`vocab` long) among those
+/// after `(after_key, after_index)` in the order (module doc), or among all
+/// with `all`, into `pick`: its key (0 when none is left) and index, the
+/// same in every unit (`red` holds one entry a warp).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn best_after<F: Float>(
+    logits: &Tensor<F>,
+    base: usize,
+    vocab: usize,
+    after_key: u32,
+    after_index: u32,
+    all: bool,
+    pick: &mut Array<u32>,
+    red: &mut Shared<[u32]>,
+    #[comptime] warps: usize,
+) {
+    let threads = comptime!(warps * 32);
+    let mut i = (UNIT_POS_Y * 32 + UNIT_POS_X) as usize;
+    let mut best_key = 0u32;
+    let mut best_index = 0xFFFF_FFFFu32; // none yet
+    while i < vocab {
+        let x = f32::cast_from(logits[base + i]);
+        let mut key = 0u32;
+        if !x.is_nan() {
+            key = key_of(x);
+        }
+        let index = i as u32;
+        let later = all || key < after_key || (key == after_key && index > after_index);
+        // A unit's indices increase, so `>` keeps its lowest of a tie.
+        if later && key > best_key {
+            best_key = key;
+            best_index = index;
+        }
+        i += threads;
+    }
+    let key = cube_u32(best_key, red, OP_MAX, warps);
+    let holder = select(best_key == key, best_index, 0xFFFF_FFFFu32);
+    pick[0] = key;
+    pick[1] = cube_u32(holder, red, OP_MIN, warps);
+}
+
+/// `ids[b] = argmax(logits[b, :])` (the lowest index of a tie; 0 for a row
+/// of NaNs). One cube a row.
+#[cube(launch, create_dummy_kernel)]
+pub fn vocab_argmax_kernel<F: Float, I: Int>(
+    logits: &Tensor<F>,
+    ids: &mut Tensor<I>,
+    #[comptime] warps: usize,
+    #[define(F, I)] _dtypes: [ElemType; 2],
+) {
+    let row = CUBE_POS_X as usize;
+    let mut red = Shared::<[u32]>::new_slice(warps);
+    let base = row * logits.stride(0);
+    let mut best = Array::<u32>::new(2usize);
+    let vocab = logits.shape(1);
+    best_after(
+        logits, base, vocab, 0u32, 0u32, true, &mut best, &mut red, warps,
+    );
+    let at = row * ids.stride(0);
+    if UNIT_POS_X == 0 && UNIT_POS_Y == 0 {
+        ids[at] = I::cast_from(select(best[0] == 0u32, 0u32, best[1]));
+    }
+}
+
+/// For output row `r`, over the logits row `rows[r]`: `out[r, 0] =
+/// log_softmax[chosen[r]]`, then the `n` largest log-softmax values
+/// (`out[r, 1..=n]`, descending, ties by index) and their ids as f32
+/// (`out[r, n+1..=2n]`). Log-softmax in f32: `x - (max + ln(sum(exp(x -
+/// max))))`. One cube an output row.
+#[cube(launch, create_dummy_kernel)]
+pub fn vocab_logprobs_kernel<F: Float, I: Int>(
+    logits: &Tensor<F>,
+    rows: &Tensor<I>,
+    chosen: &Tensor<I>,
+    out: &mut Tensor<f32>,
+    n: u32,
+    #[comptime] warps: usize,
+    #[define(F, I)] _dtypes: [ElemType; 2],
+) {
+    let r = CUBE_POS_X as usize;
+    let tid = (UNIT_POS_Y * 32 + UNIT_POS_X) as usize;
+    let threads = comptime!(warps * 32);
+    let vocab = logits.shape(1);
+    let base = u32::cast_from(rows[r * rows.stride(0)]) as usize * logits.stride(0);
+    let mut red_f = Shared::<[f32]>::new_slice(warps);
+    let mut red_u = Shared::<[u32]>::new_slice(warps);
+
+    let mut m = f32::new(-3.0e38);
+    let mut i = tid;
+    while i < vocab {
+        let x = f32::cast_from(logits[base + i]);
+        m = select(x > m, x, m);
+        i += threads;
+    }
+    let max = cube_f32(m, &mut red_f, OP_MAX, warps);
+    let mut sum = f32::new(0.0);
+    i = tid;
+    while i < vocab {
+        sum += (f32::cast_from(logits[base + i]) - max).exp();
+        i += threads;
+    }
+    let lse = max + cube_f32(sum, &mut red_f, OP_SUM, warps).ln();
+
+    let at = r * out.stride(0);
+    if tid == 0 {
+        let token = u32::cast_from(chosen[r * chosen.stride(0)]) as usize;
+        out[at] = f32::cast_from(logits[base + token]) - lse;
+    }
+    let n = n as usize;
+    let mut after_key = 0u32;
+    let mut after_index = 0u32;
+    let mut best = Array::<u32>::new(2usize);
+    for j in 0..n {
+        let all = j == 0;
+        best_after(
+            logits,
+            base,
+            vocab,
+            after_key,
+            after_index,
+            all,
+            &mut best,
+            &mut red_u,
+            warps,
+        );
+        if tid == 0 {
+            out[at + 1 + j] = value_of(best[0]) - lse;
+            out[at + 1 + n + j] = f32::cast_from(best[1]);
+        }
+        after_key = best[0];
+        after_index = best[1];
+    }
+}
+
+cuda_kernel! {
+    /// The argmax of each row of `logits` `[B, V]` into `ids` `[B, 1]` (an
+    /// int tensor the caller allocates), in place; returns `ids`.
+    #[fusion(dtype = ids, shape = ids)]
+    #[launch(launch_argmax(ids, logits))]
+    pub fn VocabArgmax::vocab_argmax(
+        #[in_place] ids: Tensor<2, Int>,
+        logits: Tensor<2>,
+    ) -> Tensor<2, Int>
+}
+
+cuda_kernel! {
+    /// Logprobs of the rows `rows` `[R]` of `logits` `[B, V]`: each one's
+    /// token `chosen` `[R]` and top `n` (see [`vocab_logprobs_kernel`]),
+    /// into `out` `[R, 1 + 2n]` (f32, allocated by the caller), in place;
+    /// returns `out`.
+    #[fusion(dtype = out, shape = out)]
+    #[launch(launch_logprobs(out, logits, rows, chosen, n))]
+    pub fn VocabLogprobs::vocab_logprobs(
+        #[in_place] out: Tensor<2>,
+        logits: Tensor<2>,
+        rows: Tensor<1, Int>,
+        chosen: Tensor<1, Int>,
+        n: usize,
+    ) -> Tensor<2>
+}
+
+/// Launches [`vocab_argmax_kernel`], one cube a row of `logits`.
+pub fn launch_argmax(ids: CubeTensor, logits: CubeTensor) -> CubeTensor {
+    let [b, _] = logits.shape().dims::<2>();
+    assert!(
+        logits.meta.strides()[1] == 1 && ids.shape().dims::<2>() == [b, 1],
+        "vocab_argmax: contiguous rows [B, V] and ids [B, 1]"
+    );
+    if b == 0 {
+        return ids;
+    }
+    let (f, i) = (logits.dtype, ids.dtype);
+    let client = logits.client.clone();
+    vocab_argmax_kernel::launch(
+        &client,
+        CubeCount::Static(b as u32, 1, 1),
+        CubeDim::new_2d(32, VOCAB_WARPS as u32),
+        logits.into_tensor_arg(),
+        ids.clone().into_tensor_arg(),
+        VOCAB_WARPS,
+        [dtype_to_storage_type(f), dtype_to_storage_type(i)],
+    );
+    ids
+}
+
+/// Launches [`vocab_logprobs_kernel`], one cube an entry of `rows`.
+pub fn launch_logprobs(
+    out: CubeTensor,
+    logits: CubeTensor,
+    rows: CubeTensor,
+    chosen: CubeTensor,
+    n: usize,
+) -> CubeTensor {
+    let [r] = rows.shape().dims::<1>();
+    assert!(
+        logits.meta.strides()[1] == 1
+            && chosen.shape().dims::<1>() == [r]
+            && rows.dtype == chosen.dtype
+            && out.dtype == burn::tensor::DType::F32
+            && out.shape().dims::<2>() == [r, 1 + 2 * n]
+            && out.meta.strides()[1] == 1,
+        "vocab_logprobs: contiguous logits [B, V], rows and chosen [R], f32 out [R, 1 + 2n]"
+    );
+    if r == 0 {
+        return out;
+    }
+    let (f, i) = (logits.dtype, rows.dtype);
+    let client = logits.client.clone();
+    vocab_logprobs_kernel::launch(
+        &client,
+        CubeCount::Static(r as u32, 1, 1),
+        CubeDim::new_2d(32, VOCAB_WARPS as u32),
+        logits.into_tensor_arg(),
+        rows.into_tensor_arg(),
+        chosen.into_tensor_arg(),
+        out.clone().into_tensor_arg(),
+        n as u32,
+        VOCAB_WARPS,
+        [dtype_to_storage_type(f), dtype_to_storage_type(i)],
+    );
+    out
+}
