@@ -71,9 +71,21 @@ impl StepRunner {
             .decode_buffers
             .get_mut(&bucket)
             .ok_or_else(|| EngineError::Device(format!("no decode buffers for bucket {bucket}")))?;
+        let started = std::time::Instant::now();
         buffers.write_sampling(table);
+        let written = started.elapsed();
         let chosen = choose_step(logits, None, &buffers.sampling, table)?;
-        self.keep_and_read(chosen, bucket, real)
+        let launched = started.elapsed();
+        let pending = self.keep_and_read(chosen, bucket, real);
+        // Where the choice half's host time goes (`RUST_LOG=ember_engine::step=trace`).
+        tracing::trace!(
+            rows = real,
+            columns_and_masks_written_us = written.as_micros() as u64,
+            kernel_queued_us = (launched - written).as_micros() as u64,
+            kept_and_read_us = (started.elapsed() - launched).as_micros() as u64,
+            "decode choice queued"
+        );
+        pending
     }
 
     /// Keeps a step's choice on the device for the next step (`last_chosen`)

@@ -158,18 +158,40 @@ pub fn paged_decode_attention_kernel<F: Float, I: Numeric, N: Size>(
         width,
     );
     sync_cube();
-    let row_at = b * heads * head_dim + h * head_dim;
+    let pair = b * heads + h;
+    finish(
+        &partial, partials, arrivals, out, pair, m, total, warps, head_dim, splits,
+    );
+}
+
+/// The cube's output for (sequence, head) `pair`: its warps' `partial`
+/// sums over `total` into `out` (one split), or published beside the other
+/// splits' and combined by the last to arrive.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn finish<F: Float>(
+    partial: &Shared<[f32]>,
+    partials: &mut Tensor<f32>,
+    arrivals: &mut Tensor<Atomic<u32>>,
+    out: &mut Tensor<F>,
+    pair: usize,
+    m: f32,
+    total: f32,
+    #[comptime] warps: usize,
+    #[comptime] head_dim: usize,
+    #[comptime] splits: usize,
+) {
+    let row_at = pair * head_dim;
     if comptime![splits == 1] {
-        let mut d = tid;
+        let mut d = (UNIT_POS_Y * 32 + UNIT_POS_X) as usize;
         while d < head_dim {
-            let v = sum_warps(&partial, d, warps, head_dim);
+            let v = sum_warps(partial, d, warps, head_dim);
             out[row_at + d] = F::cast_from(v / total);
             d += comptime!(warps * 32);
         }
     } else {
-        let pair = b * heads + h;
         publish_and_combine(
-            &partial, partials, arrivals, out, pair, row_at, m, total, warps, head_dim, splits,
+            partial, partials, arrivals, out, pair, row_at, m, total, warps, head_dim, splits,
         );
     }
 }

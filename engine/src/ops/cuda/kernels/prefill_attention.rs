@@ -53,7 +53,7 @@ use burn_cubecl::ops::numeric::zeros_client;
 
 use super::mma::{fragment, zeroed_accumulator};
 pub use super::prefill_stage::PREFILL_WARPS;
-use super::prefill_stage::{stage, stage_paged, LD};
+use super::prefill_stage::{stage, stage_paged, KeyChunk, LD};
 use crate::ops::cuda::extension::cuda_kernel;
 use crate::ops::cuda::launch::vector_size;
 
@@ -110,25 +110,16 @@ pub fn prefill_attention_kernel<F: Float, I: Numeric, N: Size>(
     let mut s_s = Shared::<[f32]>::new_slice(comptime!(PREFILL_WARPS * 16 * SLD));
     let s_tile = warp * comptime!(16 * SLD);
 
-    stage(
-        qkv,
-        &mut q_s,
-        first + q0,
-        first + len,
-        col,
-        n_embd,
-        head_dim,
-        vs,
-    );
+    let (q_row, q_end) = (first + q0, first + len);
+    stage(qkv, &mut q_s, q_row, q_end, col, n_embd, head_dim, vs);
     sync_cube();
     let q_at = warp * comptime!(16 * LD);
     let qa0 = load_a(&q_s, q_at);
     let qa1 = load_a(&q_s, q_at + 16);
     let qa2 = load_a(&q_s, q_at + 32);
     let qa3 = load_a(&q_s, q_at + 48);
-    // Once in fragments, the warp's Q rows make room for its P tile.
+    // Once in fragments, the warp's Q rows make room for its P tile (at `q_at`).
     let mut p_s = q_s;
-    let p_tile = q_at;
 
     // This lane's share of the warp's rows: row `r`, columns `c0..c0 + 32`;
     // its slice of `O` lives in registers.
@@ -142,59 +133,93 @@ pub fn prefill_attention_kernel<F: Float, I: Numeric, N: Size>(
     for j in 0..32 {
         o[j] = f32::new(0.0);
     }
-    let mut m = f32::new(-1.0e30);
-    let mut l = f32::new(0.0);
+    // The row's running max and sum of `exp` (online softmax).
+    let mut ml = Array::<f32>::new(2usize);
+    ml[0] = f32::new(-1.0e30);
+    ml[1] = f32::new(0.0);
     let chunks = (visible - 1) / 64 + 1; // visible >= 1
     for ch in 0..chunks {
         let pos0 = ch * 64;
         sync_cube();
-        stage_paged(
-            k_cache, tables, table, &mut k_s, pos0, visible, head, head_dim, block_size, vs,
-        );
-        stage_paged(
-            v_cache, tables, table, &mut v_s, pos0, visible, head, head_dim, block_size, vs,
-        );
+        let chunk = KeyChunk {
+            table,
+            pos0,
+            visible,
+            head,
+        };
+        stage_paged(k_cache, tables, &chunk, &mut k_s, head_dim, block_size, vs);
+        stage_paged(v_cache, tables, &chunk, &mut v_s, head_dim, block_size, vs);
         sync_cube();
         scores(&k_s, &mut s_s, s_tile, &qa0, &qa1, &qa2, &qa3);
         sync_plane();
-
-        // Online softmax: the row's new max, the rescale of what came
-        // before, and this chunk's unnormalized P.
-        let key0 = pos0 + c0;
-        let mx = visible_row_max(&s_s, at, key0, query_pos, scale);
-        let mut m_new = m;
-        if mx > m_new {
-            m_new = mx;
-        }
-        let alpha = (m - m_new).exp();
-        let mut sum = f32::new(0.0);
-        #[unroll]
-        for j in 0..32 {
-            let mut w = f32::new(0.0);
-            if key0 + j <= query_pos {
-                w = (s_s[at + j] * scale - m_new).exp();
-            }
-            sum += w;
-            p_s[p_tile + r * LD + c0 + j] = F::cast_from(w);
-        }
-        sum += plane_shuffle_xor(sum, 1u32);
-        l = l * alpha + sum;
-        m = m_new;
+        let (p_at, key0) = (q_at + r * LD + c0, pos0 + c0);
+        let alpha = softmax_chunk(&s_s, &mut p_s, &mut ml, at, p_at, key0, query_pos, scale);
         sync_plane();
-
-        rescale_add_pv(&v_s, &p_s, &mut s_s, &mut o, s_tile, p_tile, at, alpha);
+        rescale_add_pv(&v_s, &p_s, &mut s_s, &mut o, s_tile, q_at, at, alpha);
     }
 
     if local < n_q {
-        let inv_l = f32::new(1.0) / l;
         let row_out = (first + q0 + local) * n_embd + col + c0;
-        #[unroll]
-        for j in 0..32 {
-            if c0 + j < head_dim {
-                out[row_out + j] = F::cast_from(o[j] * inv_l);
-            }
+        write_row(out, &o, f32::new(1.0) / ml[1], row_out, c0, head_dim);
+    }
+}
+
+/// This lane's 32 values of `O` times `inv_l` into `out[row_out..]`, those
+/// of its columns (from `c0`) below `head_dim`.
+#[cube]
+fn write_row<F: Float>(
+    out: &mut Tensor<F>,
+    o: &Array<f32>,
+    inv_l: f32,
+    row_out: usize,
+    c0: usize,
+    #[comptime] head_dim: usize,
+) {
+    #[unroll]
+    for j in 0..32 {
+        if c0 + j < head_dim {
+            out[row_out + j] = F::cast_from(o[j] * inv_l);
         }
     }
+}
+
+/// One chunk's online-softmax step for this lane's 32 keys (`key0..`, its
+/// scores at `s_s[at..]`, visible up to `query`): the row's new max and the
+/// rescale of what came before into `ml` (`[max, sum]`), this chunk's
+/// unnormalized `P` into `p_s[p_at..]`. Returns the rescale factor of `O`.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn softmax_chunk<F: Float>(
+    s_s: &Shared<[f32]>,
+    p_s: &mut Shared<[F]>,
+    ml: &mut Array<f32>,
+    at: usize,
+    p_at: usize,
+    key0: usize,
+    query: usize,
+    scale: f32,
+) -> f32 {
+    let m = ml[0];
+    let mx = visible_row_max(s_s, at, key0, query, scale);
+    let mut m_new = m;
+    if mx > m_new {
+        m_new = mx;
+    }
+    let alpha = (m - m_new).exp();
+    let mut sum = f32::new(0.0);
+    #[unroll]
+    for j in 0..32 {
+        let mut w = f32::new(0.0);
+        if key0 + j <= query {
+            w = (s_s[at + j] * scale - m_new).exp();
+        }
+        sum += w;
+        p_s[p_at + j] = F::cast_from(w);
+    }
+    sum += plane_shuffle_xor(sum, 1u32);
+    ml[1] = ml[1] * alpha + sum;
+    ml[0] = m_new;
+    alpha
 }
 
 /// The max over this lane's 32 scores at `s_s[at..]` (keys `key0..`) that

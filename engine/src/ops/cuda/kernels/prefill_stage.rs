@@ -50,26 +50,33 @@ pub(super) fn stage<F: Float, N: Size>(
     }
 }
 
-/// Copies the K (or V) rows of positions `pos0 .. pos0 + 64` of one row's
-/// sequence, head `head`, from the `[H, S, head_dim]` `cache` into `tile`
-/// (row stride `LD`), each position's slot looked up in the row's block
-/// table (entries from `table` in `tables`); 16 bytes per load, all the
-/// cube's threads at once. Positions at or past `visible`, and the columns
-/// from `head_dim` to 64, become zeros.
+/// A chunk of one row's keys (or values): positions `pos0 .. pos0 + 64`
+/// of head `head`, those below `visible` real, found through the row's
+/// block table (its entries from `table` in the tables).
+#[derive(CubeType)]
+pub struct KeyChunk {
+    pub table: usize,
+    pub pos0: usize,
+    pub visible: usize,
+    pub head: usize,
+}
+
+/// Copies the K (or V) rows of `chunk` from the `[H, S, head_dim]` `cache`
+/// into `tile` (row stride `LD`), each position's slot looked up in the
+/// block `tables`; 16 bytes per load, all the cube's threads at once.
+/// Positions at or past the chunk's `visible`, and the columns from
+/// `head_dim` to 64, become zeros.
 #[cube]
-#[allow(clippy::too_many_arguments)]
 pub(super) fn stage_paged<F: Float, I: Numeric, N: Size>(
     cache: &Tensor<Vector<F, N>>,
     tables: &Tensor<I>,
-    table: usize,
+    chunk: &KeyChunk,
     tile: &mut Shared<[F]>,
-    pos0: usize,
-    visible: usize,
-    head: usize,
     #[comptime] head_dim: usize,
     #[comptime] block_size: usize,
     #[comptime] vs: usize,
 ) {
+    let (table, pos0, visible, head) = (chunk.table, chunk.pos0, chunk.visible, chunk.head);
     let tid = (UNIT_POS_Y * 32 + UNIT_POS_X) as usize;
     let per_row = comptime!(64 / vs);
     let head_at = head * cache.stride(0);

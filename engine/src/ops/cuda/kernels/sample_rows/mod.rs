@@ -76,7 +76,7 @@ use search::{kth_largest, top_p_threshold};
 pub const SAMPLE_WARPS: usize = 16;
 
 /// See the module doc. `logits` `[B, V]` (rows contiguous), `floats` `[B,
-/// 4]` f32 and `ints` `[B, 4]` (`row_params` columns), `positions` `[B]`,
+/// FLOAT_COLS]` f32 and `ints` `[B, INT_COLS]` (`row_params` columns, 8 each), `positions` `[B]`,
 /// `allowed` `[B, ceil(V / 32)]` (read only with `has_mask`, for rows whose
 /// flag is set), `counts` `[S, V]` (read only with `has_counts`, for rows
 /// with a penalty slot), `out` `[B, 1]`, `trace` `[B, 4]` (written only with
@@ -270,7 +270,7 @@ pub fn sample_rows_kernel<F: Float, I: Int>(
 
 cuda_kernel! {
     /// One token per row of `logits` `[B, V]` (module doc) with the
-    /// `row_params` columns `floats` `[B, 4]` (f32), `ints` `[B, 4]`, each
+    /// `row_params` columns `floats` `[B, 8]` (f32), `ints` `[B, 8]`, each
     /// row's sampled position `positions` `[B]` and, optionally, an allowed
     /// bitmask `[B, ceil(V / 32)]`; with `trace` (`[B, 4]`) the per-pass keys
     /// are written there. Returns the ids `[B, 1]` in `ints`' dtype.
@@ -322,8 +322,8 @@ pub fn fits(like: &CubeTensor, vocab: usize) -> bool {
 }
 
 /// Launches [`sample_rows_kernel`] over `logits` `[B, V]` (f16 or f32, rows
-/// contiguous) with the `row_params` columns `floats` `[B, 4]` (f32) and
-/// `ints` `[B, 4]`, `positions` `[B]` and, optionally, `allowed` `[B,
+/// contiguous) with the `row_params` columns `floats` `[B, 8]` (f32) and
+/// `ints` `[B, 8]`, `positions` `[B]` and, optionally, `allowed` `[B,
 /// ceil(V / 32)]` (all three in `ints`' integer dtype). With `trace` (`[B,
 /// 4]`, that dtype) the per-pass results are written there, in place.
 /// Returns the ids `[B, 1]` in `ints`' dtype.
