@@ -1,5 +1,5 @@
-//! Kernel autotuning, watched: what the server tunes before and after health
-//! turns SERVING.
+//! Kernel autotuning and compilation, watched: what the server tunes and
+//! compiles before and after health turns SERVING.
 //!
 //! CubeCL tunes an op the first time it meets one of its shape keys: it
 //! benchmarks the candidate kernels, which takes from milliseconds to tens of
@@ -17,6 +17,15 @@
 //! on `/metrics` and are named in a WARN line by the scheduler thread after
 //! the step that met them ([`report_new`]). The end-to-end tests and
 //! `bench/run_first_deploy.sh` fail if that counter moves.
+//!
+//! Compilations the same way: a kernel (or a variant of one) met for the
+//! first time is compiled by NVRTC on the thread that launches it, 0.1-1.5 s
+//! each on an H200, with nothing tuned. The engine has CubeCL announce each
+//! compilation with one `log` line (`[Compiling kernel] <name>` at INFO,
+//! target `cubecl::compilation`: `ember_engine::ops::cuda::runtime`); the
+//! watch counts those too (`ember:kernel_compiles_while_serving_total`, a
+//! WARN line naming each kernel). The server's default log filter keeps
+//! the lines themselves out of its output.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
@@ -30,6 +39,10 @@ use tracing_subscriber::Layer;
 const TUNER_TARGET: &str = "cubecl_runtime::tune";
 /// How its line starts.
 const TUNING: &str = "Tuning ";
+/// Where CubeCL's compilation logger logs from.
+const COMPILER_TARGET: &str = "cubecl::compilation";
+/// How its line starts.
+const COMPILING: &str = "[Compiling kernel]";
 
 /// What the watch has seen (one per process: [`state`]; tests make their own).
 #[derive(Debug, Default)]
@@ -37,8 +50,12 @@ pub struct WatchState {
     serving: AtomicBool,
     before_serving: AtomicU64,
     while_serving: AtomicU64,
+    compiled_before_serving: AtomicU64,
+    compiled_while_serving: AtomicU64,
     /// Keys tuned while serving, not yet reported.
     new: Mutex<Vec<String>>,
+    /// Kernels compiled while serving, not yet reported.
+    new_compiled: Mutex<Vec<String>>,
 }
 
 impl WatchState {
@@ -50,6 +67,29 @@ impl WatchState {
     /// Tunings counted after it.
     pub fn while_serving(&self) -> u64 {
         self.while_serving.load(Ordering::Relaxed)
+    }
+
+    /// Kernels compiled before [`WatchState::mark_serving`].
+    pub fn compiled_before_serving(&self) -> u64 {
+        self.compiled_before_serving.load(Ordering::Relaxed)
+    }
+
+    /// Kernels compiled after it.
+    pub fn compiled_while_serving(&self) -> u64 {
+        self.compiled_while_serving.load(Ordering::Relaxed)
+    }
+
+    /// The kernels compiled while serving since the last call.
+    pub fn take_new_compiled(&self) -> Vec<String> {
+        if self.compiled_while_serving() == 0 {
+            return Vec::new();
+        }
+        std::mem::take(
+            &mut *self
+                .new_compiled
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        )
     }
 
     /// From now on every tuning counts as one while serving.
@@ -77,6 +117,19 @@ impl WatchState {
             self.before_serving.fetch_add(1, Ordering::Relaxed);
         }
     }
+
+    fn record_compiled(&self, kernel: &str) {
+        if self.serving.load(Ordering::Relaxed) {
+            self.compiled_while_serving.fetch_add(1, Ordering::Relaxed);
+            metrics::counter!(crate::metrics::COMPILES_WHILE_SERVING).increment(1);
+            self.new_compiled
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(kernel.to_string());
+        } else {
+            self.compiled_before_serving.fetch_add(1, Ordering::Relaxed);
+        }
+    }
 }
 
 /// The process's watch state.
@@ -92,6 +145,12 @@ pub fn report_new() {
         tracing::warn!(
             key,
             "a kernel was autotuned while serving (a shape the warmup did not run): requests waited for it"
+        );
+    }
+    for kernel in state().take_new_compiled() {
+        tracing::warn!(
+            kernel,
+            "a kernel was compiled while serving (one the warmup did not run): requests waited for it"
         );
     }
 }
@@ -114,13 +173,22 @@ impl<S: tracing::Subscriber> Layer<S> for AutotuneWatch {
         // Log-bridged events carry their own target in their fields.
         let normalized = event.normalized_metadata();
         let meta = normalized.as_ref().unwrap_or_else(|| event.metadata());
-        if !meta.target().starts_with(TUNER_TARGET) {
+        let (tuner, compiler) = (
+            meta.target().starts_with(TUNER_TARGET),
+            meta.target().starts_with(COMPILER_TARGET),
+        );
+        if !tuner && !compiler {
             return;
         }
         let mut message = Message(None);
         event.record(&mut message);
-        if let Some(key) = message.0.as_deref().and_then(|m| m.strip_prefix(TUNING)) {
-            self.state.record(key.trim());
+        let Some(line) = message.0.as_deref() else {
+            return;
+        };
+        match (line.strip_prefix(TUNING), line.strip_prefix(COMPILING)) {
+            (Some(key), _) if tuner => self.state.record(key.trim()),
+            (_, Some(kernel)) if compiler => self.state.record_compiled(kernel.trim()),
+            _ => {}
         }
     }
 }
@@ -163,6 +231,29 @@ mod tests {
         assert_eq!((state.before_serving(), state.while_serving()), (1, 1));
         assert_eq!(state.take_new(), ["ReduceKey - axis: 1"]);
         assert!(state.take_new().is_empty(), "reported once");
+    }
+
+    #[test]
+    fn compilations_are_counted_before_and_while_serving_with_their_names() {
+        let state = Arc::new(WatchState::default());
+        let subscriber = tracing_subscriber::registry().with(AutotuneWatch::new(state.clone()));
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::info!(target: "cubecl::compilation", "[Compiling kernel] gemv_kernel");
+            tracing::info!(target: "cubecl::profiling", "[Compiling kernel] not a compile");
+            state.mark_serving();
+            tracing::info!(target: "cubecl::compilation", "[Compiling kernel] sample_rows_kernel");
+            tracing::info!(target: "cubecl_runtime::tune::tuner", "[Compiling kernel] no");
+        });
+        assert_eq!(
+            (
+                state.compiled_before_serving(),
+                state.compiled_while_serving()
+            ),
+            (1, 1)
+        );
+        assert_eq!((state.before_serving(), state.while_serving()), (0, 0));
+        assert_eq!(state.take_new_compiled(), ["sample_rows_kernel"]);
+        assert!(state.take_new_compiled().is_empty(), "reported once");
     }
 
     #[test]

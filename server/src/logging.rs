@@ -42,8 +42,10 @@ pub enum LogFormat {
 /// Installs the global subscriber and the panic hook. `default_level` applies
 /// when `RUST_LOG` is unset or invalid.
 pub fn init(format: LogFormat, default_level: &str) {
-    let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
+    // CubeCL's line per compiled kernel feeds the watch, not the output
+    // (a first start compiles hundreds), unless RUST_LOG asks for it.
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new(format!("{default_level},cubecl::compilation=warn")));
     let watch = AutotuneWatch::new(autotune_watch::state().clone()).with_filter(LevelFilter::INFO);
     let printer = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)

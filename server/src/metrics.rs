@@ -48,6 +48,7 @@ pub const REQUEST_ABORTED: &str = "ember:request_aborted_total";
 pub const REQUEST_REJECTED: &str = "ember:request_rejected_total";
 pub const REQUESTS_BY_DOOR: &str = "ember:requests_total";
 pub const AUTOTUNE_WHILE_SERVING: &str = "ember:autotune_while_serving_total";
+pub const COMPILES_WHILE_SERVING: &str = "ember:kernel_compiles_while_serving_total";
 
 /// Latency buckets (seconds) of the request-level histograms.
 const LATENCY_BUCKETS: [f64; 20] = [
@@ -204,6 +205,10 @@ fn describe() {
         AUTOTUNE_WHILE_SERVING,
         "Kernel autotunings after health turned SERVING (shapes the warmup missed; should stay 0)."
     );
+    describe_counter!(
+        COMPILES_WHILE_SERVING,
+        "Kernels compiled after health turned SERVING (kernels the warmup did not run; should stay 0)."
+    );
 }
 
 /// Counters exist from the start (at 0), so `rate()` works before the first
@@ -226,6 +231,7 @@ fn start_counters_at_zero() {
         PREFIX_CACHE_HITS,
         NUM_PREEMPTIONS,
         AUTOTUNE_WHILE_SERVING,
+        COMPILES_WHILE_SERVING,
     ] {
         metrics::counter!(name).absolute(0);
     }

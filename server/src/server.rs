@@ -135,6 +135,7 @@ async fn on_ready(
             watch.mark_serving();
             tracing::info!(model = %info.name, device = %info.device, kv_blocks = info.limits.kv_blocks_total,
                 seconds = info.load_seconds, kernel_autotunings = watch.before_serving(),
+                kernels_compiled = watch.compiled_before_serving(),
                 "model loaded and warmed up; SERVING");
             let eos = info.config.eos_token_id;
             if eos != state.tokenizer.eos_token_id() {

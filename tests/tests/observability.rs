@@ -254,6 +254,10 @@ fn metrics_use_vllms_names_with_a_model_name_label() {
     // Nothing was autotuned after SERVING (issue 46: a missed shape stalls
     // every request behind it).
     assert_eq!(sample(&page, &m("ember:autotune_while_serving_total")), 0.0);
+    assert_eq!(
+        sample(&page, &m("ember:kernel_compiles_while_serving_total")),
+        0.0
+    );
 }
 
 /// Runs a seeded sampled request, then the same one with `stop_token_ids` set to one

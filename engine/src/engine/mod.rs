@@ -44,6 +44,7 @@ mod sequences;
 mod startup;
 mod token_stats;
 mod tools;
+mod warm_requests;
 pub mod warmup;
 
 #[cfg(test)]
@@ -337,9 +338,22 @@ impl Engine {
     /// Runs every step shape the server will use (see [`warmup`]): decode
     /// buckets up to the decode bound, prefill steps within the config's
     /// [`PrefillBounds`](config::PrefillBounds); then captures the decode
-    /// graphs where the config asked for them and shapes are bucketed.
+    /// graphs where the config asked for them and shapes are bucketed, and
+    /// (bucketed) runs a few requests with every option ([`warm_requests`]).
     pub fn warmup(&mut self) -> Result<WarmupReport, EngineError> {
-        warmup::run(&mut self.runner, self.decode_graphs)
+        let mut report = warmup::run(&mut self.runner, self.decode_graphs)?;
+        if self.runner.shape().bucketed {
+            let started = std::time::Instant::now();
+            report.requests = self.warm_requests()?;
+            report.requests_seconds = started.elapsed().as_secs_f64();
+            report.seconds += report.requests_seconds;
+            tracing::info!(
+                requests = report.requests,
+                seconds = report.requests_seconds,
+                "warm requests run (every option's kernels compiled)"
+            );
+        }
+        Ok(report)
     }
 
     /// Gives the runner back the device penalty slots of sequences that

@@ -21,7 +21,10 @@
 //! After the steps, the kernels over the vocabulary that logprobs and
 //! prompt logprobs run are compiled (`StepRunner::warm_vocab_kernels`: on
 //! CUDA Ember's own, one plan for every shape, so nothing is tuned).
-//! Each phase's seconds are in the report and its log line.
+//! Each phase's seconds are in the report and its log line. Then, on a
+//! bucketed device, the engine runs a few requests with every option
+//! (`super::warm_requests`): what options compile is compiled before
+//! SERVING too.
 //!
 //! On the CPU (unbucketed) there is nothing to compile or tune; one small
 //! prefill and one decode step touch the weights and start the thread pool.
@@ -54,6 +57,10 @@ pub struct WarmupReport {
     pub decode_seconds: f64,
     pub vocab_seconds: f64,
     pub capture_seconds: f64,
+    /// Requests with every option run through the engine after the shapes
+    /// (`super::warm_requests`, bucketed devices), and their seconds.
+    pub requests: usize,
+    pub requests_seconds: f64,
     pub seconds: f64,
 }
 
@@ -130,6 +137,8 @@ pub fn run(runner: &mut StepRunner, decode_graphs: bool) -> Result<WarmupReport,
         decode_seconds,
         vocab_seconds,
         capture_seconds: phase.elapsed().as_secs_f64(),
+        requests: 0,
+        requests_seconds: 0.0,
         seconds: started.elapsed().as_secs_f64(),
     };
     tracing::info!(

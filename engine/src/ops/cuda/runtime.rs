@@ -25,6 +25,7 @@ pub fn set_kernel_cache_dir(dir: &Path) {
     let mut config = CubeClRuntimeConfig::from_current_dir().override_from_env();
     config.environment.path = CacheConfig::Directory(dir.to_path_buf());
     config.compilation.cache = true;
+    announce_compilations(&mut config);
     if CubeClRuntimeConfig::try_set(config) {
         tracing::info!(dir = %dir.display(), "kernel and autotune cache");
     } else {
@@ -32,6 +33,25 @@ pub fn set_kernel_cache_dir(dir: &Path) {
         tracing::warn!(dir = %dir.display(), "CubeCL was configured before the cache directory was set; only the autotune cache uses it");
     }
 }
+
+/// Has CubeCL announce each kernel it compiles (not one loaded from the
+/// cache) with one `log` line at INFO, target [`COMPILATION_TARGET`],
+/// `[Compiling kernel] <name>`: the server counts them before and after
+/// SERVING (its autotune watch), as it counts tunings. Left as configured
+/// when something already asks for more (`CUBECL_DEBUG_LOG`, a
+/// `cubecl.toml`).
+fn announce_compilations(config: &mut cubecl::config::CubeClRuntimeConfig) {
+    use cubecl::config::compilation::CompilationLogLevel;
+    use cubecl_environment::config::logger::LogCrateLevel;
+    let logger = &mut config.compilation.logger;
+    if matches!(logger.level, CompilationLogLevel::Disabled) {
+        logger.level = CompilationLogLevel::Basic;
+    }
+    logger.log.get_or_insert(LogCrateLevel::Info);
+}
+
+/// Where CubeCL logs each compilation from ([`set_kernel_cache_dir`]).
+pub const COMPILATION_TARGET: &str = "cubecl::compilation";
 
 /// `(free, total)` bytes of CUDA device `index`'s memory, from the driver
 /// (everything on the device counts: this process's pool, other processes).
