@@ -50,11 +50,30 @@ impl TokenConstraint for AllButZero {
 }
 
 impl Engine {
-    /// Runs the warm requests (module docs): a prefill of all of them, two
-    /// synchronous decode steps, then overlapped steps until they end.
-    /// Returns how many there were.
+    /// Runs the warm requests (module docs), all together, then each alone,
+    /// then a plain sampled and a plain greedy one alone: each batch a
+    /// prefill, two synchronous decode steps, then overlapped steps until
+    /// it ends. Returns how many requests ran.
     pub(super) fn warm_requests(&mut self) -> Result<usize, EngineError> {
         let reqs = self.warm_request_set();
+        let mut ran = 0;
+        // All together, then each alone (a step of one kind of row takes
+        // its own path: the graph's argmax, the sampling kernel, a split).
+        ran += self.warm_batch(reqs.clone())?;
+        for (i, mut req) in reqs.into_iter().enumerate() {
+            req.id = WARM_IDS + 16 + i as SeqId;
+            ran += self.warm_batch(vec![req])?;
+        }
+        let mut sampled = SequenceRequest::greedy(WARM_IDS + 32, vec![1, 2, 3], WARM_NEW_TOKENS);
+        sampled.params.sampling.temperature = 1.0;
+        let plain = SequenceRequest::greedy(WARM_IDS + 33, vec![4, 5, 6], WARM_NEW_TOKENS);
+        ran += self.warm_batch(vec![sampled])? + self.warm_batch(vec![plain])?;
+        Ok(ran)
+    }
+
+    /// Runs `reqs` to their end (or [`WARM_NEW_TOKENS`] steps) and releases
+    /// them; returns how many there were.
+    fn warm_batch(&mut self, reqs: Vec<SequenceRequest>) -> Result<usize, EngineError> {
         let ids: Vec<SeqId> = reqs.iter().map(|r| r.id).collect();
         let ran = self.run_warm_requests(reqs, &ids);
         for &id in &ids {

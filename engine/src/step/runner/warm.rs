@@ -1,6 +1,8 @@
 //! Warming what serving will meet beyond the step shapes: the kernels over
-//! each row of the vocabulary that logprobs and prompt logprobs run
-//! ([`StepRunner::warm_vocab_kernels`]), compiled before SERVING.
+//! each row of the vocabulary that logprobs and prompt logprobs run, and
+//! on CUDA every compile-time variant of the sampling kernel and of the
+//! counts' update ([`StepRunner::warm_vocab_kernels`]), compiled before
+//! SERVING.
 
 use burn::prelude::*;
 
@@ -23,6 +25,48 @@ impl StepRunner {
         argmax_rows(logits)
             .try_into_data()
             .map_err(|e| EngineError::Device(format!("{e:?}")))?;
+        #[cfg(feature = "cuda")]
+        if crate::ops::cuda::is_cube_device(&self.device) {
+            self.warm_sampling_variants()?;
+        }
         Ok(())
+    }
+
+    /// The sampling kernel with and without a mask and penalty counts (its
+    /// compile-time switches: which a step takes depends on what earlier
+    /// requests left in the step's buffers, so the warm requests cannot
+    /// reach them all), and the counts' update both ways, each once on one
+    /// greedy row (issue 46: a first deploy compiled three of them after
+    /// SERVING).
+    #[cfg(feature = "cuda")]
+    fn warm_sampling_variants(&mut self) -> Result<(), EngineError> {
+        use crate::ops::cuda::{count_chosen, sample_rows};
+        use crate::ops::row_params::{FLOAT_COLS, INT_COLS};
+        use burn::tensor::DType;
+        let (vocab, dev) = (self.config.vocab_size, &self.device);
+        let logits = Tensor::<2>::zeros([1, vocab], dev);
+        let floats = Tensor::<2>::zeros([1, FLOAT_COLS], (dev, DType::F32));
+        let ints = Tensor::<2, Int>::zeros([1, INT_COLS], dev);
+        let positions = Tensor::<1, Int>::zeros([1], dev);
+        let allowed = Tensor::<2, Int>::zeros([1, vocab.div_ceil(32)], dev);
+        let counts = Tensor::<2, Int>::zeros([1, vocab], dev);
+        for (mask, with_counts) in [(false, false), (true, false), (false, true), (true, true)] {
+            let ids = sample_rows(
+                logits.clone(),
+                floats.clone(),
+                ints.clone(),
+                positions.clone(),
+                mask.then(|| allowed.clone()),
+                with_counts.then(|| counts.clone()),
+                None,
+            );
+            for undo in [false, true] {
+                let _ = count_chosen(counts.clone(), ids.clone(), ints.clone(), undo);
+            }
+        }
+        counts
+            .try_into_data()
+            .map(drop)
+            .map_err(|e| EngineError::Device(format!("{e:?}")))
     }
 }
