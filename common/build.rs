@@ -15,7 +15,9 @@ use std::path::PathBuf;
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let protoc = protoc_bin_vendored::protoc_bin_path()?;
     std::env::set_var("PROTOC", protoc);
-    let proto_root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../proto");
+    // Read at run time, not baked in: a target dir shared by two checkouts
+    // must not compile one checkout's protos into the other.
+    let proto_root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?).join("../proto");
     let proto = proto_root.join("ember/v1/inference.proto");
     let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
     tonic_prost_build::configure()
