@@ -44,91 +44,94 @@ const COMPILER_TARGET: &str = "cubecl::compilation";
 /// How its line starts.
 const COMPILING: &str = "[Compiling kernel]";
 
+/// One kind of event (tunings, compilations): how many came before and
+/// after SERVING, and the names of those after, not yet reported.
+#[derive(Debug, Default)]
+struct Tally {
+    before: AtomicU64,
+    during: AtomicU64,
+    new: Mutex<Vec<String>>,
+}
+
+impl Tally {
+    /// Counts one event named `name`; while `serving`, also in `metric`
+    /// and the names to report.
+    fn record(&self, serving: bool, name: &str, metric: &'static str) {
+        if !serving {
+            self.before.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        self.during.fetch_add(1, Ordering::Relaxed);
+        metrics::counter!(metric).increment(1);
+        self.new
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(name.to_string());
+    }
+
+    /// The names recorded while serving since the last call.
+    fn take_new(&self) -> Vec<String> {
+        if self.during.load(Ordering::Relaxed) == 0 {
+            return Vec::new();
+        }
+        std::mem::take(&mut *self.new.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
 /// What the watch has seen (one per process: [`state`]; tests make their own).
 #[derive(Debug, Default)]
 pub struct WatchState {
     serving: AtomicBool,
-    before_serving: AtomicU64,
-    while_serving: AtomicU64,
-    compiled_before_serving: AtomicU64,
-    compiled_while_serving: AtomicU64,
-    /// Keys tuned while serving, not yet reported.
-    new: Mutex<Vec<String>>,
-    /// Kernels compiled while serving, not yet reported.
-    new_compiled: Mutex<Vec<String>>,
+    tuned: Tally,
+    compiled: Tally,
 }
 
 impl WatchState {
     /// Tunings counted before [`WatchState::mark_serving`].
     pub fn before_serving(&self) -> u64 {
-        self.before_serving.load(Ordering::Relaxed)
+        self.tuned.before.load(Ordering::Relaxed)
     }
 
     /// Tunings counted after it.
     pub fn while_serving(&self) -> u64 {
-        self.while_serving.load(Ordering::Relaxed)
+        self.tuned.during.load(Ordering::Relaxed)
     }
 
     /// Kernels compiled before [`WatchState::mark_serving`].
     pub fn compiled_before_serving(&self) -> u64 {
-        self.compiled_before_serving.load(Ordering::Relaxed)
+        self.compiled.before.load(Ordering::Relaxed)
     }
 
     /// Kernels compiled after it.
     pub fn compiled_while_serving(&self) -> u64 {
-        self.compiled_while_serving.load(Ordering::Relaxed)
+        self.compiled.during.load(Ordering::Relaxed)
     }
 
-    /// The kernels compiled while serving since the last call.
-    pub fn take_new_compiled(&self) -> Vec<String> {
-        if self.compiled_while_serving() == 0 {
-            return Vec::new();
-        }
-        std::mem::take(
-            &mut *self
-                .new_compiled
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner),
-        )
-    }
-
-    /// From now on every tuning counts as one while serving.
+    /// From now on every tuning and compilation counts as one while serving.
     pub fn mark_serving(&self) {
         self.serving.store(true, Ordering::Relaxed);
     }
 
     /// The keys tuned while serving since the last call.
     pub fn take_new(&self) -> Vec<String> {
-        if self.while_serving() == 0 {
-            return Vec::new();
-        }
-        std::mem::take(&mut *self.new.lock().unwrap_or_else(PoisonError::into_inner))
+        self.tuned.take_new()
+    }
+
+    /// The kernels compiled while serving since the last call.
+    pub fn take_new_compiled(&self) -> Vec<String> {
+        self.compiled.take_new()
     }
 
     fn record(&self, key: &str) {
-        if self.serving.load(Ordering::Relaxed) {
-            self.while_serving.fetch_add(1, Ordering::Relaxed);
-            metrics::counter!(crate::metrics::AUTOTUNE_WHILE_SERVING).increment(1);
-            self.new
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push(key.to_string());
-        } else {
-            self.before_serving.fetch_add(1, Ordering::Relaxed);
-        }
+        let serving = self.serving.load(Ordering::Relaxed);
+        self.tuned
+            .record(serving, key, crate::metrics::AUTOTUNE_WHILE_SERVING);
     }
 
     fn record_compiled(&self, kernel: &str) {
-        if self.serving.load(Ordering::Relaxed) {
-            self.compiled_while_serving.fetch_add(1, Ordering::Relaxed);
-            metrics::counter!(crate::metrics::COMPILES_WHILE_SERVING).increment(1);
-            self.new_compiled
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push(kernel.to_string());
-        } else {
-            self.compiled_before_serving.fetch_add(1, Ordering::Relaxed);
-        }
+        let serving = self.serving.load(Ordering::Relaxed);
+        self.compiled
+            .record(serving, kernel, crate::metrics::COMPILES_WHILE_SERVING);
     }
 }
 

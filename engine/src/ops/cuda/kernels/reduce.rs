@@ -21,26 +21,6 @@ pub fn sum_warps(
     v
 }
 
-/// The max of every unit's `v` over the cube (`per_warp` is scratch).
-#[cube]
-pub fn cube_max(v: f32, per_warp: &mut Shared<[f32]>, #[comptime] warps: usize) -> f32 {
-    let warp_max = plane_max(v);
-    if UNIT_POS_X == 0 {
-        per_warp[UNIT_POS_Y as usize] = warp_max;
-    }
-    sync_cube();
-    let mut m = per_warp[0];
-    #[unroll]
-    for w in 1..warps {
-        let other = per_warp[w];
-        if other > m {
-            m = other;
-        }
-    }
-    sync_cube();
-    m
-}
-
 /// The sum of every unit's `v` over the cube (`per_warp` is scratch; not
 /// reusable before the next `sync_cube`).
 #[cube]
