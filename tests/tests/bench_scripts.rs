@@ -317,6 +317,25 @@ fn run_first_deploy_dry_run_sends_every_kind_and_tunes_nothing_after_serving() {
         if row[0] != "disconnects" {
             assert_eq!(row[3], "0", "no errors outside the disconnects: {result}");
         }
+        // A non-streamed request's TTFT comes from the server's timeline
+        // (its client sees only the whole response), never past its latency.
+        let streamed = !matches!(row[0].as_str(), "chat_sampled" | "echo_logprobs");
+        let source = if streamed {
+            "client"
+        } else {
+            "server timeline"
+        };
+        assert_eq!(row[4], source, "{result}");
+        if !streamed {
+            let ttft_p99: f64 = row[5]
+                .rsplit(" / ")
+                .next()
+                .unwrap_or("")
+                .parse()
+                .unwrap_or(-1.0);
+            let latency_p99: f64 = row[6].parse().unwrap_or(-1.0);
+            assert!(ttft_p99 > 0.0 && ttft_p99 <= latency_p99 + 1.0, "{result}");
+        }
     }
     let line = |prefix: &str| {
         result

@@ -234,6 +234,14 @@ fn run(args: &Args, device: EngineDevice) -> anyhow::Result<serde_json::Value> {
         Some(p) => bench_prefill(&mut engine, &options, &mut prompts, p[0], p[1])?,
         None => serde_json::Value::Null,
     };
+    // With --graphs, the same prefill replayed from its captured graph (the
+    // server's small prefill steps), checked against the eager step first.
+    let prefill_graph_row = match (&args.prefill, args.graphs) {
+        (Some(p), true) => {
+            timing::bench_prefill_graph(&mut engine, &options, &mut prompts, p[0], p[1])?
+        }
+        _ => serde_json::Value::Null,
+    };
 
     Ok(json!({
         "device": device_name,
@@ -248,6 +256,7 @@ fn run(args: &Args, device: EngineDevice) -> anyhow::Result<serde_json::Value> {
         "block_size": args.block_size,
         "decode": decode_rows,
         "prefill": prefill_row,
+        "prefill_graph": prefill_graph_row,
         "server_warmup": warmup,
         "projection_kernels": tuned,
     }))

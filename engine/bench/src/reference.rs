@@ -6,6 +6,7 @@
 use std::time::Instant;
 
 use anyhow::Context;
+use burn::prelude::*;
 use ember_engine::model::ModelSource;
 use ember_engine::{Engine, EngineConfig, EngineDevice, KvBudget, SeqId, SequenceRequest};
 use serde_json::json;
@@ -48,7 +49,8 @@ pub fn check_reference(
     let (max_diff, max_ref) = logit_diff(cases, &logits, config.vocab_size);
 
     // Greedy continuations, all sequences batched; then again with every
-    // decode step replayed from captured graphs, which must give the same tokens.
+    // decode step replayed from captured graphs, which must give the same
+    // tokens; then the prefill step replayed from its graph against eager.
     let n = reference["new_tokens"].as_u64().unwrap_or(16) as usize;
     let t = Instant::now();
     let got = greedy_tokens(&mut engine, &prompts, n, false)?;
@@ -68,7 +70,10 @@ pub fn check_reference(
         println!(
             "  overlapped loop (graph replays): tokens identical to eager steps: {overlapped}"
         );
+        engine.capture_prefill_graphs();
+        let prefill = prefill_replay_check(&mut engine, &prompts)?;
         graph_check = json!({"hardware_graphs": hardware, "tokens_identical": same,
+                             "prefill_replay": prefill,
                              "overlapped_identical": overlapped});
     }
     let matching: Vec<usize> = cases
@@ -155,4 +160,42 @@ fn greedy_tokens(
             false => engine.decode(&active)?,
         };
     }
+}
+
+/// The prompts' last-token logits from their prefill step replayed from its
+/// captured graph, against the eager step's: the largest difference; then
+/// the same prompts in reverse order (the same shape, other contents in
+/// every buffer), row for row against the first replay (near 0 when the
+/// replay reads its rewritten inputs) and unreversed (0 exactly when it
+/// does not: a graph replaying its capture-time inputs).
+fn prefill_replay_check(
+    engine: &mut Engine,
+    prompts: &[Vec<u32>],
+) -> anyhow::Result<serde_json::Value> {
+    let floats = |t: Tensor<2>| -> Vec<f32> { t.into_data().iter::<f32>().collect() };
+    let max_diff = |a: Vec<f32>, b: Vec<f32>| {
+        a.iter()
+            .zip(&b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0f32, f32::max)
+    };
+    let replayed = engine.prompt_logits_replayed(prompts)?;
+    let eager = engine.prompt_logits(prompts)?;
+    let vs_eager = max_diff(floats(replayed.clone()), floats(eager));
+    let reversed: Vec<Vec<u32>> = prompts.iter().rev().cloned().collect();
+    let again = engine.prompt_logits_replayed(&reversed)?;
+    let n = prompts.len();
+    let back = Tensor::cat(
+        (0..n)
+            .rev()
+            .map(|i| again.clone().narrow(0, i, 1))
+            .collect(),
+        0,
+    );
+    let vs_reversed = max_diff(floats(replayed.clone()), floats(back));
+    let vs_unreversed = max_diff(floats(replayed), floats(again));
+    println!(
+        "  prefill graph replay: max |replayed - eager logits| = {vs_eager:e}; reversed prompts, row for row: {vs_reversed:e}, unreversed: {vs_unreversed:e}"
+    );
+    Ok(json!({"vs_eager": vs_eager, "vs_reversed": vs_reversed, "vs_unreversed": vs_unreversed}))
 }

@@ -155,6 +155,46 @@ pub fn bench_prefill(
     Ok(json!({"sequences": n, "prompt_len": len, "p50_ms": p50, "tokens_per_s": tokens_per_s}))
 }
 
+/// [`bench_prefill`] with the engine's prefill graphs captured (up to
+/// `ember_engine::step::PREFILL_GRAPH_MAX_TOKENS` tokens; a larger step is
+/// timed eager, as the server runs it): first the step's logits replayed
+/// against the eager step's (the largest difference, printed), then the
+/// timing.
+pub fn bench_prefill_graph(
+    engine: &mut Engine,
+    options: &TimingOptions,
+    prompts: &mut Prompts,
+    n: usize,
+    len: usize,
+) -> anyhow::Result<serde_json::Value> {
+    let hardware = engine.capture_prefill_graphs();
+    let check: Vec<Vec<u32>> = (0..n).map(|_| prompts.take(len)).collect();
+    let diff = match engine.prompt_logits_replayed(&check) {
+        Ok(replayed) => {
+            let eager = engine.prompt_logits(&check)?;
+            let floats =
+                |t: burn::tensor::Tensor<2>| -> Vec<f32> { t.into_data().iter::<f32>().collect() };
+            let d = floats(replayed)
+                .iter()
+                .zip(floats(eager))
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0f32, f32::max);
+            Some(d)
+        }
+        Err(_) => None,
+    };
+    match diff {
+        Some(d) => println!(
+            "prefill {n} x {len} graph ({hardware} hardware prefill graphs): max |replayed - eager logits| = {d:e}"
+        ),
+        None => println!("prefill {n} x {len}: no captured graph for its shape (eager)"),
+    }
+    let mut row = bench_prefill(engine, options, prompts, n, len)?;
+    row["graph_vs_eager_max_logit_diff"] = json!(diff);
+    row["hardware_prefill_graphs"] = json!(hardware);
+    Ok(row)
+}
+
 /// Percentiles of timed decode steps.
 struct StepTimes {
     p50: f64,

@@ -4,10 +4,13 @@
 //! row's argmax (lowest index of a tie), and the log-softmax of a chosen
 //! token and of the top `n` (value descending, index ascending). The logits
 //! are f16 normals with planted ties (a row's max repeated at a higher
-//! index) and a few large outliers, over GPT-2's vocabulary.
+//! index) and a few large outliers, over GPT-2's vocabulary. The logit
+//! edits kernel (`logit_bias` and host penalties) against the same edits
+//! done on the host in f32.
 
 use burn::prelude::*;
-use ember_engine::ops::vocab::argmax_rows;
+use burn::tensor::DType;
+use ember_engine::ops::vocab::{argmax_rows, edit_rows};
 use ember_engine::sampling::logprobs;
 use serde_json::json;
 
@@ -56,6 +59,7 @@ pub fn run(dev: &Device, say: &dyn Fn(String)) -> serde_json::Value {
         })
         .collect();
     let (mut value_diff, mut ids_wrong) = (0.0f64, 0usize);
+    let edits_diff = edits_check(&logits, &seen, dev);
     let results = logprobs(logits, &sampled, &asks).unwrap_or_default();
     for (r, result) in results.iter().enumerate() {
         let (Some(asked), Some(result)) = (asks[r], result) else {
@@ -75,13 +79,51 @@ pub fn run(dev: &Device, say: &dyn Fn(String)) -> serde_json::Value {
         }
     }
     say(format!(
-        "vocabulary kernels ({ROWS} rows x {VOCAB}, planted ties): argmax rows wrong {argmax_wrong}; logprobs (top 0, 3, {n}) max |kernel - host f64| = {value_diff:e}, ids wrong {ids_wrong}"
+        "vocabulary kernels ({ROWS} rows x {VOCAB}, planted ties): argmax rows wrong {argmax_wrong}; logprobs (top 0, 3, {n}) max |kernel - host f64| = {value_diff:e}, ids wrong {ids_wrong}; logit edits max |kernel - host f32| = {edits_diff:e}"
     ));
     json!({
         "argmax_rows_wrong": argmax_wrong,
         "logprobs_max_abs_diff": value_diff,
         "logprobs_ids_wrong": ids_wrong,
+        "logit_edits_max_abs_diff": edits_diff,
     })
+}
+
+/// The logit edits of ~1,500 distinct entries (every fifth row left alone;
+/// positive and negative values, repetition factors above and below one)
+/// through [`edit_rows`], against the host's f32 arithmetic on the values
+/// the device read (`seen`): the largest difference over all `[B, V]`
+/// entries, or -1 off CUDA (no kernel).
+fn edits_check(logits: &Tensor<2>, seen: &[f32], dev: &Device) -> f64 {
+    let (mut idx, mut add, mut rep, mut sub) = (vec![], vec![], vec![], vec![]);
+    for r in (0..ROWS).filter(|r| r % 5 != 4) {
+        for k in 0..27 {
+            idx.push((r * VOCAB + (k * 1861 + r * 17) % VOCAB) as i32);
+            add.push(k as f32 * 0.37 - 5.0);
+            rep.push(if k % 3 == 0 {
+                1.0
+            } else {
+                0.6 + k as f32 * 0.05
+            });
+            sub.push(k as f32 * 0.01);
+        }
+    }
+    let n = idx.len();
+    let mut want = seen.to_vec();
+    for e in 0..n {
+        let x = want[idx[e] as usize] + add[e];
+        want[idx[e] as usize] = if x > 0.0 { x / rep[e] } else { x * rep[e] } - sub[e];
+    }
+    let f = |x: Vec<f32>| Tensor::<1>::from_data(TensorData::new(x, [n]), (dev, DType::F32));
+    let ids = Tensor::<1, Int>::from_data(TensorData::new(idx, [n]), dev);
+    let Some(got) = edit_rows(logits, &ids, &f(add), &f(rep), &f(sub)) else {
+        return -1.0;
+    };
+    floats(got)
+        .iter()
+        .zip(&want)
+        .map(|(&g, &w)| (g as f64 - w as f64).abs())
+        .fold(0.0, f64::max)
 }
 
 /// The lowest index of the row's max.

@@ -162,6 +162,11 @@ impl Engine {
         self.runner.captured_buckets()
     }
 
+    /// Prefill shapes with a captured step (the small ones).
+    pub fn captured_prefill_graphs(&self) -> usize {
+        self.runner.captured_prefill_shapes()
+    }
+
     /// What a request must fit into.
     pub fn limits(&self) -> RequestLimits {
         let config = self.runner.model_config();

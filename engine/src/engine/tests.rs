@@ -541,6 +541,34 @@ fn captured_decode_steps_match_eager_steps() {
     }
 }
 
+/// A prefill step replayed from its captured graph computes the eager
+/// step's logits (on the CPU the graph re-runs the closure over the
+/// shape's buffers: the buffers, the shape key and the slot are what is
+/// checked here; the GPU check is `ember-engine-bench --reference --graphs`).
+#[test]
+fn a_replayed_prefill_step_gives_the_eager_logits() {
+    let floats = |t: Tensor<2>| -> Vec<f32> { t.into_data().iter::<f32>().collect() };
+    let reference = reference();
+    let mut engine = engine_cfg(config(4, 64, true));
+    assert_eq!(
+        engine.capture_prefill_graphs(),
+        0,
+        "no hardware graphs on the CPU"
+    );
+    // Token buckets 16, 32 and 64, each with the decode batch's rows.
+    assert_eq!(engine.captured_prefill_graphs(), 3);
+    let prompts: Vec<Vec<u32>> = reference.cases.iter().map(|c| c.prompt.clone()).collect();
+    let eager = floats(engine.prompt_logits(&prompts).unwrap());
+    let replayed = floats(engine.prompt_logits_replayed(&prompts).unwrap());
+    assert_eq!(replayed, eager);
+    // A second replay over other rows reads the rewritten buffers.
+    let one = vec![prompts[1].clone()];
+    let eager = floats(engine.prompt_logits(&one).unwrap());
+    let replayed = floats(engine.prompt_logits_replayed(&one).unwrap());
+    assert_eq!(replayed, eager);
+    assert_eq!(engine.kv_blocks_used(), 0);
+}
+
 /// `--cpu-weights bf16`: weights and activations rounded to bf16, products
 /// summed in f32. The logits move by the rounding (2.2e-2 measured, max
 /// |logit| 3.2) and the greedy continuations stay transformers'.

@@ -7,6 +7,7 @@ use burn::prelude::*;
 use super::Engine;
 use crate::error::EngineError;
 use crate::ops::TunedShape;
+use crate::step::shapes::prefill_shapes;
 use crate::step::PrefillSeq;
 use crate::types::{SeqId, SequenceRequest};
 
@@ -15,6 +16,25 @@ impl Engine {
     /// through the paged cache (blocks taken and given back): the check
     /// against transformers' numbers.
     pub fn prompt_logits(&mut self, prompts: &[Vec<u32>]) -> Result<Tensor<2>, EngineError> {
+        self.prompt_logits_on(prompts, false)
+    }
+
+    /// [`Engine::prompt_logits`] replayed from the step's captured prefill
+    /// graph (`Engine::capture_prefill_graphs` first): the check that a
+    /// replay computes what an eager step does. An error where the shape
+    /// has no graph.
+    pub fn prompt_logits_replayed(
+        &mut self,
+        prompts: &[Vec<u32>],
+    ) -> Result<Tensor<2>, EngineError> {
+        self.prompt_logits_on(prompts, true)
+    }
+
+    fn prompt_logits_on(
+        &mut self,
+        prompts: &[Vec<u32>],
+        replayed: bool,
+    ) -> Result<Tensor<2>, EngineError> {
         for (i, p) in prompts.iter().enumerate() {
             self.validate(&SequenceRequest::greedy(i as SeqId, p.clone(), 1))?;
         }
@@ -30,9 +50,12 @@ impl Engine {
                 table: t,
             })
             .collect();
-        let logits = self.runner.logits(&rows);
+        let logits = match replayed {
+            false => Some(self.runner.logits(&rows)),
+            true => self.runner.logits_replayed(&rows),
+        };
         self.seqs.release_tables(&tables);
-        Ok(logits)
+        logits.ok_or_else(|| EngineError::InvalidConfig("no captured prefill step".into()))
     }
 
     /// Times the projection kernels against each other at the decode
@@ -68,5 +91,18 @@ impl Engine {
     pub fn capture_decode_graphs(&mut self, batch_sizes: &[usize]) -> usize {
         let buckets = self.decode_buckets(batch_sizes);
         self.runner.capture_decode_graphs(&buckets)
+    }
+
+    /// Captures the prefill step of every shape the engine's prefill bounds
+    /// allow, up to `crate::step::PREFILL_GRAPH_MAX_TOKENS` tokens, as the
+    /// warmup does (bucketed devices only: elsewhere shapes are exact and
+    /// nothing is captured). Returns the hardware graphs captured.
+    pub fn capture_prefill_graphs(&mut self) -> usize {
+        let shape = self.runner.shape();
+        if !shape.bucketed {
+            return 0;
+        }
+        let shapes = prefill_shapes(&shape, shape.prefill.max_rows, shape.prefill.max_tokens);
+        self.runner.capture_prefill_graphs(&shapes)
     }
 }

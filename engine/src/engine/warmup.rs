@@ -13,7 +13,10 @@
 //! batch: `crate::step::shapes`). Fresh prompts, chunks and prefix-cache
 //! hits share these shapes. Warmup steps run padding only: they take no
 //! blocks and leave no sequence behind. With decode graphs on, each decode
-//! bucket's step is then captured (`crate::step::graphs`).
+//! bucket's step is then captured (`crate::step::graphs`). Prefill steps are
+//! not captured here yet: on CUDA a replayed prefill graph's logits differ
+//! from the eager step's (`Engine::capture_prefill_graphs` and the bench's
+//! checks measure it; issue 45).
 //!
 //! Before any of that, on CUDA, the projection kernels are timed against
 //! each other at every decode bucket's shapes and the fastest is recorded for

@@ -109,13 +109,36 @@ pub struct SegmentPadding {
 
 impl SegmentContext {
     /// The segments of `rows` (in flat order), padded to `padding`, with
-    /// tables of `geometry`.
+    /// tables of `geometry`, uploaded to `device`.
     pub fn new(
         rows: &[SegmentRow<'_>],
         padding: SegmentPadding,
         geometry: TableGeometry,
         device: &Device,
     ) -> Self {
+        SegmentHost::new(rows, padding, geometry).upload(device)
+    }
+}
+
+/// A [`SegmentContext`]'s contents on the host, before they are uploaded
+/// (or written into a captured prefill step's buffers).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SegmentHost {
+    /// `[R + 1]`, `[R]`, `[R, W]` (row-major) and `[n, 2]` (row-major).
+    pub cu_seqlens: Vec<i32>,
+    pub starts: Vec<i32>,
+    pub tables: Vec<i32>,
+    pub tiles: Vec<i32>,
+    pub rows: usize,
+    pub width: usize,
+    pub block_size: usize,
+    pub max_queries: usize,
+    pub max_context: usize,
+}
+
+impl SegmentHost {
+    /// See [`SegmentContext::new`].
+    pub fn new(rows: &[SegmentRow<'_>], padding: SegmentPadding, geometry: TableGeometry) -> Self {
         let r = padding.rows.max(rows.len()).max(1);
         let w = geometry.width;
         let mut cu = Vec::with_capacity(r + 1);
@@ -137,12 +160,13 @@ impl SegmentContext {
         if let Some(n) = padding.tiles {
             tiles.resize(n.max(tiles.len()), NO_TILE);
         }
-        let n_tiles = tiles.len();
         Self {
-            cu_seqlens: ints(cu, [r + 1], device),
-            starts: ints(starts, [r], device),
-            tables: ints(tables, [r, w], device),
-            tiles: ints(tiles.concat(), [n_tiles, 2], device),
+            cu_seqlens: cu,
+            starts,
+            tables,
+            tiles: tiles.concat(),
+            rows: r,
+            width: w,
             block_size: geometry.block_size,
             max_queries: lens.iter().copied().max().unwrap_or(1).max(1),
             max_context: rows
@@ -151,6 +175,25 @@ impl SegmentContext {
                 .max()
                 .unwrap_or(1)
                 .max(1),
+        }
+    }
+
+    /// The tile list's length.
+    pub fn n_tiles(&self) -> usize {
+        self.tiles.len() / 2
+    }
+
+    /// The context these values describe, as fresh device tensors.
+    pub fn upload(self, device: &Device) -> SegmentContext {
+        let (r, w, n) = (self.rows, self.width, self.n_tiles());
+        SegmentContext {
+            cu_seqlens: ints(self.cu_seqlens, [r + 1], device),
+            starts: ints(self.starts, [r], device),
+            tables: ints(self.tables, [r, w], device),
+            tiles: ints(self.tiles, [n, 2], device),
+            block_size: self.block_size,
+            max_queries: self.max_queries,
+            max_context: self.max_context,
         }
     }
 }

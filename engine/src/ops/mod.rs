@@ -49,7 +49,8 @@ pub mod vocab;
 use burn::prelude::*;
 
 pub use attention::{
-    AttentionContext, PagedContext, SegmentContext, SegmentPadding, SegmentRow, TableGeometry,
+    AttentionContext, PagedContext, SegmentContext, SegmentHost, SegmentPadding, SegmentRow,
+    TableGeometry,
 };
 pub use choice::{LinearChoices, LinearKernel, LinearShape};
 pub use epilogue::Epilogue;

@@ -34,8 +34,19 @@ pub fn logprobs(
     sampled: &[u32],
     top_n: &[Option<usize>],
 ) -> Result<Vec<Option<TokenLogprobs>>, EngineError> {
+    logprobs_from(logits, 0, sampled, top_n)
+}
+
+/// [`logprobs`] of the rows from `first` on: entry `i` is row `first + i`
+/// of `logits` (a prefill step's scored positions follow its sampled rows).
+pub fn logprobs_from(
+    logits: Tensor<2>,
+    first: usize,
+    sampled: &[u32],
+    top_n: &[Option<usize>],
+) -> Result<Vec<Option<TokenLogprobs>>, EngineError> {
     let [b, vocab] = logits.dims();
-    let rows: Vec<usize> = (0..sampled.len().min(top_n.len()).min(b))
+    let rows: Vec<usize> = (0..sampled.len().min(top_n.len()).min(b.saturating_sub(first)))
         .filter(|&i| top_n[i].is_some())
         .collect();
     let mut out = vec![None; sampled.len()];
@@ -53,7 +64,7 @@ pub fn logprobs(
     let ints = |values: Vec<i32>| -> Tensor<1, Int> {
         Tensor::from_data(TensorData::new(values, [r]), &device)
     };
-    let row_ids = ints(rows.iter().map(|&i| i as i32).collect());
+    let row_ids = ints(rows.iter().map(|&i| (first + i) as i32).collect());
     let chosen = ints(rows.iter().map(|&i| sampled[i] as i32).collect());
     let table = match logprob_rows(&logits, &row_ids, &chosen, n) {
         Some(table) => table,

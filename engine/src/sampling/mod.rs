@@ -40,7 +40,7 @@ mod row_sampler_tests;
 #[cfg(test)]
 mod test_logits;
 
-pub use logprobs::logprobs;
+pub use logprobs::{logprobs, logprobs_from};
 pub use penalty_state::PenaltyState;
 pub use sampler::{
     choose_in_graph, choose_on_device, choose_step, read_chosen, sample, Chosen, SampleColumns,

@@ -337,7 +337,7 @@ pub fn choose_step(
         record_penalized(params, ids, true);
     }
     let logits = match &params.transforms {
-        Some(prepared) => transforms::apply(logits.cast(DType::F32), prepared),
+        Some(prepared) => transforms::apply(logits, prepared),
         None => logits,
     };
     sample_rows(logits, params, real)

@@ -20,6 +20,7 @@ use burn::tensor::{DType, IndexingUpdateOp};
 
 use super::mask_rows::row_words;
 use super::table::SamplingTable;
+use crate::ops::vocab::edit_rows;
 
 /// What a token that may not be chosen gets: far below any logit, finite.
 pub const EXCLUDED: f32 = -1.0e30;
@@ -106,17 +107,20 @@ impl Prepared {
     }
 }
 
-/// `logits` (`[B, V]`, f32, `B` = the rows [`Prepared::new`] was given)
-/// with every row's edits, bans and allowed set applied.
+/// `logits` (`[B, V]`, `B` = the rows [`Prepared::new`] was given) as f32,
+/// with every row's edits, bans and allowed set applied. On CUDA the edits
+/// are one kernel ([`crate::ops::vocab::edit_rows`]); these tensor ops
+/// elsewhere, and as its reference.
 pub fn apply(logits: Tensor<2>, prepared: &Prepared) -> Tensor<2> {
     let [b, v] = logits.dims();
+    let logits = match &prepared.edits {
+        Some((idx, add, rep, sub)) => match edit_rows(&logits, idx, add, rep, sub) {
+            Some(edited) => edited,
+            None => edit_tensor_ops(logits.cast(DType::F32), idx, add, rep, sub),
+        },
+        None => logits.cast(DType::F32),
+    };
     let mut flat = logits.reshape([b * v]);
-    if let Some((idx, add, rep, sub)) = prepared.edits.clone() {
-        let vals = flat.clone().select(0, idx.clone()) + add;
-        let positive = vals.clone().greater_elem(0.0);
-        let vals = (vals.clone() * rep.clone()).mask_where(positive, vals / rep) - sub;
-        flat = scatter(flat, idx, vals);
-    }
     if let Some(idx) = prepared.banned.clone() {
         let n = idx.dims()[0];
         let vals = Tensor::<1>::full([n], EXCLUDED, (&flat.device(), DType::F32));
@@ -133,6 +137,23 @@ pub fn apply(logits: Tensor<2>, prepared: &Prepared) -> Tensor<2> {
         }
         None => logits,
     }
+}
+
+/// The edits as tensor ops on f32 `logits` `[B, V]`: a gather of the
+/// edited entries, the element-wise update, a scatter back.
+pub fn edit_tensor_ops(
+    logits: Tensor<2>,
+    idx: &Tensor<1, Int>,
+    add: &Tensor<1>,
+    rep: &Tensor<1>,
+    sub: &Tensor<1>,
+) -> Tensor<2> {
+    let [b, v] = logits.dims();
+    let flat = logits.reshape([b * v]);
+    let vals = flat.clone().select(0, idx.clone()) + add.clone();
+    let positive = vals.clone().greater_elem(0.0);
+    let vals = (vals.clone() * rep.clone()).mask_where(positive, vals / rep.clone()) - sub.clone();
+    scatter(flat, idx.clone(), vals).reshape([b, v])
 }
 
 /// `flat` with `vals` assigned at the (distinct) indices `idx`: one thread

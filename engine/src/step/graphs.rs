@@ -1,13 +1,16 @@
-//! Decode steps replayed as captured CUDA graphs, one per decode bucket.
+//! Steps replayed as captured CUDA graphs: one per decode bucket, and one
+//! per small prefill shape.
 //!
-//! An eager decode step launches hundreds of kernels and the host spends
+//! An eager step launches hundreds of kernels and the host spends
 //! milliseconds issuing them; a CUDA graph records the launches once and
 //! replays them with one driver call. What makes that possible here:
 //!
-//! - every input of a step lives in the bucket's persistent device buffers
-//!   ([`super::buffers`]), rewritten in place before each replay;
-//! - decode attention reads block tables and context lengths from those
-//!   buffers, so a step's kernels and shapes do not depend on the context;
+//! - every input of a step lives in persistent device buffers, one set per
+//!   shape ([`super::buffers`] for a decode bucket, [`super::prefill_buffers`]
+//!   for a prefill shape), rewritten in place before each replay;
+//! - attention reads block tables, context lengths and (prefill) segment
+//!   offsets and tiles from those buffers, so a step's kernels and shapes do
+//!   not depend on the context or on how the prompts split the bucket;
 //! - the KV write is a kernel that writes the cache buffers in place, so the
 //!   graph writes the memory the engine (and every other graph) reads.
 //!
@@ -28,7 +31,7 @@
 //! overlapped loop). The step's sampling columns pick one per replay.
 //!
 //! A capture that did not produce a hardware graph is reported by
-//! [`DecodeGraph::is_hardware`]; the engine then logs it once and runs eager
+//! [`StepGraph::is_hardware`]; the engine then logs it once and runs eager
 //! steps (never a wrong result).
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -43,7 +46,7 @@ use crate::ops::vocab::argmax_rows;
 use crate::ops::Ops;
 use crate::sampling::{choose_in_graph, SampleColumns};
 
-type StepGraph = Graph<Option<GraphOutput>, StepClosure>;
+type Captured = Graph<Option<GraphOutput>, StepClosure>;
 
 /// What one step hands the captured closure, and what it hands back.
 #[derive(Default)]
@@ -53,7 +56,7 @@ struct StepSlot {
     cache: Option<KvCache>,
 }
 
-/// A decode step's device results: the logits `[B, vocab]` and each row's
+/// A step's device results: the logits `[B, vocab]` and each row's
 /// token as the device chose it (captured with the step, so a step whose
 /// rows change no logits launches nothing after the replay: the argmax in
 /// the `plain` graph; in the `sampled` one, on CUDA, the sampling kernel,
@@ -73,22 +76,22 @@ pub enum Ending {
 
 type StepClosure = Box<dyn FnMut() -> Option<GraphOutput> + Send>;
 
-/// One decode bucket's captured step.
-pub struct DecodeGraph {
+/// One step shape's captured step (a decode bucket or a prefill shape).
+pub struct StepGraph {
     /// Shared with the closure. Only the engine's thread ever locks it (the
     /// `Arc<Mutex>` is what lets an engine be built on one thread and moved
     /// to its scheduler thread).
     slot: Arc<Mutex<StepSlot>>,
     /// The step with the argmax (module docs).
-    plain: StepGraph,
+    plain: Captured,
     /// The step with the sampling kernel.
-    sampled: StepGraph,
+    sampled: Captured,
     /// The step up to the logits.
-    forward: StepGraph,
+    forward: Captured,
     device: Device,
 }
 
-impl DecodeGraph {
+impl StepGraph {
     /// Captures the step `inputs` describe (the bucket's buffers, holding
     /// padding rows: the warmup and capture runs write only the padding block).
     pub fn capture(

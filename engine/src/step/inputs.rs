@@ -5,7 +5,7 @@
 //! - Prefill concatenates its rows' new tokens (a whole prompt, or a chunk of
 //!   one after earlier chunks or a prefix-cache hit) into one sequence of `T`
 //!   tokens, padded on CUDA to the step's token bucket, and describes the
-//!   rows with small int tensors ([`SegmentContext`]): query offsets
+//!   rows with small int tensors ([`crate::ops::SegmentContext`]): query offsets
 //!   (`cu_seqlens`), each row's first position (`start`, its tokens already
 //!   cached), its block table, and the attention tiles; rows may be padded
 //!   too (empty segments). Every token is written to the cache (a real one at
@@ -25,7 +25,7 @@ use super::buffers::DecodeBuffers;
 use crate::kv::slot_of;
 use crate::model::AttentionMeta;
 use crate::ops::{
-    AttentionContext, PagedContext, SegmentContext, SegmentPadding, SegmentRow, TableGeometry,
+    AttentionContext, PagedContext, SegmentHost, SegmentPadding, SegmentRow, TableGeometry,
 };
 
 /// Everything [`Gpt2::forward`](crate::model::Gpt2::forward) needs for one step.
@@ -83,56 +83,90 @@ fn ints(values: Vec<i32>, device: &Device) -> Tensor<1, Int> {
     Tensor::from_data(TensorData::new(values, [n]), device)
 }
 
+/// A prefill step's inputs on the host ([`PrefillHost::new`]): uploaded as
+/// fresh tensors ([`prefill_inputs`]) or written into a captured step's
+/// buffers (`super::prefill_buffers`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrefillHost {
+    /// `[T]` each.
+    pub tokens: Vec<i32>,
+    pub positions: Vec<i32>,
+    pub write_slots: Vec<i32>,
+    /// `[R]`.
+    pub last_rows: Vec<i32>,
+    pub segments: SegmentHost,
+}
+
+impl PrefillHost {
+    /// A prefill step over `seqs` (each non-empty, together at most
+    /// `shape`'s tokens and rows), with block tables of `geometry`.
+    pub fn new(seqs: &[PrefillSeq<'_>], shape: PrefillShape, geometry: TableGeometry) -> Self {
+        let t = shape.tokens;
+        let r = shape.rows.max(seqs.len()).max(1);
+        debug_assert!(seqs.iter().map(|s| s.tokens.len()).sum::<usize>() <= t);
+        let pad_slot = geometry.padding_block as usize * geometry.block_size;
+        let mut tokens = vec![0i32; t];
+        // Padding tokens sit at position 0 (any valid one) of the padding slot.
+        let mut positions = vec![0i32; t];
+        let mut write_slots = vec![pad_slot as i32; t];
+        let mut last_rows = vec![0i32; r];
+        let mut n = 0;
+        for (i, s) in seqs.iter().enumerate() {
+            for (p, &tok) in s.tokens.iter().enumerate() {
+                tokens[n + p] = tok as i32;
+                positions[n + p] = (s.start + p) as i32;
+                write_slots[n + p] = slot_of(s.table, geometry.block_size, s.start + p) as i32;
+            }
+            n += s.tokens.len();
+            last_rows[i] = n.saturating_sub(1) as i32;
+        }
+        let rows: Vec<SegmentRow<'_>> = seqs
+            .iter()
+            .map(|s| SegmentRow {
+                queries: s.tokens.len(),
+                start: s.start,
+                table: s.table,
+            })
+            .collect();
+        let padding = SegmentPadding {
+            rows: r,
+            tiles: shape.tiles,
+        };
+        Self {
+            tokens,
+            positions,
+            write_slots,
+            last_rows,
+            segments: SegmentHost::new(&rows, padding, geometry),
+        }
+    }
+}
+
 /// Builds a prefill step over `seqs` (each non-empty, together at most
-/// `shape`'s tokens and rows), with block tables of `geometry`.
+/// `shape`'s tokens and rows), with block tables of `geometry`, as fresh
+/// device tensors.
 pub fn prefill_inputs(
     seqs: &[PrefillSeq<'_>],
     shape: PrefillShape,
     geometry: TableGeometry,
     device: &Device,
 ) -> StepInputs {
-    let t = shape.tokens;
-    let r = shape.rows.max(seqs.len()).max(1);
-    debug_assert!(seqs.iter().map(|s| s.tokens.len()).sum::<usize>() <= t);
-    let pad_slot = geometry.padding_block as usize * geometry.block_size;
-    let mut tokens = vec![0i32; t];
-    // Padding tokens sit at position 0 (any valid one) of the padding slot.
-    let mut positions = vec![0i32; t];
-    let mut write_slots = vec![pad_slot as i32; t];
-    let mut last_rows = vec![0i32; r];
-    let mut n = 0;
-    for (i, s) in seqs.iter().enumerate() {
-        for (p, &tok) in s.tokens.iter().enumerate() {
-            tokens[n + p] = tok as i32;
-            positions[n + p] = (s.start + p) as i32;
-            write_slots[n + p] = slot_of(s.table, geometry.block_size, s.start + p) as i32;
+    PrefillHost::new(seqs, shape, geometry).upload(device)
+}
+
+impl PrefillHost {
+    /// The step's inputs as fresh device tensors.
+    pub fn upload(self, device: &Device) -> StepInputs {
+        StepInputs {
+            tokens: ints(self.tokens, device),
+            positions: ints(self.positions, device),
+            last_rows: ints(self.last_rows, device),
+            meta: AttentionMeta {
+                write_slots: ints(self.write_slots, device),
+                context: AttentionContext::Segments(self.segments.upload(device)),
+            },
+            previous: None,
         }
-        n += s.tokens.len();
-        last_rows[i] = n.saturating_sub(1) as i32;
-    }
-    let rows: Vec<SegmentRow<'_>> = seqs
-        .iter()
-        .map(|s| SegmentRow {
-            queries: s.tokens.len(),
-            start: s.start,
-            table: s.table,
-        })
-        .collect();
-    let padding = SegmentPadding {
-        rows: r,
-        tiles: shape.tiles,
-    };
-    StepInputs {
-        tokens: ints(tokens, device),
-        positions: ints(positions, device),
-        last_rows: ints(last_rows, device),
-        meta: AttentionMeta {
-            write_slots: ints(write_slots, device),
-            context: AttentionContext::Segments(SegmentContext::new(
-                &rows, padding, geometry, device,
-            )),
-        },
-        previous: None,
     }
 }
 
@@ -166,6 +200,7 @@ pub fn decode_inputs(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ops::SegmentContext;
     use crate::step::buffers::{DecodeRow, Feed};
 
     fn ints_of<const D: usize>(t: Tensor<D, Int>) -> Vec<i64> {

@@ -1,5 +1,5 @@
 //! One step on the device: its inputs, the buffers they live in, the forward
-//! pass, and the decode graphs that replay it.
+//! pass, and the graphs that replay it.
 //!
 //! - [`shapes`]: the shape a runner is built for and each step's padded
 //!   shape (CUDA buckets).
@@ -7,9 +7,10 @@
 //!   derived on the device from the buffers).
 //! - [`buffers`]: the persistent device buffers a decode step's inputs are
 //!   written into, one set per decode bucket (in place on CUDA).
+//! - [`prefill_buffers`]: the same for one small prefill shape.
 //! - [`forward`]: the model over a step's inputs (eager steps and graphs).
-//! - [`graphs`]: decode steps captured once per bucket and replayed as CUDA
-//!   graphs.
+//! - [`graphs`]: steps captured once per decode bucket and small prefill
+//!   shape, replayed as CUDA graphs.
 //! - [`runner`]: [`StepRunner`], which owns the model, the KV storage, the
 //!   buffers and the graphs, and runs prefill and decode steps to sampled ids.
 
@@ -17,10 +18,11 @@ pub mod buffers;
 pub mod forward;
 pub mod graphs;
 pub mod inputs;
+pub mod prefill_buffers;
 pub mod runner;
 pub mod shapes;
 
 pub use buffers::DecodeRow;
 pub use inputs::{PrefillSeq, PrefillShape, StepInputs};
 pub use runner::{ScoreRequest, StepRunner};
-pub use shapes::{RunnerShape, MIN_PREFILL_BUCKET};
+pub use shapes::{RunnerShape, MIN_PREFILL_BUCKET, PREFILL_GRAPH_MAX_TOKENS};

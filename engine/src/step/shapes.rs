@@ -27,6 +27,11 @@ use crate::ops::plan::prefill_tile_bound;
 /// one shape per doubling (10 up to 8192 tokens).
 pub const MIN_PREFILL_BUCKET: usize = 16;
 
+/// Largest token bucket whose prefill steps are captured as graphs
+/// (`super::runner`'s prefill graphs): past it a step's GPU time dwarfs the
+/// host's launches.
+pub const PREFILL_GRAPH_MAX_TOKENS: usize = 512;
+
 /// The most a prefill step holds: the scheduler's prefill knobs. The warmup
 /// runs every shape a step within these bounds can take (CUDA), so the
 /// steps the scheduler plans never compile anything; a larger step (a

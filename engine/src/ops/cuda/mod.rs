@@ -41,6 +41,7 @@ use crate::tuning::KernelTuning;
 
 pub use kernels::cache_write::kv_write;
 pub use kernels::layer_norm::layer_norm_rows;
+pub use kernels::logit_edits::logit_edits;
 pub use kernels::penalty_counts::count_chosen;
 pub use kernels::sample_rows::{fits_device as sample_rows_fit, sample_rows};
 pub use kernels::vocab_rows::{vocab_argmax, vocab_logprobs};

@@ -13,10 +13,12 @@
 //! the pool's last).
 //!
 //! Children: [`launch`] (a decode step queued without waiting for its ids,
-//! for the overlapped step loop), [`scoring`] (prompt logprobs), [`warm`]
-//! (the vocabulary reductions tuned at warmup).
+//! for the overlapped step loop), [`prefill_graphs`] (small prefill steps
+//! as captured graphs), [`scoring`] (prompt logprobs), [`warm`] (the
+//! vocabulary kernels warmed at warmup).
 
 mod launch;
+mod prefill_graphs;
 mod scoring;
 mod warm;
 
@@ -30,8 +32,11 @@ use burn::prelude::*;
 
 use super::buffers::{DecodeBuffers, DecodeRow};
 use super::forward::forward;
-use super::graphs::{DecodeGraph, Ending};
-use super::inputs::{decode_inputs, prefill_inputs, PrefillSeq, PrefillShape, StepInputs};
+use super::graphs::{Ending, StepGraph};
+use super::inputs::{
+    decode_inputs, prefill_inputs, PrefillHost, PrefillSeq, PrefillShape, StepInputs,
+};
+use super::prefill_buffers::PrefillBuffers;
 use super::shapes::{self, RunnerShape};
 use crate::error::EngineError;
 use crate::model::{Gpt2, Gpt2Config, KvCache};
@@ -47,7 +52,9 @@ pub type Sampled = (Vec<u32>, Vec<Option<TokenLogprobs>>);
 pub struct StepRunner {
     /// Captured decode steps per bucket (declared first: dropped before the
     /// buffers and the cache they replay against).
-    graphs: BTreeMap<usize, DecodeGraph>,
+    graphs: BTreeMap<usize, StepGraph>,
+    /// Captured prefill steps per `(tokens, rows)` shape ([`prefill_graphs`]).
+    prefill_graphs: BTreeMap<(usize, usize), StepGraph>,
     model: Gpt2,
     config: Gpt2Config,
     ops: Ops,
@@ -55,6 +62,8 @@ pub struct StepRunner {
     cache: KvCache,
     /// Persistent decode inputs, one set per decode bucket, made on first use.
     decode_buffers: BTreeMap<usize, DecodeBuffers>,
+    /// Persistent prefill inputs of the captured prefill shapes.
+    prefill_buffers: BTreeMap<(usize, usize), PrefillBuffers>,
     /// `[max_batch, 1]` the last queued decode step's choice ([`launch`]),
     /// where a row fed [`super::buffers::Feed::Previous`] finds its token.
     last_chosen: InputBuffer<2, Int>,
@@ -107,6 +116,8 @@ impl StepRunner {
         Ok(Self {
             last_chosen: InputBuffer::resident_zeros([max_batch, 1], &device),
             graphs: BTreeMap::new(),
+            prefill_graphs: BTreeMap::new(),
+            prefill_buffers: BTreeMap::new(),
             penalties,
             model,
             config,
@@ -255,23 +266,31 @@ impl StepRunner {
         table: &SamplingTable,
         scores: &[ScoreRequest],
     ) -> Result<(Sampled, Vec<Vec<TokenLogprobs>>), EngineError> {
-        let (mut inputs, padded) = self.prefill_batch(rows);
+        if scores.is_empty() {
+            if let Some(sampled) = self.replay_prefill(rows, table) {
+                let sampled = sampled?;
+                self.check_library_calls()?;
+                return Ok((sampled, Vec::new()));
+            }
+        }
+        let (mut host, padded) = self.prefill_batch(rows);
         let extra = score_positions(rows, scores);
         if !extra.is_empty() {
-            // Padded to a power of two on bucketed devices: a bounded set of
+            // The scored positions' rows follow the rows' last tokens (built
+            // here on the host: one upload, no device concatenation), padded
+            // to a power of two on bucketed devices: a bounded set of
             // LM-head shapes.
             let n = if self.shape.bucketed {
                 extra.len().max(16).next_power_of_two()
             } else {
                 extra.len()
             };
-            let mut at = extra.clone();
-            at.resize(n, 0);
-            let at = Tensor::<1, Int>::from_data(TensorData::new(at, [n]), &self.device);
-            inputs.last_rows = Tensor::cat(vec![inputs.last_rows, at], 0);
+            host.last_rows.extend(&extra);
+            host.last_rows.resize(padded + n, 0);
         }
+        let inputs = host.upload(&self.device);
         let logits = forward(&self.model, &self.ops, &mut self.cache, inputs);
-        let scored = (!extra.is_empty()).then(|| logits.clone().narrow(0, padded, extra.len()));
+        let scored = (!extra.is_empty()).then(|| logits.clone());
         let sampled = if table.is_empty() {
             (Vec::new(), Vec::new())
         } else {
@@ -281,7 +300,7 @@ impl StepRunner {
             sample_step(logits, None, &params, table)?
         };
         let scores = match scored {
-            Some(l) => score(l, scores)?,
+            Some(l) => score(l, padded, scores)?,
             None => Vec::new(),
         };
         self.check_library_calls()?;
@@ -327,7 +346,8 @@ impl StepRunner {
     /// The logits `[rows.len(), vocab]` at each row's last token (a prefill
     /// step without sampling; tests and the reference check).
     pub fn logits(&mut self, rows: &[PrefillSeq<'_>]) -> Tensor<2> {
-        let (inputs, _) = self.prefill_batch(rows);
+        let (host, _) = self.prefill_batch(rows);
+        let inputs = host.upload(&self.device);
         forward(&self.model, &self.ops, &mut self.cache, inputs).narrow(0, 0, rows.len())
     }
 
@@ -357,7 +377,7 @@ impl StepRunner {
             let started = Instant::now();
             let inputs = self.prepare_decode(bucket, &[], Some(&SamplingTable::default()));
             let columns = self.decode_buffers[&bucket].sampling.columns();
-            let graph = DecodeGraph::capture(
+            let graph = StepGraph::capture(
                 &self.model,
                 &self.ops,
                 &mut self.cache,
@@ -432,14 +452,13 @@ impl StepRunner {
         decode_inputs(buffers, block_size, max_context, self.last_chosen.tensor())
     }
 
-    /// The prefill step's inputs over `rows`, padded to the step's shape, and
-    /// the padded row count (the first `rows.len()` rows are real; the logits
-    /// are `[padded, vocab]`).
-    fn prefill_batch(&self, rows: &[PrefillSeq<'_>]) -> (StepInputs, usize) {
+    /// The prefill step's inputs over `rows` on the host, padded to the
+    /// step's shape, and the padded row count (the first `rows.len()` rows
+    /// are real; the logits are `[padded, vocab]`).
+    fn prefill_batch(&self, rows: &[PrefillSeq<'_>]) -> (PrefillHost, usize) {
         let tokens = rows.iter().map(|r| r.tokens.len()).sum();
         let shape = self.prefill_shape(rows.len(), tokens);
-        let inputs = prefill_inputs(rows, shape, self.tables(), &self.device);
-        (inputs, shape.rows)
+        (PrefillHost::new(rows, shape, self.tables()), shape.rows)
     }
 }
 

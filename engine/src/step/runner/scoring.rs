@@ -4,7 +4,7 @@
 use burn::prelude::*;
 
 use crate::error::EngineError;
-use crate::sampling::logprobs;
+use crate::sampling::logprobs_from;
 use crate::step::inputs::PrefillSeq;
 use crate::types::TokenLogprobs;
 
@@ -40,10 +40,12 @@ pub(super) fn score_positions(rows: &[PrefillSeq<'_>], scores: &[ScoreRequest]) 
         .collect()
 }
 
-/// Each request's logprobs from `logits` (`[positions, V]`, the scored
-/// positions in order).
+/// Each request's logprobs from `logits` (`[rows + positions, V]`: the
+/// step's `rows` sampled rows, then the scored positions in order; read in
+/// place, nothing is sliced or copied).
 pub(super) fn score(
     logits: Tensor<2>,
+    rows: usize,
     scores: &[ScoreRequest],
 ) -> Result<Vec<Vec<TokenLogprobs>>, EngineError> {
     let targets: Vec<u32> = scores
@@ -54,7 +56,7 @@ pub(super) fn score(
         .iter()
         .flat_map(|s| std::iter::repeat_n(Some(s.top), s.targets.len()))
         .collect();
-    let mut all = logprobs(logits, &targets, &top)?.into_iter();
+    let mut all = logprobs_from(logits, rows, &targets, &top)?.into_iter();
     Ok(scores
         .iter()
         .map(|s| all.by_ref().take(s.targets.len()).flatten().collect())

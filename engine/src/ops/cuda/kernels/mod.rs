@@ -13,6 +13,8 @@
 //! - [`gemv`]: the decode GEMV with the bias / GELU / residual epilogue.
 //! - [`mma`]: the tensor-core (`wmma`) projection for 16 to 256 rows.
 //! - [`layer_norm`]: one warp per row.
+//! - [`logit_edits`]: a step's `logit_bias` and host penalty edits, applied
+//!   while the logits are copied to f32 for the sampling kernel.
 //! - [`prefill_attention`]: causal tensor-core attention over a prefill
 //!   step's segments: queries straight from `qkv`, keys and values from the
 //!   paged cache through the block tables.
@@ -32,6 +34,7 @@ pub mod cache_write;
 pub mod decode_passes;
 pub mod gemv;
 pub mod layer_norm;
+pub mod logit_edits;
 pub mod mma;
 pub mod penalty_counts;
 pub mod prefill_attention;

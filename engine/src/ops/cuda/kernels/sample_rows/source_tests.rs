@@ -233,3 +233,25 @@ fn the_vocabulary_kernels_expand_and_transpile_to_cuda_cpp() {
         "no fast math"
     );
 }
+
+#[test]
+fn the_logit_edits_kernel_expands_and_transpiles_to_cuda_cpp() {
+    use crate::ops::cuda::kernels::logit_edits::logit_edits_kernel;
+    let (b, v, n) = (4usize, 50_257usize, 64usize);
+    let kernel = logit_edits_kernel::create_dummy_kernel(
+        Arc::new(h100()),
+        target(),
+        CubeCount::Static(b as u32, 1, 1),
+        CubeDim::new_2d(32, 8),
+        tensor(&[b, v], 2),
+        tensor(&[n], 4),
+        tensor(&[n], 4),
+        tensor(&[n], 4),
+        tensor(&[n], 4),
+        tensor(&[b, v], 4),
+        [ElemType::Float(FloatKind::F16), ElemType::Int(IntKind::I32)],
+    );
+    let source = transpile!(kernel).to_string();
+    println!("{source}");
+    assert!(source.contains("__syncthreads"), "the copy is waited for");
+}
