@@ -4,9 +4,11 @@
 //!
 //! Each cube copies its row to the f32 output, waits for the copy
 //! (`sync_cube`), then walks the whole edit list and applies the entries
-//! that fall in its row. The list is short (the edited `(row, token)` pairs
-//! of one step, a few thousand at most), so every cube reading all of it
-//! costs less than sorting it by row on the host. Entries name distinct
+//! that fall in its row. The list holds one step's edited `(row, token)`
+//! pairs (a `logit_bias` map per row, or the tokens of the rows whose
+//! penalties stayed on the host): each cube reading all `N` of them costs
+//! `N` reads a row beside the row's own `V`, cheaper than sorting the list
+//! by row on the host while `N` stays below the vocabulary. Entries name distinct
 //! positions (`crate::sampling::transforms` pads with distinct no-ops), so
 //! no two threads write one value.
 //!
