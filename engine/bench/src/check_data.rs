@@ -1,5 +1,6 @@
-//! Device data helpers of the `--check-kernels` checks: tensors to host
-//! floats, max differences, int tensors from host vectors.
+//! Device data helpers of the checks: tensors to host floats and max
+//! differences (every check), int tensors from host vectors and random
+//! tensors (the `--check-kernels` checks).
 
 use burn::prelude::*;
 use burn::tensor::{DType, Distribution};

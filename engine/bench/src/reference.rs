@@ -172,13 +172,7 @@ fn prefill_replay_check(
     engine: &mut Engine,
     prompts: &[Vec<u32>],
 ) -> anyhow::Result<serde_json::Value> {
-    let floats = |t: Tensor<2>| -> Vec<f32> { t.into_data().iter::<f32>().collect() };
-    let max_diff = |a: Vec<f32>, b: Vec<f32>| {
-        a.iter()
-            .zip(&b)
-            .map(|(x, y)| (x - y).abs())
-            .fold(0.0f32, f32::max)
-    };
+    use crate::check_data::{floats, max_diff};
     let replayed = engine.prompt_logits_replayed(prompts)?;
     let eager = engine.prompt_logits(prompts)?;
     // Again, after the eager step wrote its K/V into the same blocks: equal

@@ -9,6 +9,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 
+use crate::check_data::{floats, max_diff};
+
 /// What a timing run takes from the command line.
 #[derive(Debug, Clone, Copy)]
 pub struct TimingOptions {
@@ -170,17 +172,10 @@ pub fn bench_prefill_graph(
     let hardware = engine.capture_prefill_graphs();
     let check: Vec<Vec<u32>> = (0..n).map(|_| prompts.take(len)).collect();
     let diff = match engine.prompt_logits_replayed(&check) {
-        Ok(replayed) => {
-            let eager = engine.prompt_logits(&check)?;
-            let floats =
-                |t: burn::tensor::Tensor<2>| -> Vec<f32> { t.into_data().iter::<f32>().collect() };
-            let d = floats(replayed)
-                .iter()
-                .zip(floats(eager))
-                .map(|(a, b)| (a - b).abs())
-                .fold(0.0f32, f32::max);
-            Some(d)
-        }
+        Ok(replayed) => Some(max_diff(
+            floats(replayed),
+            floats(engine.prompt_logits(&check)?),
+        )),
         Err(_) => None,
     };
     match diff {

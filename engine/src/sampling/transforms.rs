@@ -1,8 +1,9 @@
 //! The logit transforms of the rows that ask for them, applied on the device
 //! before the choice, in vLLM's order: `logit_bias`, then the repetition
-//! penalty, then the frequency and presence penalties (one gather, one
-//! element-wise pass and one scatter over the edited `(row, token)` entries),
-//! then banned tokens (`min_tokens`) and a structured-output row's allowed
+//! penalty, then the frequency and presence penalties over the edited
+//! `(row, token)` entries (on CUDA one kernel while the logits are copied to
+//! f32, `crate::ops::vocab::edit_rows`; elsewhere one gather, one
+//! element-wise pass and one scatter), then banned tokens (`min_tokens`) and a structured-output row's allowed
 //! set (a large negative value on every other token, so nothing is NaN).
 //!
 //! Only steps where some row asks run any of it ([`super::SamplingTable::
@@ -141,7 +142,7 @@ pub fn apply(logits: Tensor<2>, prepared: &Prepared) -> Tensor<2> {
 
 /// The edits as tensor ops on f32 `logits` `[B, V]`: a gather of the
 /// edited entries, the element-wise update, a scatter back.
-pub fn edit_tensor_ops(
+fn edit_tensor_ops(
     logits: Tensor<2>,
     idx: &Tensor<1, Int>,
     add: &Tensor<1>,

@@ -385,23 +385,11 @@ impl StepRunner {
                 columns,
                 &self.device,
             );
-            let is_hardware = graph.is_hardware();
-            tracing::debug!(
-                bucket,
-                is_hardware,
-                seconds = started.elapsed().as_secs_f64(),
-                "captured a decode step"
-            );
-            if is_hardware {
-                hardware += 1;
-            } else if cfg!(feature = "cuda") && self.shape.bucketed {
-                tracing::warn!(
-                    bucket,
-                    "CUDA graph capture of a decode step failed; that bucket runs eager"
-                );
-                continue;
+            let what = format!("decode step of {bucket} rows");
+            hardware += usize::from(graph.is_hardware());
+            if keep_capture(&graph, self.shape.bucketed, &what, started) {
+                self.graphs.insert(bucket, graph);
             }
-            self.graphs.insert(bucket, graph);
         }
         hardware
     }
@@ -460,6 +448,25 @@ impl StepRunner {
         let shape = self.prefill_shape(rows.len(), tokens);
         (PrefillHost::new(rows, shape, self.tables()), shape.rows)
     }
+}
+
+/// Whether a runner keeps `graph`, just captured (from `started`) for the
+/// step `what` names: a hardware graph always; on CUDA a capture that gave
+/// none is logged and dropped (that shape runs eager, never a wrong
+/// result); elsewhere (the CPU) the fallback graph, which re-runs the step.
+fn keep_capture(graph: &StepGraph, bucketed: bool, what: &str, started: Instant) -> bool {
+    let is_hardware = graph.is_hardware();
+    tracing::debug!(
+        what,
+        is_hardware,
+        seconds = started.elapsed().as_secs_f64(),
+        "captured a step"
+    );
+    if !is_hardware && cfg!(feature = "cuda") && bucketed {
+        tracing::warn!(what, "CUDA graph capture failed; that shape runs eager");
+        return false;
+    }
+    true
 }
 
 /// Samples the `table.len()` real rows of `logits` with `params` (written

@@ -19,7 +19,7 @@ use std::time::Instant;
 
 use burn::prelude::*;
 
-use super::{sample_step, Sampled, StepRunner};
+use super::{keep_capture, sample_step, Sampled, StepRunner};
 use crate::error::EngineError;
 use crate::sampling::SamplingTable;
 use crate::step::graphs::{Ending, GraphOutput, StepGraph};
@@ -55,24 +55,14 @@ impl StepRunner {
                 buffers.sampling.columns(),
                 &self.device,
             );
-            let is_hardware = graph.is_hardware();
-            tracing::debug!(
-                tokens = shape.tokens,
-                rows = shape.rows,
-                is_hardware,
-                seconds = started.elapsed().as_secs_f64(),
-                "captured a prefill step"
+            let what = format!(
+                "prefill step of {} tokens, {} rows",
+                shape.tokens, shape.rows
             );
-            if is_hardware {
-                hardware += 1;
-            } else if cfg!(feature = "cuda") && self.shape.bucketed {
-                tracing::warn!(
-                    tokens = shape.tokens,
-                    "CUDA graph capture of a prefill step failed; that shape runs eager"
-                );
-                continue;
+            hardware += usize::from(graph.is_hardware());
+            if keep_capture(&graph, self.shape.bucketed, &what, started) {
+                self.prefill_graphs.insert(key, graph);
             }
-            self.prefill_graphs.insert(key, graph);
         }
         hardware
     }
@@ -86,7 +76,8 @@ impl StepRunner {
     /// step's graph (the check against [`StepRunner::logits`]); `None`
     /// where its shape has none.
     pub fn logits_replayed(&mut self, rows: &[PrefillSeq<'_>]) -> Option<Tensor<2>> {
-        let (logits, _) = self.replay_prefill_step(rows, &SamplingTable::default(), true)?;
+        let shape = self.step_shape(rows);
+        let (logits, _) = self.replay_prefill_step(rows, shape, &SamplingTable::default(), true)?;
         Some(logits.narrow(0, 0, rows.len()))
     }
 
@@ -98,11 +89,16 @@ impl StepRunner {
         rows: &[PrefillSeq<'_>],
         table: &SamplingTable,
     ) -> Option<Result<Sampled, EngineError>> {
-        let (logits, chosen) = self.replay_prefill_step(rows, table, table.is_empty())?;
+        // The serving path asks every prefill step: nothing to look up until
+        // a shape is captured.
+        if self.prefill_graphs.is_empty() {
+            return None;
+        }
+        let shape = self.step_shape(rows);
+        let (logits, chosen) = self.replay_prefill_step(rows, shape, table, table.is_empty())?;
         if table.is_empty() {
             return Some(Ok((Vec::new(), Vec::new())));
         }
-        let shape = self.step_shape(rows);
         let params = &self
             .prefill_buffers
             .get(&(shape.tokens, shape.rows))?
@@ -116,16 +112,17 @@ impl StepRunner {
         self.prefill_shape(rows.len(), tokens)
     }
 
-    /// Writes the step over `rows` and `table` into its shape's buffers and
-    /// replays its graph (to the logits alone with `logits_only`), waiting
-    /// for the device; `None` where the shape has no graph.
+    /// Writes the step over `rows` (of `shape`) and `table` into its
+    /// shape's buffers and replays its graph (to the logits alone with
+    /// `logits_only`), waiting for the device; `None` where the shape has no
+    /// graph.
     fn replay_prefill_step(
         &mut self,
         rows: &[PrefillSeq<'_>],
+        shape: PrefillShape,
         table: &SamplingTable,
         logits_only: bool,
     ) -> Option<GraphOutput> {
-        let shape = self.step_shape(rows);
         let key = (shape.tokens, shape.rows);
         let geometry = self.tables();
         let graph = self.prefill_graphs.get_mut(&key)?;
