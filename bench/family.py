@@ -211,6 +211,17 @@ def find(rows, **key):
     return next((r for r in rows or [] if all(r.get(k) == v for k, v in key.items())), None)
 
 
+def ember_prefill(doc):
+    """One engine-bench prefill row as the server runs that step: replayed
+    from its captured graph where the shape has one (the replay checked
+    against the eager step), else the eager step."""
+    doc = doc or {}
+    graph = doc.get("prefill_graph") or {}
+    if graph.get("graph_vs_eager_max_logit_diff") is not None:
+        return graph
+    return doc.get("prefill")
+
+
 def ember_decode(doc):
     """(step ms, overlapped step ms, GPU-only ms) of one engine-bench decode row:
     the synchronous graph step when there is one, else the eager one; the
@@ -245,8 +256,8 @@ def size_rows(args, size, stages):
                              ember_overlap_ms=e_overlap, ember_gpu_ms=e_gpu, peer_ms=p.get("median_ms"),
                              peer_gpu_ms=p.get("mean_ms_loop"),
                              floor_ms=floor if b == 1 else None, notes="; ".join(notes)))
-    prefills = [e.get("prefill") for f in sorted(glob.glob(f"{raw}/ember-{size}-*.json"))
-                if not f.endswith(".skipped.json") for e in [load(f) or {}]]
+    prefills = [ember_prefill(load(f)) for f in sorted(glob.glob(f"{raw}/ember-{size}-*.json"))
+                if not f.endswith(".skipped.json")]
     for shape in args.prefills.split():
         n, length = (int(x) for x in shape.lower().split("x"))
         e = find(prefills, sequences=n, prompt_len=length) or {}

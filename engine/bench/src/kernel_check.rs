@@ -76,6 +76,7 @@ mod cuda {
         );
         // The sampler first: the newest kernel, and its line is then never
         // lost to a timeout of the slower checks after it.
+        let graph = graph_checks(h, dev, &say);
         let sampler = crate::sample_check::run(dev, &say);
         let penalties = crate::penalty_check::run(dev, &say);
         let vocab = crate::vocab_check::run(dev, &say);
@@ -107,6 +108,7 @@ mod cuda {
         let prefill = prefill_checks(h, dev, &say);
         Ok(json!({
             "device": device.name,
+            "prefill_graph": graph,
             "sampler": sampler,
             "penalties": penalties,
             "vocab": vocab,
@@ -126,6 +128,20 @@ mod cuda {
                 .map(|(case, diff)| json!({"case": case, "max_abs_diff": diff}))
                 .collect::<Vec<_>>(),
         }))
+    }
+
+    /// The KV write and prefill attention replayed from graphs captured over
+    /// padding-only segment buffers, against eager launches over the rows
+    /// written into them since (`crate::graph_attention_check`).
+    fn graph_checks(h: usize, dev: &Device, say: &dyn Fn(String)) -> serde_json::Value {
+        use crate::graph_attention_check::graph_segment_check;
+        let alone = graph_segment_check(false, h, dev);
+        let written = graph_segment_check(true, h, dev);
+        let in_place = alone.buffers_written_in_place && written.buffers_written_in_place;
+        say(format!("prefill attention replayed from a graph captured over padding-only buffers: max |replayed - eager| = {:e}; with the KV write before it: {:e}; buffers written in place: {in_place}", alone.output_diff, written.output_diff));
+        json!({"attention_max_abs_diff": alone.output_diff,
+               "write_and_attention_max_abs_diff": written.output_diff,
+               "buffers_written_in_place": in_place})
     }
 
     /// Paged decode attention against the reference: unsplit, split across

@@ -37,12 +37,15 @@ use serde_json::json;
 mod check_data;
 mod controls_check;
 mod gemv_bw;
+#[cfg(feature = "cuda")]
+mod graph_attention_check;
 mod kernel_check;
 #[cfg(feature = "cuda")]
 mod kv_write_check;
 mod machine;
 mod membw;
 mod penalty_check;
+mod prefill_probe;
 mod reference;
 mod sample_check;
 mod timing;

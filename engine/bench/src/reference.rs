@@ -70,10 +70,16 @@ pub fn check_reference(
         println!(
             "  overlapped loop (graph replays): tokens identical to eager steps: {overlapped}"
         );
-        engine.capture_prefill_graphs();
-        let prefill = prefill_replay_check(&mut engine, &prompts)?;
+        // Prefill steps are captured only where shapes are bucketed (CUDA).
+        let (prefill, probe) = match engine.capture_prefill_graphs() {
+            0 => (json!(null), json!(null)),
+            _ => (
+                prefill_replay_check(&mut engine, &prompts)?,
+                crate::prefill_probe::probe(&mut engine, &prompts),
+            ),
+        };
         graph_check = json!({"hardware_graphs": hardware, "tokens_identical": same,
-                             "prefill_replay": prefill,
+                             "prefill_replay": prefill, "prefill_probe": probe,
                              "overlapped_identical": overlapped});
     }
     let matching: Vec<usize> = cases

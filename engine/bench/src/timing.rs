@@ -184,8 +184,15 @@ pub fn bench_prefill_graph(
         ),
         None => println!("prefill {n} x {len}: no captured graph for its shape (eager)"),
     }
+    let probe = crate::prefill_probe::probe(engine, &check);
+    let gpu_ms = engine.time_prefill_graph_replays(&check, 20)?;
+    if let Some(ms) = gpu_ms {
+        println!("prefill {n} x {len} graph replays back to back: {ms:.3} ms (GPU time)");
+    }
     let mut row = bench_prefill(engine, options, prompts, n, len)?;
+    row["gpu_ms"] = json!(gpu_ms);
     row["graph_vs_eager_max_logit_diff"] = json!(diff);
+    row["graph_probe"] = probe;
     row["hardware_prefill_graphs"] = json!(hardware);
     Ok(row)
 }

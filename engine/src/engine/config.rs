@@ -27,10 +27,12 @@ pub struct EngineConfig {
     /// Keep full blocks content-addressed and reuse them for requests that
     /// share a prefix (`crate::kv`).
     pub prefix_caching: bool,
-    /// Capture each decode bucket's step at warmup and replay it as a CUDA
-    /// graph, where shapes are bucketed: [`super::Engine::new`] drops it
-    /// otherwise (on the CPU a "graph" would re-run the step, no speed-up).
-    pub decode_graphs: bool,
+    /// Capture each decode bucket's step and each prefill shape of at most
+    /// `crate::step::PREFILL_GRAPH_MAX_TOKENS` tokens at warmup and replay
+    /// them as CUDA graphs, where shapes are bucketed: [`super::Engine::new`]
+    /// drops it otherwise (on the CPU a "graph" would re-run the step, no
+    /// speed-up).
+    pub cuda_graphs: bool,
     /// Pad step shapes to power-of-two buckets; `None`: the device's choice
     /// (CUDA: yes, a bounded set of shapes to compile, tune and capture; the
     /// CPU: no, padding would be pure extra work).
@@ -56,7 +58,7 @@ impl EngineConfig {
                 max_tokens: 8192,
             },
             prefix_caching: true,
-            decode_graphs: false,
+            cuda_graphs: false,
             bucketed: None,
         }
     }

@@ -58,7 +58,7 @@ fn controlled_rows_beside_plain_ones_keep_their_results() {
         },
         ..config(4, 512, true)
     });
-    e.decode_graphs = true;
+    e.cuda_graphs = true;
     e.warmup().unwrap();
     let got = generate(&mut e, reqs);
     for (i, case) in c.cases.iter().enumerate() {

@@ -38,6 +38,7 @@ mod impl_step_engine;
 pub mod kv_sizing;
 mod pending;
 mod prefill;
+mod prefill_probe;
 mod prompt_scoring;
 mod sequence;
 mod sequences;
@@ -59,6 +60,8 @@ mod preempt_tests;
 mod prefill_tests;
 #[cfg(test)]
 mod tests;
+
+pub use prefill_probe::PrefillProbe;
 
 use std::collections::HashSet;
 
@@ -85,9 +88,9 @@ pub struct Engine {
     seqs: Sequences,
     /// Token that ends a sequence (unless `ignore_eos`): the model's.
     eos_token_id: u32,
-    /// Capture decode graphs at warmup: [`EngineConfig::decode_graphs`] where
+    /// Capture decode and small prefill graphs at warmup: [`EngineConfig::cuda_graphs`] where
     /// shapes are bucketed.
-    decode_graphs: bool,
+    cuda_graphs: bool,
     /// The decode step queued and not yet judged (the overlapped step loop,
     /// [`decode`]).
     pending: Option<pending::PendingStep>,
@@ -104,7 +107,7 @@ impl Engine {
             runner,
             seqs: Sequences::new(num_blocks, config.block_size, config.prefix_caching),
             // Graphs pay off only where launches cost: bucketed shapes (CUDA).
-            decode_graphs: config.decode_graphs && bucketed,
+            cuda_graphs: config.cuda_graphs && bucketed,
             pending: None,
         })
     }
@@ -346,7 +349,7 @@ impl Engine {
     /// graphs where the config asked for them and shapes are bucketed, and
     /// (bucketed) runs a few requests with every option ([`warm_requests`]).
     pub fn warmup(&mut self) -> Result<WarmupReport, EngineError> {
-        let mut report = warmup::run(&mut self.runner, self.decode_graphs)?;
+        let mut report = warmup::run(&mut self.runner, self.cuda_graphs)?;
         if self.runner.shape().bucketed {
             let started = std::time::Instant::now();
             report.requests = self.warm_requests()?;

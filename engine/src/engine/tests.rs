@@ -42,7 +42,7 @@ pub(super) fn config(block_size: usize, num_blocks: usize, bucketed: bool) -> En
             max_tokens: 64,
         },
         prefix_caching: true,
-        decode_graphs: false,
+        cuda_graphs: false,
         bucketed: Some(bucketed),
     }
 }
@@ -520,7 +520,7 @@ fn captured_decode_steps_match_eager_steps() {
         });
         // On the CPU the engine drops graphs (no speed-up); asked for here
         // to check the capture plumbing.
-        engine.decode_graphs = graphs;
+        engine.cuda_graphs = graphs;
         let report = engine.warmup().unwrap();
         assert_eq!(report.graphs, 0, "no hardware graphs on the CPU");
         assert_eq!(engine.captured_graphs(), if graphs { 4 } else { 0 });
@@ -566,6 +566,14 @@ fn a_replayed_prefill_step_gives_the_eager_logits() {
     let eager = floats(engine.prompt_logits(&one).unwrap());
     let replayed = floats(engine.prompt_logits_replayed(&one).unwrap());
     assert_eq!(replayed, eager);
+    // The bench's probe finds nothing apart: every buffer holds the step,
+    // every layer's K/V and the logits are the eager step's.
+    let probe = engine.probe_prefill_graph(&prompts).unwrap();
+    assert!(probe.buffers_differ.is_empty(), "{probe:?}");
+    assert_eq!(probe.kv_diffs.len(), 2, "one pair a layer");
+    assert!(probe.kv_diffs.iter().all(|&d| d == (0.0, 0.0)), "{probe:?}");
+    assert_eq!((probe.logits_diff, probe.after_eager_diff), (0.0, 0.0));
+    assert_eq!(probe.recaptured_diff, None, "no hardware graph on the CPU");
     assert_eq!(engine.kv_blocks_used(), 0);
 }
 

@@ -8,7 +8,7 @@ use super::Engine;
 use crate::error::EngineError;
 use crate::ops::TunedShape;
 use crate::step::shapes::prefill_shapes;
-use crate::step::PrefillSeq;
+use crate::step::{PrefillSeq, StepRunner};
 use crate::types::{SeqId, SequenceRequest};
 
 impl Engine {
@@ -35,6 +35,32 @@ impl Engine {
         prompts: &[Vec<u32>],
         replayed: bool,
     ) -> Result<Tensor<2>, EngineError> {
+        let logits = self.on_reserved(prompts, |runner, rows| match replayed {
+            false => Some(runner.logits(rows)),
+            true => runner.logits_replayed(rows),
+        })?;
+        logits.ok_or_else(|| EngineError::InvalidConfig("no captured prefill step".into()))
+    }
+
+    /// Milliseconds per replay of `prompts`' captured prefill step, `n`
+    /// replays back to back after 3 untimed ones (the step's GPU time
+    /// without the host's work); `None` where the shape has no hardware
+    /// graph.
+    pub fn time_prefill_graph_replays(
+        &mut self,
+        prompts: &[Vec<u32>],
+        n: usize,
+    ) -> Result<Option<f64>, EngineError> {
+        self.on_reserved(prompts, |runner, rows| runner.time_prefill_replays(rows, n))
+    }
+
+    /// Runs `f` over `prompts` as fresh prefill rows on blocks reserved for
+    /// them (validated first, given back after).
+    pub(super) fn on_reserved<T>(
+        &mut self,
+        prompts: &[Vec<u32>],
+        f: impl FnOnce(&mut StepRunner, &[PrefillSeq<'_>]) -> T,
+    ) -> Result<T, EngineError> {
         for (i, p) in prompts.iter().enumerate() {
             self.validate(&SequenceRequest::greedy(i as SeqId, p.clone(), 1))?;
         }
@@ -50,20 +76,29 @@ impl Engine {
                 table: t,
             })
             .collect();
-        let logits = match replayed {
-            false => Some(self.runner.logits(&rows)),
-            true => self.runner.logits_replayed(&rows),
-        };
+        let out = f(&mut self.runner, &rows);
         self.seqs.release_tables(&tables);
-        logits.ok_or_else(|| EngineError::InvalidConfig("no captured prefill step".into()))
+        Ok(out)
     }
 
     /// Times the projection kernels against each other at the decode
-    /// buckets of `batch_sizes` and records the fastest for each shape (CUDA;
-    /// the warmup does this for every bucket). Returns the timings.
+    /// buckets of `batch_sizes` and at the engine's prefill token buckets,
+    /// and records the fastest for each shape (CUDA; the warmup does this
+    /// for every decode bucket). Returns the timings.
     pub fn tune_projections(&mut self, batch_sizes: &[usize]) -> Vec<TunedShape> {
         let buckets = self.decode_buckets(batch_sizes);
-        self.runner.tune_projections(&buckets)
+        let tokens: Vec<usize> = self.prefill_shapes().iter().map(|s| s.tokens).collect();
+        self.runner.tune_projections(&buckets, &tokens)
+    }
+
+    /// Every prefill shape the engine's prefill bounds allow (bucketed
+    /// devices; none elsewhere).
+    fn prefill_shapes(&self) -> Vec<crate::step::PrefillShape> {
+        let shape = self.runner.shape();
+        match shape.bucketed {
+            true => prefill_shapes(&shape, shape.prefill.max_rows, shape.prefill.max_tokens),
+            false => Vec::new(),
+        }
     }
 
     /// The distinct decode buckets of `batch_sizes`, ascending.
@@ -98,11 +133,7 @@ impl Engine {
     /// warmup does (bucketed devices only: elsewhere shapes are exact and
     /// nothing is captured). Returns the hardware graphs captured.
     pub fn capture_prefill_graphs(&mut self) -> usize {
-        let shape = self.runner.shape();
-        if !shape.bucketed {
-            return 0;
-        }
-        let shapes = prefill_shapes(&shape, shape.prefill.max_rows, shape.prefill.max_tokens);
+        let shapes = self.prefill_shapes();
         self.runner.capture_prefill_graphs(&shapes)
     }
 }

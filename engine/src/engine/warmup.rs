@@ -12,15 +12,16 @@
 //! token bucket fixes while the prefill row knob stays within the decode
 //! batch: `crate::step::shapes`). Fresh prompts, chunks and prefix-cache
 //! hits share these shapes. Warmup steps run padding only: they take no
-//! blocks and leave no sequence behind. With decode graphs on, each decode
-//! bucket's step is then captured (`crate::step::graphs`). Prefill steps are
-//! not captured here yet: on CUDA a replayed prefill graph's logits differ
-//! from the eager step's (`Engine::capture_prefill_graphs` and the bench's
-//! checks measure it; issue 45).
+//! blocks and leave no sequence behind. With CUDA graphs on, each decode
+//! bucket's step and each prefill shape of at most
+//! `crate::step::PREFILL_GRAPH_MAX_TOKENS` tokens is then captured
+//! (`crate::step::graphs`): a short prompt's step is one graph replay, not a
+//! few hundred launches.
 //!
 //! Before any of that, on CUDA, the projection kernels are timed against
-//! each other at every decode bucket's shapes and the fastest is recorded for
-//! the steps (and graphs) that follow (`crate::ops::Ops::tune_linear`).
+//! each other at every decode bucket's and prefill token bucket's shapes and
+//! the fastest is recorded for the steps (and graphs) that follow
+//! (`crate::ops::Ops::tune_linear`).
 //! After the steps, the kernels over the vocabulary that logprobs and
 //! prompt logprobs run are compiled (`StepRunner::warm_vocab_kernels`: on
 //! CUDA Ember's own, one plan for every shape, so nothing is tuned).
@@ -50,6 +51,8 @@ pub struct WarmupReport {
     pub prefill_shapes: usize,
     /// Decode buckets captured as hardware CUDA graphs.
     pub graphs: usize,
+    /// Prefill shapes captured as hardware CUDA graphs.
+    pub prefill_graphs: usize,
     /// Projection shapes whose kernel was chosen by timing (CUDA).
     pub tuned_shapes: usize,
     /// Seconds the projection timing took (part of `seconds`).
@@ -83,8 +86,8 @@ pub(crate) fn filtering_table() -> SamplingTable {
 
 /// Runs the step shapes the server will use (see the module docs) on
 /// `runner` (its prefill bounds and decode buckets), then captures the
-/// decode graphs if `decode_graphs`.
-pub fn run(runner: &mut StepRunner, decode_graphs: bool) -> Result<WarmupReport, EngineError> {
+/// decode and small prefill graphs if `cuda_graphs`.
+pub fn run(runner: &mut StepRunner, cuda_graphs: bool) -> Result<WarmupReport, EngineError> {
     let started = Instant::now();
     let shape = runner.shape();
     let bucketed = shape.bucketed;
@@ -98,7 +101,8 @@ pub fn run(runner: &mut StepRunner, decode_graphs: bool) -> Result<WarmupReport,
     };
     let tune_started = Instant::now();
     let tuned = if bucketed {
-        runner.tune_projections(&decode)
+        let tokens: Vec<usize> = prefill.iter().map(|s| s.tokens).collect();
+        runner.tune_projections(&decode, &tokens)
     } else {
         Vec::new()
     };
@@ -125,15 +129,17 @@ pub fn run(runner: &mut StepRunner, decode_graphs: bool) -> Result<WarmupReport,
     }
     let vocab_seconds = phase.elapsed().as_secs_f64();
     let phase = Instant::now();
-    let graphs = if decode_graphs {
-        runner.capture_decode_graphs(&decode)
+    let (graphs, prefill_graphs) = if cuda_graphs {
+        let decode_graphs = runner.capture_decode_graphs(&decode);
+        (decode_graphs, runner.capture_prefill_graphs(&prefill))
     } else {
-        0
+        (0, 0)
     };
     let report = WarmupReport {
         decode_shapes: decode.len() * if bucketed { 2 } else { 1 },
         prefill_shapes: prefill.len(),
         graphs,
+        prefill_graphs,
         tuned_shapes: tuned.len(),
         tune_seconds,
         prefill_seconds,
@@ -148,6 +154,7 @@ pub fn run(runner: &mut StepRunner, decode_graphs: bool) -> Result<WarmupReport,
         decode_shapes = report.decode_shapes,
         prefill_shapes = report.prefill_shapes,
         graphs = report.graphs,
+        prefill_graphs = report.prefill_graphs,
         tuned_shapes = report.tuned_shapes,
         tune_seconds = report.tune_seconds,
         prefill_seconds = report.prefill_seconds,

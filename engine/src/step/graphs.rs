@@ -28,7 +28,9 @@
 //! sampling kernel over every row's parameters (and its penalty counts);
 //! and `forward`, the logits alone, for a step whose choice must wait for
 //! host work the forward can run beside (a grammar's allowed sets, in the
-//! overlapped loop). The step's sampling columns pick one per replay.
+//! overlapped loop). The step's sampling columns pick one per replay. A
+//! prefill step needs no `forward` graph (its grammar rows wait for the
+//! logits anyway): asked for the logits alone, it replays `plain`.
 //!
 //! A capture that did not produce a hardware graph is reported by
 //! [`StepGraph::is_hardware`]; the engine then logs it once and runs eager
@@ -86,21 +88,22 @@ pub struct StepGraph {
     plain: Captured,
     /// The step with the sampling kernel.
     sampled: Captured,
-    /// The step up to the logits.
-    forward: Captured,
+    /// The step up to the logits (decode steps only).
+    forward: Option<Captured>,
     device: Device,
 }
 
 impl StepGraph {
     /// Captures the step `inputs` describe (the bucket's buffers, holding
-    /// padding rows: the warmup and capture runs write only the padding block).
+    /// padding rows: the warmup and capture runs write only the padding
+    /// block), with a `forward` graph when `with_forward`.
     pub fn capture(
         model: &Gpt2,
         ops: &Ops,
         cache: &mut KvCache,
-        inputs: StepInputs,
-        columns: SampleColumns,
+        (inputs, columns): (StepInputs, SampleColumns),
         device: &Device,
+        with_forward: bool,
     ) -> Self {
         let slot = Arc::new(Mutex::new(StepSlot::default()));
         let mut one = |ending: Ending| {
@@ -118,7 +121,7 @@ impl StepGraph {
         };
         let plain = one(Ending::Argmax);
         let sampled = one(Ending::Sampled);
-        let forward = one(Ending::Logits);
+        let forward = with_forward.then(|| one(Ending::Logits));
         Self {
             slot,
             plain,
@@ -130,7 +133,8 @@ impl StepGraph {
 
     /// Whether replays are one hardware dispatch (not closure re-runs).
     pub fn is_hardware(&self) -> bool {
-        self.plain.is_hardware() && self.sampled.is_hardware() && self.forward.is_hardware()
+        let forward = self.forward.as_ref().is_none_or(Captured::is_hardware);
+        self.plain.is_hardware() && self.sampled.is_hardware() && forward
     }
 
     /// Runs the step with `inputs` and sampling `columns` (the bucket's
@@ -159,12 +163,15 @@ impl StepGraph {
         // owned by the closure, the cache and input buffers by the engine for
         // as long as this graph (the engine drops its graphs first), and all
         // work runs on the engine thread's one stream.
-        let graph = match ending {
-            Ending::Argmax => &mut self.plain,
-            Ending::Sampled => &mut self.sampled,
-            Ending::Logits => &mut self.forward,
+        let graph = match (ending, self.forward.as_mut()) {
+            (Ending::Logits, Some(forward)) => forward,
+            (Ending::Argmax | Ending::Logits, _) => &mut self.plain,
+            (Ending::Sampled, _) => &mut self.sampled,
         };
-        let logits = unsafe { graph.replay() }.clone();
+        let mut logits = unsafe { graph.replay() }.clone();
+        if ending == Ending::Logits {
+            logits = logits.map(|(logits, _)| (logits, None));
+        }
         self.take_cache(cache);
         if wait {
             // A plain read of the output is not known to wait for the

@@ -87,6 +87,27 @@ impl PrefillBuffers {
         self.max_context = seg.max_context;
     }
 
+    /// Names of the buffers whose contents are not `host`'s (read back
+    /// from the device: the bench's probe, `super::runner`).
+    pub fn differing(&self, host: &PrefillHost) -> Vec<&'static str> {
+        let seg = &host.segments;
+        let wanted: [(&'static str, Vec<i64>, &[i32]); 8] = [
+            ("tokens", read(&self.tokens), &host.tokens),
+            ("positions", read(&self.positions), &host.positions),
+            ("write_slots", read(&self.write_slots), &host.write_slots),
+            ("last_rows", read(&self.last_rows), &host.last_rows),
+            ("cu_seqlens", read(&self.cu_seqlens), &seg.cu_seqlens),
+            ("starts", read(&self.starts), &seg.starts),
+            ("tables", read(&self.tables), &seg.tables),
+            ("tiles", read(&self.tiles), &seg.tiles),
+        ];
+        wanted
+            .into_iter()
+            .filter(|(_, got, want)| !got.iter().copied().eq(want.iter().map(|&v| i64::from(v))))
+            .map(|(name, _, _)| name)
+            .collect()
+    }
+
     /// The step's inputs: views of the buffers.
     pub fn inputs(&self) -> StepInputs {
         StepInputs {
@@ -108,4 +129,9 @@ impl PrefillBuffers {
             previous: None,
         }
     }
+}
+
+/// A buffer's contents, read back.
+fn read<const D: usize>(buffer: &InputBuffer<D, Int>) -> Vec<i64> {
+    buffer.tensor().into_data().iter::<i64>().collect()
 }

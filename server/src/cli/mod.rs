@@ -107,8 +107,9 @@ pub struct Args {
     #[arg(long, env = "EMBER_NO_WARMUP")]
     pub no_warmup: bool,
 
-    /// CUDA only: run every decode step eager instead of replaying each decode
-    /// bucket's captured CUDA graph (for comparison and debugging).
+    /// CUDA only: run every step eager instead of replaying the CUDA graph
+    /// captured at warmup for each decode bucket and each prefill shape of up
+    /// to 512 tokens (for comparison and debugging; vLLM's `--enforce-eager`).
     #[arg(long, env = "EMBER_NO_CUDA_GRAPHS")]
     pub no_cuda_graphs: bool,
 
@@ -209,7 +210,7 @@ impl Args {
                 max_tokens: knobs.prefill_max_tokens,
             },
             prefix_caching: !self.no_prefix_cache,
-            decode_graphs: !self.no_cuda_graphs,
+            cuda_graphs: !self.no_cuda_graphs,
             bucketed: None,
         };
         let tuning = self

@@ -4,9 +4,10 @@
 //! The tensor's fusion handle is resolved to its CubeCL buffer (draining the
 //! work queued before it) and the bytes are copied into that buffer on the
 //! engine thread's stream, so they land after every op already queued and
-//! before the next one: the same device pointer, new contents. Each function
-//! returns whether it wrote in place; the caller replaces the tensor when it
-//! did not (a tensor on another device).
+//! before the next one: the same device pointer, new contents, laid out at
+//! the buffer's strides (CUDA pitches the rows of a narrow 2-D tensor). Each
+//! function returns whether it wrote in place; the caller replaces the
+//! tensor when it did not (a tensor on another device, or another dtype).
 
 use burn::prelude::*;
 
@@ -66,13 +67,25 @@ mod cuda {
     use burn_cubecl::tensor::CubeTensor;
     pub use burn_cubecl::CubeBackend;
 
-    /// Enqueues the copy of `data` into `target`'s buffer (same dtype, dense).
+    /// Enqueues the copy of `data` into `target`'s buffer (same dtype, no
+    /// overlapping elements): as it is where `target` is contiguous, laid
+    /// out at its strides where its rows are pitched (a narrow 2-D tensor).
     pub fn copy_into(target: CubeTensor, data: &TensorData) -> bool {
-        if target.dtype != data.dtype() || !target.is_contiguous() {
+        if target.dtype != data.dtype() || !target.is_nonoverlapping() {
             return false;
         }
-        let bytes = burn::tensor::Bytes::from_bytes_vec(data.as_bytes().to_vec());
-        target.client.write(&target.handle, bytes);
+        let bytes = match target.is_contiguous() {
+            true => data.as_bytes().to_vec(),
+            false => crate::ops::input_buffer::pitched_bytes(
+                data.as_bytes(),
+                target.meta.shape(),
+                target.meta.strides(),
+                target.dtype.size(),
+            ),
+        };
+        target
+            .client
+            .write(&target.handle, burn::tensor::Bytes::from_bytes_vec(bytes));
         true
     }
 }

@@ -14,11 +14,13 @@
 //!
 //! Children: [`launch`] (a decode step queued without waiting for its ids,
 //! for the overlapped step loop), [`prefill_graphs`] (small prefill steps
-//! as captured graphs), [`scoring`] (prompt logprobs), [`warm`] (the
+//! as captured graphs), [`prefill_probe`] (the bench's probe of them),
+//! [`scoring`] (prompt logprobs), [`warm`] (the
 //! vocabulary kernels warmed at warmup).
 
 mod launch;
 mod prefill_graphs;
+mod prefill_probe;
 mod scoring;
 mod warm;
 
@@ -316,30 +318,44 @@ impl StepRunner {
         }
     }
 
-    /// Times the projection kernels against each other for every decode
-    /// bucket in `buckets` (the model's four projections and the LM head at
-    /// each bucket's row count) and records the fastest (CUDA).
-    pub fn tune_projections(&self, buckets: &[usize]) -> Vec<TunedShape> {
+    /// Times the projection kernels against each other at the shapes of
+    /// decode steps of `buckets` rows (every projection and the LM head)
+    /// and of prefill steps of `tokens` flat tokens (every projection; a
+    /// prefill step's LM head sees its rows, a decode bucket), and records
+    /// the fastest for each (CUDA). Returns the timings.
+    pub fn tune_projections(&self, buckets: &[usize], tokens: &[usize]) -> Vec<TunedShape> {
         let c = &self.config;
         let e = c.n_embd;
-        let shapes: Vec<LinearShape> = buckets
+        let at = |rows, n, k, lm_head| LinearShape {
+            rows,
+            n,
+            k,
+            lm_head,
+        };
+        let body = |rows| {
+            [
+                at(rows, 3 * e, e, false),
+                at(rows, e, e, false),
+                at(rows, 4 * e, e, false),
+                at(rows, e, 4 * e, false),
+            ]
+        };
+        let mut shapes: Vec<LinearShape> = buckets
             .iter()
             .flat_map(|&rows| {
-                let at = move |n, k, lm_head| LinearShape {
-                    rows,
-                    n,
-                    k,
-                    lm_head,
-                };
-                [
-                    at(3 * e, e, false),
-                    at(e, e, false),
-                    at(4 * e, e, false),
-                    at(e, 4 * e, false),
-                    at(c.vocab_size, e, true),
-                ]
+                body(rows)
+                    .into_iter()
+                    .chain([at(rows, c.vocab_size, e, true)])
             })
             .collect();
+        let mut tokens: Vec<usize> = tokens
+            .iter()
+            .copied()
+            .filter(|t| !buckets.contains(t))
+            .collect();
+        tokens.sort_unstable();
+        tokens.dedup();
+        shapes.extend(tokens.into_iter().flat_map(body));
         self.ops.tune_linear(&self.device, &shapes)
     }
 
@@ -381,9 +397,9 @@ impl StepRunner {
                 &self.model,
                 &self.ops,
                 &mut self.cache,
-                inputs,
-                columns,
+                (inputs, columns),
                 &self.device,
+                true,
             );
             let what = format!("decode step of {bucket} rows");
             hardware += usize::from(graph.is_hardware());

@@ -1,8 +1,6 @@
 //! Small prefill steps replayed as captured graphs (`crate::step::graphs`),
 //! one per bucketed prefill shape up to [`PREFILL_GRAPH_MAX_TOKENS`] tokens
-//! (captured by `crate::Engine::capture_prefill_graphs`; not by the
-//! warmup yet: on CUDA a replay's logits still differ from the eager
-//! step's, issue 45).
+//! (captured by the warmup, `crate::engine::warmup`, with CUDA graphs on).
 //!
 //! An eager prefill step issues the same few hundred launches as an eager
 //! decode step; for a short prompt the host's issuing is most of the step
@@ -51,9 +49,9 @@ impl StepRunner {
                 &self.model,
                 &self.ops,
                 &mut self.cache,
-                buffers.inputs(),
-                buffers.sampling.columns(),
+                (buffers.inputs(), buffers.sampling.columns()),
                 &self.device,
+                false,
             );
             let what = format!(
                 "prefill step of {} tokens, {} rows",
@@ -65,6 +63,27 @@ impl StepRunner {
             }
         }
         hardware
+    }
+
+    /// Milliseconds per replay of the captured prefill step over `rows`
+    /// (written into its shape's buffers once), `n` replays back to back
+    /// after 3 untimed ones: the step's GPU time without the host's work.
+    /// `None` without a hardware graph for the shape.
+    pub fn time_prefill_replays(&mut self, rows: &[PrefillSeq<'_>], n: usize) -> Option<f64> {
+        let shape = self.step_shape(rows);
+        let key = (shape.tokens, shape.rows);
+        let geometry = self.tables();
+        let buffers = self.prefill_buffers.get_mut(&key)?;
+        buffers.write(PrefillHost::new(rows, shape, geometry));
+        buffers.sampling.write(&SamplingTable::default());
+        let graph = self.prefill_graphs.get_mut(&key)?;
+        if !graph.replay_back_to_back(3) {
+            return None;
+        }
+        let started = Instant::now();
+        graph
+            .replay_back_to_back(n.max(1))
+            .then(|| started.elapsed().as_secs_f64() * 1e3 / n.max(1) as f64)
     }
 
     /// Prefill shapes with a captured graph.
@@ -107,7 +126,7 @@ impl StepRunner {
     }
 
     /// The padded shape of a prefill step over `rows`.
-    fn step_shape(&self, rows: &[PrefillSeq<'_>]) -> PrefillShape {
+    pub(super) fn step_shape(&self, rows: &[PrefillSeq<'_>]) -> PrefillShape {
         let tokens = rows.iter().map(|r| r.tokens.len()).sum();
         self.prefill_shape(rows.len(), tokens)
     }
