@@ -241,7 +241,8 @@ cuda_kernel! {
         qkv: Tensor<2>,
         #[in_place] k_cache: Tensor<3>,
         #[in_place] v_cache: Tensor<3>,
-        tables: Tensor<2, Int>,
+        // Read at its strides (a narrow table's rows are pitched): no copy.
+        #[in_place] tables: Tensor<2, Int>,
         lens: Tensor<1, Int>,
         #[optional(flag = write_new, stand_in = lens)] slots: Option<Tensor<1, Int>>,
         #[in_place] #[optional(flag = can_split, stand_in = lens)] arrivals: Option<Tensor<1, Int>>,

@@ -371,10 +371,13 @@ cuda_kernel! {
         qkv: Tensor<2>,
         #[in_place] k_cache: Tensor<3>,
         #[in_place] v_cache: Tensor<3>,
-        tables: Tensor<2, Int>,
+        // The 2-D operands are read at their strides: CUDA pitches a narrow
+        // tensor's rows (the `[n, 2]` tiles), and a copy to contiguous would
+        // cost a launch in every layer.
+        #[in_place] tables: Tensor<2, Int>,
         cu_seqlens: Tensor<1, Int>,
         starts: Tensor<1, Int>,
-        tiles: Tensor<2, Int>,
+        #[in_place] tiles: Tensor<2, Int>,
         block_size: usize,
     ) -> Tensor<2>
 }
