@@ -257,16 +257,22 @@ def long_functions(path: Path) -> list[tuple[int, str, int]]:
     for i, line in enumerate(lines):
         if not FN_RE.match(line):
             continue
-        # Find the body's opening brace (signatures may span lines) or a `;`.
-        depth, started, j = 0, False, i
+        # Find the body's opening brace (signatures may span lines) or a `;`
+        # that ends a bodiless declaration: one outside brackets and
+        # parentheses (`[f32; 4]` in a signature is not).
+        depth, nest, started, j = 0, 0, False, i
         while j < len(lines):
             for ch in lines[j]:
-                if ch == "{":
+                if ch in "([":
+                    nest += 1
+                elif ch in ")]":
+                    nest -= 1
+                elif ch == "{":
                     depth += 1
                     started = True
                 elif ch == "}":
                     depth -= 1
-                elif ch == ";" and not started and depth == 0:
+                elif ch == ";" and not started and depth == 0 and nest == 0:
                     break
             else:
                 if started and depth == 0:
@@ -319,6 +325,13 @@ def self_test():
         circles = [p for p in problems if p.startswith("import circle")]
         assert len(circles) == 1 and "a/mod.rs" in circles[0] and "a/y.rs" in circles[0], problems
         assert any("fn f is 122 lines" in p for p in problems), problems
+        # A `;` inside the signature's brackets does not end it: the body
+        # after it is still counted.
+        (src / "b.rs").write_text("fn g(x: [u8; 4],\n     y: Array<[f32; 2]>) {\n" + "    let _ = 1;\n" * 120 + "}\n"
+                                  + "fn h(x: [u8; 4]);\n")
+        problems = check([Path(tmp) / "c"])
+        assert any("fn g is 123 lines" in p for p in problems), problems
+        assert not any("fn h " in p for p in problems), problems
         (src / "a" / "y.rs").write_text("use super::x::X;\npub struct Y;\n")
         problems = check([Path(tmp) / "c"])
         assert not any(p.startswith("import circle") for p in problems), problems

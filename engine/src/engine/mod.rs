@@ -38,7 +38,7 @@ mod impl_step_engine;
 pub mod kv_sizing;
 mod pending;
 mod prefill;
-mod prefill_probe;
+pub mod prefill_probe;
 mod prompt_scoring;
 mod sequence;
 mod sequences;
@@ -60,8 +60,6 @@ mod preempt_tests;
 mod prefill_tests;
 #[cfg(test)]
 mod tests;
-
-pub use prefill_probe::PrefillProbe;
 
 use std::collections::HashSet;
 

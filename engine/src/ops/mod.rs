@@ -40,6 +40,7 @@ pub mod cpu;
 pub mod cuda;
 pub mod epilogue;
 pub mod input_buffer;
+pub mod pitched;
 pub mod plan;
 pub mod readback;
 pub mod reference;

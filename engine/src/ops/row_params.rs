@@ -1,5 +1,5 @@
 //! The contract between the host and the device sampler: one row's sampling
-//! parameters ([`RowParams`]), their column layout in the two `[B, 4]`
+//! parameters ([`RowParams`]), their column layout in the two `[B, 8]`
 //! parameter tensors, and the constants of the noise, written down once here
 //! for the CPU sampler (`crate::sampling::row_sampler`, the executable spec),
 //! the CUDA kernel (`ops::cuda::kernels::sample_rows`) and the host code that

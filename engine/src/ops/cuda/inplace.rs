@@ -76,7 +76,7 @@ mod cuda {
         }
         let bytes = match target.is_contiguous() {
             true => data.as_bytes().to_vec(),
-            false => crate::ops::input_buffer::pitched_bytes(
+            false => crate::ops::pitched::pitched_bytes(
                 data.as_bytes(),
                 target.meta.shape(),
                 target.meta.strides(),

@@ -42,7 +42,7 @@ use super::prefill_buffers::PrefillBuffers;
 use super::shapes::{self, RunnerShape};
 use crate::error::EngineError;
 use crate::model::{Gpt2, Gpt2Config, KvCache};
-use crate::ops::{InputBuffer, LinearShape, Ops, TableGeometry, TunedShape};
+use crate::ops::{InputBuffer, Ops, TableGeometry};
 use crate::sampling::{logprobs, sample, PenaltyState, SamplingParamsRows, SamplingTable};
 use crate::types::TokenLogprobs;
 
@@ -316,47 +316,6 @@ impl StepRunner {
             Some(message) => Err(EngineError::Device(message)),
             None => Ok(()),
         }
-    }
-
-    /// Times the projection kernels against each other at the shapes of
-    /// decode steps of `buckets` rows (every projection and the LM head)
-    /// and of prefill steps of `tokens` flat tokens (every projection; a
-    /// prefill step's LM head sees its rows, a decode bucket), and records
-    /// the fastest for each (CUDA). Returns the timings.
-    pub fn tune_projections(&self, buckets: &[usize], tokens: &[usize]) -> Vec<TunedShape> {
-        let c = &self.config;
-        let e = c.n_embd;
-        let at = |rows, n, k, lm_head| LinearShape {
-            rows,
-            n,
-            k,
-            lm_head,
-        };
-        let body = |rows| {
-            [
-                at(rows, 3 * e, e, false),
-                at(rows, e, e, false),
-                at(rows, 4 * e, e, false),
-                at(rows, e, 4 * e, false),
-            ]
-        };
-        let mut shapes: Vec<LinearShape> = buckets
-            .iter()
-            .flat_map(|&rows| {
-                body(rows)
-                    .into_iter()
-                    .chain([at(rows, c.vocab_size, e, true)])
-            })
-            .collect();
-        let mut tokens: Vec<usize> = tokens
-            .iter()
-            .copied()
-            .filter(|t| !buckets.contains(t))
-            .collect();
-        tokens.sort_unstable();
-        tokens.dedup();
-        shapes.extend(tokens.into_iter().flat_map(body));
-        self.ops.tune_linear(&self.device, &shapes)
     }
 
     /// The logits `[rows.len(), vocab]` at each row's last token (a prefill

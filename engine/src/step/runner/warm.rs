@@ -1,17 +1,60 @@
-//! Warming what serving will meet beyond the step shapes: the kernels over
-//! each row of the vocabulary that logprobs and prompt logprobs run, and
-//! on CUDA every compile-time variant of the sampling kernel and of the
-//! counts' update ([`StepRunner::warm_vocab_kernels`]), compiled before
-//! SERVING.
+//! Warming what serving will meet beyond the step shapes: the projection
+//! kernels timed against each other at every step shape's rows
+//! ([`StepRunner::tune_projections`]), the kernels over each row of the
+//! vocabulary that logprobs and prompt logprobs run, and on CUDA every
+//! compile-time variant of the sampling kernel and of the counts' update
+//! ([`StepRunner::warm_vocab_kernels`]), compiled before SERVING.
 
 use burn::prelude::*;
 
 use super::StepRunner;
 use crate::error::EngineError;
 use crate::ops::vocab::argmax_rows;
+use crate::ops::{LinearShape, TunedShape};
 use crate::sampling::logprobs;
 
 impl StepRunner {
+    /// Times the projection kernels against each other at the shapes of
+    /// decode steps of `buckets` rows (every projection and the LM head)
+    /// and of prefill steps of `tokens` flat tokens (every projection; a
+    /// prefill step's LM head sees its rows, a decode bucket), and records
+    /// the fastest for each (CUDA). Returns the timings.
+    pub fn tune_projections(&self, buckets: &[usize], tokens: &[usize]) -> Vec<TunedShape> {
+        let c = &self.config;
+        let e = c.n_embd;
+        let at = |rows, n, k, lm_head| LinearShape {
+            rows,
+            n,
+            k,
+            lm_head,
+        };
+        let body = |rows| {
+            [
+                at(rows, 3 * e, e, false),
+                at(rows, e, e, false),
+                at(rows, 4 * e, e, false),
+                at(rows, e, 4 * e, false),
+            ]
+        };
+        let mut shapes: Vec<LinearShape> = buckets
+            .iter()
+            .flat_map(|&rows| {
+                body(rows)
+                    .into_iter()
+                    .chain([at(rows, c.vocab_size, e, true)])
+            })
+            .collect();
+        let mut tokens: Vec<usize> = tokens
+            .iter()
+            .copied()
+            .filter(|t| !buckets.contains(t))
+            .collect();
+        tokens.sort_unstable();
+        tokens.dedup();
+        shapes.extend(tokens.into_iter().flat_map(body));
+        self.ops.tune_linear(&self.device, &shapes)
+    }
+
     /// Runs the vocabulary kernels once (`crate::ops::vocab`: the logprobs'
     /// log-softmax with a top-n, and the argmax) so that they are compiled
     /// before SERVING. On CUDA they are Ember's own, one plan for every row

@@ -48,10 +48,12 @@
 
 mod choice;
 mod noise;
+mod params;
 mod scan;
 mod search;
 #[cfg(test)]
 mod source_tests;
+mod truncate;
 
 use burn::backend::cubecl::dtype_to_storage_type;
 use burn::backend::TensorMetadata;
@@ -60,17 +62,12 @@ use burn::tensor::DType;
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 
-use super::reduce::{cube_f32, key_of, value_of, OP_SUM};
 use crate::ops::cuda::extension::cuda_kernel;
 use crate::ops::cuda::launch::empty_like;
-use crate::ops::row_params::{
-    COL_FLAGS, COL_FREQUENCY, COL_MIN_P, COL_PENALTY_SLOT, COL_PRESENCE, COL_REPETITION,
-    COL_SEED_HI, COL_SEED_LO, COL_TEMPERATURE, COL_TOP_K, COL_TOP_P, FLAG_ALLOWED, FLOAT_COLS,
-    INT_COLS, TRACE_COLS,
-};
-use choice::{choose, unit_masses};
-use scan::{scan_row, Penalty};
-use search::{kth_largest, top_p_threshold};
+use crate::ops::row_params::{FLOAT_COLS, INT_COLS, TRACE_COLS};
+use params::{read_params, read_penalty};
+use scan::scan_row;
+use truncate::{sample_truncated, ScanStats, OUT_TAU_K, OUT_THRESHOLD, OUT_TOKEN, OUT_TOP_P_KEY};
 
 /// Warps per cube (one cube per row).
 pub const SAMPLE_WARPS: usize = 16;
@@ -108,44 +105,11 @@ pub fn sample_rows_kernel<F: Float, I: Int>(
     let mut bins_f = Shared::<[f32]>::new_slice(comptime!(warps * 32));
     let mut stats = Shared::<[u32]>::new_slice(4usize);
 
-    // The row's parameters (uniform over the cube).
-    let f_at = row * floats.stride(0);
-    let i_at = row * ints.stride(0);
-    let temperature = floats[f_at + COL_TEMPERATURE];
-    let top_p = floats[f_at + COL_TOP_P];
-    let min_p = floats[f_at + COL_MIN_P];
-    let top_k = u32::cast_from(ints[i_at + COL_TOP_K]);
-    let seed_lo = u32::cast_from(ints[i_at + COL_SEED_LO]);
-    let seed_hi = u32::cast_from(ints[i_at + COL_SEED_HI]);
-    let mut masked = false;
-    if comptime![has_mask] {
-        masked = (u32::cast_from(ints[i_at + COL_FLAGS]) & comptime!(FLAG_ALLOWED as u32)) != 0;
-    }
-    let mut on = false;
-    let mut base = 0usize;
-    let mut repetition = f32::new(1.0);
-    let mut frequency = f32::new(0.0);
-    let mut presence = f32::new(0.0);
-    if comptime![has_counts] {
-        let slot = u32::cast_from(ints[i_at + COL_PENALTY_SLOT]);
-        if slot > 0u32 {
-            on = true;
-            base = (slot - 1) as usize * counts.stride(0);
-            repetition = floats[f_at + COL_REPETITION];
-            frequency = floats[f_at + COL_FREQUENCY];
-            presence = floats[f_at + COL_PRESENCE];
-        }
-    }
-    let penalty = Penalty {
-        on,
-        base,
-        repetition,
-        frequency,
-        presence,
-    };
+    let p = read_params(floats, ints, row, has_mask);
+    let penalty = read_penalty(floats, ints, counts, row, has_counts);
     let pos = u32::cast_from(positions[row * positions.stride(0)]);
-    let tempered = temperature > f32::new(0.0);
-    let greedy = !tempered || top_k == 1;
+    let tempered = p.temperature > f32::new(0.0);
+    let greedy = !tempered || p.top_k == 1;
 
     // Pass 1: keys, max key and its lowest index, min key, count.
     scan_row(
@@ -157,113 +121,52 @@ pub fn sample_rows_kernel<F: Float, I: Int>(
         &mut red_u,
         &mut stats,
         row,
-        temperature,
+        p.temperature,
         !greedy,
-        masked,
+        p.masked,
         vocab,
         warps,
     );
-    let key_max = stats[0];
-    let argmax = stats[1];
-    let key_min = stats[2];
-    let present = stats[3];
-
-    let mut token = argmax;
-    let mut tau_k = 0u32;
-    let mut top_p_key = 0u32;
-    let mut threshold = 0u32;
+    let scanned = ScanStats {
+        key_max: stats[0],
+        argmax: stats[1],
+        key_min: stats[2],
+        present: stats[3],
+    };
+    // The token, then the trace's keys (0 where a pass did not run).
+    let mut chosen = Array::<u32>::new(4usize);
+    chosen[OUT_TOKEN] = scanned.argmax;
+    chosen[OUT_TAU_K] = 0u32;
+    chosen[OUT_TOP_P_KEY] = 0u32;
+    chosen[OUT_THRESHOLD] = 0u32;
     // s_max finite: key(-inf) < key_max < key(+inf) (0 = nothing present).
-    let finite = key_max > 0x007F_FFFFu32 && key_max < 0xFF80_0000u32;
+    let finite = scanned.key_max > 0x007F_FFFFu32 && scanned.key_max < 0xFF80_0000u32;
     if !greedy && finite {
-        let s_max = value_of(key_max);
-        let mut key_min_p = 0u32;
-        if min_p > f32::new(0.0) {
-            key_min_p = key_of(s_max + min_p.ln());
-        }
-        // Top-p without top-k: a draw first (module doc, "rejection").
-        let mut decided = false;
-        if comptime![!write_trace] {
-            let k_off = top_k == 0 || top_k >= present;
-            if k_off && top_p > f32::new(0.0) && top_p < f32::new(1.0) {
-                let lower = select(key_min_p > key_min, key_min_p, key_min);
-                let candidate = choose(
-                    &keys, &mut red_u, &mut red_f, s_max, argmax, lower, pos, seed_lo, seed_hi,
-                    vocab, warps,
-                );
-                let mut part = Array::<f32>::new(2usize);
-                unit_masses(
-                    &keys,
-                    &mut part,
-                    key_min,
-                    keys[candidate as usize],
-                    s_max,
-                    vocab,
-                    warps,
-                );
-                let z = cube_f32(part[0], &mut red_f, OP_SUM, warps);
-                let above = cube_f32(part[1], &mut red_f, OP_SUM, warps);
-                if above < top_p * z {
-                    token = candidate;
-                    decided = true;
-                }
-            }
-        }
-        if !decided {
-            // Pass 2: top-k.
-            if top_k > 0 && top_k < present {
-                tau_k = kth_largest(
-                    &keys,
-                    &mut bins_u,
-                    &mut bins_f,
-                    key_min,
-                    key_max,
-                    top_k,
-                    vocab,
-                    warps,
-                );
-            }
-            let in_k = select(tau_k > key_min, tau_k, key_min);
-            let lower = select(key_min_p > in_k, key_min_p, in_k);
-            // Pass 3: top-p.
-            top_p_key = lower;
-            if top_p < f32::new(1.0) {
-                let nucleus = top_p > f32::new(0.0);
-                if !nucleus {
-                    top_p_key = key_max;
-                } else if lower < key_max {
-                    top_p_key = top_p_threshold(
-                        &keys,
-                        &mut bins_u,
-                        &mut bins_f,
-                        &mut red_f,
-                        lower,
-                        key_max,
-                        in_k,
-                        s_max,
-                        top_p,
-                        vocab,
-                        warps,
-                    );
-                }
-            }
-            threshold = select(top_p_key < key_max, top_p_key, key_max);
-            // Pass 4: the Gumbel-max choice.
-            token = choose(
-                &keys, &mut red_u, &mut red_f, s_max, argmax, threshold, pos, seed_lo, seed_hi,
-                vocab, warps,
-            );
-        }
+        sample_truncated(
+            &keys,
+            &mut red_u,
+            &mut red_f,
+            &mut bins_u,
+            &mut bins_f,
+            &p,
+            &scanned,
+            pos,
+            &mut chosen,
+            vocab,
+            warps,
+            write_trace,
+        );
     }
 
     let out_at = row * out.stride(0);
-    let t_at = row * trace.stride(0);
     if tid == 0 {
-        out[out_at] = I::cast_from(token);
+        out[out_at] = I::cast_from(chosen[OUT_TOKEN]);
         if comptime![write_trace] {
-            trace[t_at] = I::cast_from(argmax);
-            trace[t_at + 1] = I::cast_from(tau_k);
-            trace[t_at + 2] = I::cast_from(top_p_key);
-            trace[t_at + 3] = I::cast_from(threshold);
+            let t_at = row * trace.stride(0);
+            trace[t_at] = I::cast_from(scanned.argmax);
+            trace[t_at + 1] = I::cast_from(chosen[OUT_TAU_K]);
+            trace[t_at + 2] = I::cast_from(chosen[OUT_TOP_P_KEY]);
+            trace[t_at + 3] = I::cast_from(chosen[OUT_THRESHOLD]);
         }
     }
 }
