@@ -128,6 +128,38 @@ pub struct KernelTuning {
         )
     )]
     pub cublaslt: bool,
+
+    /// CUDA: sample every row with Ember's sampling kernel, inside the step
+    /// (true), or send every sampled row through the host sampler (false:
+    /// the spec the kernel is checked against, for comparison and debugging).
+    #[cfg_attr(
+        feature = "clap",
+        arg(
+            long,
+            env = "EMBER_DEVICE_SAMPLER",
+            default_value_t = true,
+            action = clap::ArgAction::Set,
+            value_parser = parse_switch,
+            help_heading = "Kernel tuning (CUDA)"
+        )
+    )]
+    pub device_sampler: bool,
+
+    /// CUDA: keep a decoding sequence's penalty counts on the device, where
+    /// the sampling kernel reads them (true), or apply penalties as host
+    /// edits of the logits (false: for comparison). Needs --device-sampler.
+    #[cfg_attr(
+        feature = "clap",
+        arg(
+            long,
+            env = "EMBER_DEVICE_PENALTIES",
+            default_value_t = true,
+            action = clap::ArgAction::Set,
+            value_parser = parse_switch,
+            help_heading = "Kernel tuning (CUDA)"
+        )
+    )]
+    pub device_penalties: bool,
 }
 
 impl Default for KernelTuning {
@@ -141,6 +173,8 @@ impl Default for KernelTuning {
             attention_splits: 0,
             prefill_attention: true,
             cublaslt: true,
+            device_sampler: true,
+            device_penalties: true,
         }
     }
 }
@@ -206,7 +240,8 @@ impl fmt::Display for KernelTuning {
         write!(
             f,
             "gemv-max-rows={} lm-head-gemv-max-rows={} mma-min-rows={} mma-warps={} \
-             mma-row-tiles={} attention-splits={} prefill-attention={} cublaslt={}",
+             mma-row-tiles={} attention-splits={} prefill-attention={} cublaslt={} \
+             device-sampler={} device-penalties={}",
             self.gemv_max_rows,
             self.lm_head_gemv_max_rows,
             self.mma_min_rows,
@@ -214,7 +249,9 @@ impl fmt::Display for KernelTuning {
             self.mma_row_tiles,
             auto(self.attention_splits),
             self.prefill_attention,
-            self.cublaslt
+            self.cublaslt,
+            self.device_sampler,
+            self.device_penalties
         )
     }
 }
@@ -242,7 +279,8 @@ mod tests {
         assert_eq!(
             t.to_string(),
             "gemv-max-rows=256 lm-head-gemv-max-rows=8 mma-min-rows=16 mma-warps=auto \
-             mma-row-tiles=4 attention-splits=auto prefill-attention=true cublaslt=true"
+             mma-row-tiles=4 attention-splits=auto prefill-attention=true cublaslt=true \
+             device-sampler=true device-penalties=true"
         );
     }
 

@@ -7,7 +7,8 @@
 //! tokens are judged), with every decode step replayed from captured graphs
 //! when asked. On CUDA the penalties come
 //! from the device counts (`ember_engine::sampling::penalty_state`) unless
-//! `EMBER_DEVICE_PENALTIES=0`, which keeps them as host edits.
+//! `--device-penalties false` (`EMBER_DEVICE_PENALTIES=0`), which keeps them
+//! as host edits.
 
 use anyhow::Context;
 use ember_engine::model::ModelSource;

@@ -7,6 +7,7 @@
 
 use burn::prelude::*;
 
+use super::device_sampler::DeviceSampling;
 use super::sampler::{sample, SamplingParamsRows};
 use super::table::{RowSampling, SamplingTable};
 use crate::model::fixtures::{filters, reference, FilterCase};
@@ -39,7 +40,7 @@ fn draws(logits: &[f32], case: &FilterCase) -> Vec<u32> {
         // Each draw its own seed, all at one position.
         table.push(RowSampling::plain(params(case, i as u64), 11, None));
     }
-    let mut buffers = SamplingParamsRows::new(DRAWS, v, &device);
+    let mut buffers = SamplingParamsRows::new(DRAWS, v, &device, DeviceSampling::default());
     buffers.write(&table);
     sample(rows, None, &buffers, &table).unwrap()
 }

@@ -40,6 +40,7 @@ mod row_sampler_tests;
 #[cfg(test)]
 mod test_logits;
 
+pub use device_sampler::DeviceSampling;
 pub use logprobs::{logprobs, logprobs_from};
 pub use penalty_state::PenaltyState;
 pub use sampler::{

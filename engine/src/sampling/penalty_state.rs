@@ -19,6 +19,7 @@
 //! CPU), a sequence keeps its penalties as host edits
 //! (`super::transforms`): the same logits, more host work.
 
+use super::device_sampler::DeviceSampling;
 use burn::prelude::*;
 
 use crate::ops::row_params::{COUNT_MASK, IN_PROMPT};
@@ -49,13 +50,15 @@ impl PenaltyState {
     }
 
     /// The state for a decode batch of up to `max_batch` rows on `device`,
-    /// where the sampling kernel runs there and `EMBER_DEVICE_PENALTIES` is
-    /// not `0` (read once: a switch for comparing with the host edits).
-    pub fn for_device(max_batch: usize, vocab: usize, device: &Device) -> Option<Self> {
-        static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        let off =
-            *OFF.get_or_init(|| std::env::var("EMBER_DEVICE_PENALTIES").is_ok_and(|v| v == "0"));
-        (!off && super::device_sampler::kernel_serves(device, vocab))
+    /// where `sampling` keeps penalties on the device.
+    pub fn for_device(
+        max_batch: usize,
+        vocab: usize,
+        device: &Device,
+        sampling: DeviceSampling,
+    ) -> Option<Self> {
+        sampling
+            .penalties
             .then(|| Self::new(max_batch.clamp(1, MAX_SLOTS), vocab, device))
     }
 

@@ -20,7 +20,7 @@
 use burn::prelude::*;
 use burn::tensor::DType;
 
-use super::device_sampler::kernel_serves;
+use super::device_sampler::DeviceSampling;
 use super::mask_rows::MaskRows;
 use super::row_sampler;
 use super::table::SamplingTable;
@@ -123,7 +123,7 @@ pub struct SamplingParamsRows {
     /// The vocabulary's bitmask positions, made on the first step with an
     /// allowed set.
     token_bits: Option<transforms::TokenBits>,
-    /// Whether the sampling kernel chooses the tokens ([`kernel_serves`]).
+    /// Whether the sampling kernel chooses the tokens ([`DeviceSampling`]).
     kernel: bool,
     /// The penalty counts table the kernel reads for rows with a slot
     /// ([`SamplingParamsRows::with_counts`]).
@@ -139,10 +139,11 @@ pub struct SamplingParamsRows {
 }
 
 impl SamplingParamsRows {
-    /// Buffers for `rows` rows over a vocabulary of `vocab` tokens, all greedy.
-    pub fn new(rows: usize, vocab: usize, device: &Device) -> Self {
+    /// Buffers for `rows` rows over a vocabulary of `vocab` tokens, all
+    /// greedy, sampled where `sampling` says.
+    pub fn new(rows: usize, vocab: usize, device: &Device, sampling: DeviceSampling) -> Self {
         let greedy = row_params::columns(&[], &[], rows);
-        let kernel = kernel_serves(device, vocab);
+        let kernel = sampling.kernel;
         Self {
             floats: InputBuffer::zeros_dtype([rows, FLOAT_COLS], device, DType::F32),
             ints: InputBuffer::zeros([rows, INT_COLS], device),

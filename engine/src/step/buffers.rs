@@ -21,7 +21,7 @@ use burn::prelude::*;
 
 use crate::kv::slot_of;
 use crate::ops::InputBuffer;
-use crate::sampling::{SamplingParamsRows, SamplingTable};
+use crate::sampling::{DeviceSampling, SamplingParamsRows, SamplingTable};
 
 /// The token a decode row feeds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,14 +83,13 @@ pub struct DecodeBuffers {
 
 impl DecodeBuffers {
     /// Buffers for `rows` rows with block tables `table_width` blocks wide,
-    /// sampling over `vocab` tokens (penalized rows reading `counts`, the
-    /// runner's penalty counts), for a model of `heads` attention heads.
+    /// sampling over `vocab` tokens where `sampling` says (penalized rows
+    /// reading `counts`, the runner's penalty counts), for a model of
+    /// `heads` attention heads.
     pub fn new(
-        rows: usize,
-        table_width: usize,
-        vocab: usize,
-        heads: usize,
+        (rows, table_width, vocab, heads): (usize, usize, usize, usize),
         device: &Device,
+        sampling: DeviceSampling,
         counts: Option<Tensor<2, Int>>,
     ) -> Self {
         Self {
@@ -104,7 +103,7 @@ impl DecodeBuffers {
             context_lens: InputBuffer::zeros([rows], device),
             last_rows: Tensor::arange(0..rows as i64, device),
             arrivals: Tensor::zeros([rows * heads], device),
-            sampling: SamplingParamsRows::new(rows, vocab, device).resident(counts),
+            sampling: SamplingParamsRows::new(rows, vocab, device, sampling).resident(counts),
         }
     }
 

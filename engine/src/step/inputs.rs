@@ -201,6 +201,7 @@ pub fn decode_inputs(
 mod tests {
     use super::*;
     use crate::ops::SegmentContext;
+    use crate::sampling::DeviceSampling;
     use crate::step::buffers::{DecodeRow, Feed};
 
     fn ints_of<const D: usize>(t: Tensor<D, Int>) -> Vec<i64> {
@@ -293,7 +294,7 @@ mod tests {
     #[test]
     fn decode_reads_tables_and_lengths_from_the_buffers() {
         let dev = Device::flex();
-        let mut buffers = DecodeBuffers::new(4, 3, 10, 2, &dev, None);
+        let mut buffers = DecodeBuffers::new((4, 3, 10, 2), &dev, DeviceSampling::default(), None);
         let rows = [
             DecodeRow {
                 token: Feed::Token(5),

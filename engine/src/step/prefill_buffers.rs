@@ -15,7 +15,7 @@ use burn::prelude::*;
 use super::inputs::{PrefillHost, PrefillShape, StepInputs};
 use crate::model::AttentionMeta;
 use crate::ops::{AttentionContext, InputBuffer, SegmentContext, TableGeometry};
-use crate::sampling::SamplingParamsRows;
+use crate::sampling::{DeviceSampling, SamplingParamsRows};
 
 /// The persistent inputs of prefill steps of one shape.
 #[derive(Debug)]
@@ -43,13 +43,14 @@ pub struct PrefillBuffers {
 
 impl PrefillBuffers {
     /// Buffers of `shape` (bucketed: its tile bound known) with tables of
-    /// `geometry`, sampling over `vocab` tokens, holding a step of padding
-    /// only (written now, so the memory exists before any capture).
+    /// `geometry`, sampling over `vocab` tokens where `sampling` says,
+    /// holding a step of padding only (written now, so the memory exists
+    /// before any capture).
     pub fn new(
-        shape: PrefillShape,
-        geometry: TableGeometry,
+        (shape, geometry): (PrefillShape, TableGeometry),
         vocab: usize,
         device: &Device,
+        sampling: DeviceSampling,
     ) -> Self {
         let host = PrefillHost::new(&[], shape, geometry);
         let seg = &host.segments;
@@ -66,7 +67,7 @@ impl PrefillBuffers {
             block_size: geometry.block_size,
             max_queries: 1,
             max_context: 1,
-            sampling: SamplingParamsRows::new(r, vocab, device).resident(None),
+            sampling: SamplingParamsRows::new(r, vocab, device, sampling).resident(None),
         };
         buffers.write(host);
         buffers

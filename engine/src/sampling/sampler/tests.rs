@@ -26,7 +26,7 @@ fn table(rows: &[RowSampling]) -> SamplingTable {
 
 fn pick(l: Tensor<2>, rows: &[RowSampling]) -> Vec<u32> {
     let [b, v] = l.dims();
-    let mut params = SamplingParamsRows::new(b, v, &Device::flex());
+    let mut params = SamplingParamsRows::new(b, v, &Device::flex(), DeviceSampling::default());
     let t = table(rows);
     params.write(&t);
     sample(l, None, &params, &t).unwrap()
@@ -46,7 +46,7 @@ fn a_precomputed_argmax_serves_an_all_greedy_batch_and_padding_is_dropped() {
     let l = logits(&[&[0.1, 3.0, 0.2], &[5.0, 1.0, 0.0], &[0.0, 0.0, 9.0]]);
     let given =
         || Tensor::<2, Int>::from_data(TensorData::new(vec![2i64, 1, 0], [3, 1]), &Device::flex());
-    let mut params = SamplingParamsRows::new(3, 3, &Device::flex());
+    let mut params = SamplingParamsRows::new(3, 3, &Device::flex(), DeviceSampling::default());
     let greedy = table(&[G(), G()]);
     params.write(&greedy);
     assert_eq!(sample(l, Some(given()), &params, &greedy).unwrap(), [2, 1]);
@@ -115,7 +115,7 @@ fn a_greedy_row_with_edits_ignores_the_graphs_argmax_and_others_keep_it() {
         ..G()
     };
     let t = table(&[banned, G()]);
-    let mut params = SamplingParamsRows::new(2, 3, &Device::flex());
+    let mut params = SamplingParamsRows::new(2, 3, &Device::flex(), DeviceSampling::default());
     params.write(&t);
     assert_eq!(sample(l, Some(given), &params, &t).unwrap(), [2, 0]);
 }
@@ -125,7 +125,7 @@ fn an_all_greedy_step_after_a_sampled_one_writes_the_greedy_columns_back() {
     // A replayed graph's kernel reads the columns on every step, and an
     // all-greedy step reads its ids straight from it: stale sampled
     // columns would sample those rows.
-    let mut params = SamplingParamsRows::new(2, 3, &Device::flex());
+    let mut params = SamplingParamsRows::new(2, 3, &Device::flex(), DeviceSampling::default());
     params.write(&table(&[G(), s(1.0, 0, 0.9, 7)]));
     assert_ne!(params.written, params.greedy);
     params.write(&table(&[G(), G()]));

@@ -43,7 +43,9 @@ use super::shapes::{self, RunnerShape};
 use crate::error::EngineError;
 use crate::model::{Gpt2, Gpt2Config, KvCache};
 use crate::ops::{InputBuffer, Ops, TableGeometry};
-use crate::sampling::{logprobs, sample, PenaltyState, SamplingParamsRows, SamplingTable};
+use crate::sampling::{
+    logprobs, sample, DeviceSampling, PenaltyState, SamplingParamsRows, SamplingTable,
+};
 use crate::types::TokenLogprobs;
 
 /// What a sampled step returns: one id per real row, and each row's logprobs
@@ -72,6 +74,8 @@ pub struct StepRunner {
     /// Decoding sequences' penalties on the device, where the sampling
     /// kernel runs (`crate::sampling::penalty_state`).
     penalties: Option<PenaltyState>,
+    /// Where sampled rows are sampled, decided once (kernel tuning, device).
+    sampling: DeviceSampling,
     shape: RunnerShape,
     device: Device,
 }
@@ -114,13 +118,15 @@ impl StepRunner {
             kv_bytes = num_slots * config.n_layer * config.n_embd * 2 * cache.elem_bytes(),
             "allocated the paged KV cache"
         );
-        let penalties = PenaltyState::for_device(max_batch, config.vocab_size, &device);
+        let sampling = DeviceSampling::of(ops.tuning(), &device, config.vocab_size);
+        let penalties = PenaltyState::for_device(max_batch, config.vocab_size, &device, sampling);
         Ok(Self {
             last_chosen: InputBuffer::resident_zeros([max_batch, 1], &device),
             graphs: BTreeMap::new(),
             prefill_graphs: BTreeMap::new(),
             prefill_buffers: BTreeMap::new(),
             penalties,
+            sampling,
             model,
             config,
             ops,
@@ -297,7 +303,8 @@ impl StepRunner {
             (Vec::new(), Vec::new())
         } else {
             let logits = logits.narrow(0, 0, padded);
-            let mut params = SamplingParamsRows::new(padded, self.config.vocab_size, &self.device);
+            let vocab = self.config.vocab_size;
+            let mut params = SamplingParamsRows::new(padded, vocab, &self.device, self.sampling);
             params.write(table);
             sample_step(logits, None, &params, table)?
         };
@@ -330,7 +337,8 @@ impl StepRunner {
     pub fn warm_prefill(&mut self, shape: PrefillShape) -> Result<(), EngineError> {
         let inputs = prefill_inputs(&[], shape, self.tables(), &self.device);
         let logits = forward(&self.model, &self.ops, &mut self.cache, inputs);
-        let params = SamplingParamsRows::new(shape.rows, self.config.vocab_size, &self.device);
+        let vocab = self.config.vocab_size;
+        let params = SamplingParamsRows::new(shape.rows, vocab, &self.device, self.sampling);
         sample(logits, None, &params, &SamplingTable::greedy(1)).map(drop)
     }
 
@@ -403,10 +411,15 @@ impl StepRunner {
         let max_context = self.config.n_positions;
         let table_width = self.tables().width;
         let (vocab, heads) = (self.config.vocab_size, self.config.n_head);
-        let device = &self.device;
+        let (device, sampling) = (&self.device, self.sampling);
         let counts = self.penalties.as_ref().map(PenaltyState::counts);
         let buffers = self.decode_buffers.entry(bucket).or_insert_with(|| {
-            DecodeBuffers::new(bucket, table_width, vocab, heads, device, counts)
+            DecodeBuffers::new(
+                (bucket, table_width, vocab, heads),
+                device,
+                sampling,
+                counts,
+            )
         });
         buffers.write(rows, block_size, self.shape.num_blocks as u32);
         if let Some(table) = table {

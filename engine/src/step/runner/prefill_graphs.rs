@@ -39,11 +39,11 @@ impl StepRunner {
         {
             let started = Instant::now();
             let key = (shape.tokens, shape.rows);
-            let device = &self.device;
+            let (device, sampling) = (&self.device, self.sampling);
             let buffers = self
                 .prefill_buffers
                 .entry(key)
-                .or_insert_with(|| PrefillBuffers::new(shape, geometry, vocab, device));
+                .or_insert_with(|| PrefillBuffers::new((shape, geometry), vocab, device, sampling));
             buffers.sampling.write(&SamplingTable::default());
             let graph = StepGraph::capture(
                 &self.model,
