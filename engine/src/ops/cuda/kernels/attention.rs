@@ -49,7 +49,7 @@ use cubecl::prelude::*;
 
 use super::cache_write::write_head_rows;
 use super::decode_passes::{exponentials, scores, weighted_values};
-use super::reduce::{cube_f32, cube_sum, sum_warps, OP_MAX};
+use super::reduce::{cube_reduce, sum_warps, OP_MAX, OP_SUM};
 use super::split_combine::publish_and_combine;
 use crate::ops::cuda::extension::cuda_kernel;
 use crate::ops::cuda::launch::{empty_like, or_stand_in, vector_size};
@@ -136,10 +136,10 @@ pub fn paged_decode_attention_kernel<F: Float, I: Numeric, N: Size>(
         vectors_per_lane,
         vs,
     );
-    let m = cube_f32(lane_max, &mut per_warp, OP_MAX, warps);
+    let m = cube_reduce(lane_max, &mut per_warp, OP_MAX, warps);
 
     let sum = exponentials(&mut p, m, lo, hi, warps);
-    let total = cube_sum(sum, &mut per_warp, warps);
+    let total = cube_reduce(sum, &mut per_warp, OP_SUM, warps);
 
     weighted_values(
         v_cache,

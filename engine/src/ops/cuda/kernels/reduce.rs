@@ -21,37 +21,24 @@ pub fn sum_warps(
     v
 }
 
-/// The sum of every unit's `v` over the cube (`per_warp` is scratch; not
-/// reusable before the next `sync_cube`).
-#[cube]
-pub fn cube_sum(v: f32, per_warp: &mut Shared<[f32]>, #[comptime] warps: usize) -> f32 {
-    let warp_sum = plane_sum(v);
-    if UNIT_POS_X == 0 {
-        per_warp[UNIT_POS_Y as usize] = warp_sum;
-    }
-    sync_cube();
-    let mut total = f32::new(0.0);
-    #[unroll]
-    for w in 0..warps {
-        total += per_warp[w];
-    }
-    total
-}
-
 /// Cube-wide reductions' operations (comptime).
 pub const OP_MAX: u32 = 0;
 pub const OP_MIN: u32 = 1;
 pub const OP_SUM: u32 = 2;
 
-/// `op` of every unit's `v` over the cube, in a fixed order (`scratch`
-/// holds one entry per warp; reusable on return).
+/// `op` of every unit's `v` over the cube, in a fixed order: each warp
+/// reduces with a plane operation, its lane 0 writes the result to
+/// `scratch` (one entry per warp), and every unit combines those in warp
+/// order, so every unit returns the same value. `scratch` is reusable on
+/// return. The one cube reduction of the kernels, for u32 keys and counts
+/// and f32 values alike.
 #[cube]
-pub fn cube_u32(
-    v: u32,
-    scratch: &mut Shared<[u32]>,
+pub fn cube_reduce<N: Numeric>(
+    v: N,
+    scratch: &mut Shared<[N]>,
     #[comptime] op: u32,
     #[comptime] warps: usize,
-) -> u32 {
+) -> N {
     let mut w = v;
     if comptime![op == OP_MAX] {
         w = plane_max(v);
@@ -75,40 +62,6 @@ pub fn cube_u32(
         }
         if comptime![op == OP_MIN] {
             r = select(x < r, x, r);
-        }
-        if comptime![op == OP_SUM] {
-            r += x;
-        }
-    }
-    sync_cube();
-    r
-}
-
-/// [`cube_u32`] for f32 (max and sum).
-#[cube]
-pub fn cube_f32(
-    v: f32,
-    scratch: &mut Shared<[f32]>,
-    #[comptime] op: u32,
-    #[comptime] warps: usize,
-) -> f32 {
-    let mut w = v;
-    if comptime![op == OP_MAX] {
-        w = plane_max(v);
-    }
-    if comptime![op == OP_SUM] {
-        w = plane_sum(v);
-    }
-    if UNIT_POS_X == 0 {
-        scratch[UNIT_POS_Y as usize] = w;
-    }
-    sync_cube();
-    let mut r = scratch[0];
-    #[unroll]
-    for i in 1..warps {
-        let x = scratch[i];
-        if comptime![op == OP_MAX] {
-            r = select(x > r, x, r);
         }
         if comptime![op == OP_SUM] {
             r += x;

@@ -28,7 +28,7 @@ use burn::backend::TensorMetadata;
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 
-use super::reduce::{cube_f32, cube_u32, key_of, value_of, OP_MAX, OP_MIN, OP_SUM};
+use super::reduce::{cube_reduce, key_of, value_of, OP_MAX, OP_MIN, OP_SUM};
 use crate::ops::cuda::extension::cuda_kernel;
 
 /// Warps of each row's cube.
@@ -70,10 +70,10 @@ fn best_after<F: Float>(
         }
         i += threads;
     }
-    let key = cube_u32(best_key, red, OP_MAX, warps);
+    let key = cube_reduce(best_key, red, OP_MAX, warps);
     let holder = select(best_key == key, best_index, 0xFFFF_FFFFu32);
     pick[0] = key;
-    pick[1] = cube_u32(holder, red, OP_MIN, warps);
+    pick[1] = cube_reduce(holder, red, OP_MIN, warps);
 }
 
 /// `ids[b] = argmax(logits[b, :])` (the lowest index of a tie; 0 for a row
@@ -129,14 +129,14 @@ pub fn vocab_logprobs_kernel<F: Float, I: Int>(
         m = select(x > m, x, m);
         i += threads;
     }
-    let max = cube_f32(m, &mut red_f, OP_MAX, warps);
+    let max = cube_reduce(m, &mut red_f, OP_MAX, warps);
     let mut sum = f32::new(0.0);
     i = tid;
     while i < vocab {
         sum += (f32::cast_from(logits[base + i]) - max).exp();
         i += threads;
     }
-    let lse = max + cube_f32(sum, &mut red_f, OP_SUM, warps).ln();
+    let lse = max + cube_reduce(sum, &mut red_f, OP_SUM, warps).ln();
 
     let at = r * out.stride(0);
     if tid == 0 {

@@ -5,7 +5,7 @@
 use cubecl::prelude::*;
 
 use super::noise::{gumbel, noise_bound, philox};
-use crate::ops::cuda::kernels::reduce::{cube_f32, cube_u32, value_of, OP_MAX, OP_MIN};
+use crate::ops::cuda::kernels::reduce::{cube_reduce, value_of, OP_MAX, OP_MIN};
 use crate::ops::row_params::NOISE_MAX;
 
 /// This unit's share of `Z`, the mass `exp(s - s_max)` of the keys `>=
@@ -96,7 +96,7 @@ pub fn choose(
         }
         c += comptime!(warps * 32);
     }
-    let top = cube_f32(best, red_f, OP_MAX, warps);
+    let top = cube_reduce(best, red_f, OP_MAX, warps);
     let holder = select(best == top, best_index, 0xFFFF_FFFFu32);
-    cube_u32(holder, red_u, OP_MIN, warps)
+    cube_reduce(holder, red_u, OP_MIN, warps)
 }

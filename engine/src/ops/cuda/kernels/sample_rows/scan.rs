@@ -4,7 +4,7 @@
 
 use cubecl::prelude::*;
 
-use crate::ops::cuda::kernels::reduce::{cube_u32, key_of, OP_MAX, OP_MIN, OP_SUM};
+use crate::ops::cuda::kernels::reduce::{cube_reduce, key_of, OP_MAX, OP_MIN, OP_SUM};
 use crate::ops::row_params::COUNT_MASK;
 
 /// Logits each unit loads at once in pass 1.
@@ -118,11 +118,11 @@ pub fn scan_row<F: Float, I: Int>(
             }
         }
     }
-    let key_max = cube_u32(best_key, red_u, OP_MAX, warps);
+    let key_max = cube_reduce(best_key, red_u, OP_MAX, warps);
     let holder = select(best_key == key_max, best_index, 0xFFFF_FFFFu32);
-    let argmax = cube_u32(holder, red_u, OP_MIN, warps);
-    let key_min = cube_u32(min_key, red_u, OP_MIN, warps);
-    let present = cube_u32(count, red_u, OP_SUM, warps);
+    let argmax = cube_reduce(holder, red_u, OP_MIN, warps);
+    let key_min = cube_reduce(min_key, red_u, OP_MIN, warps);
+    let present = cube_reduce(count, red_u, OP_SUM, warps);
     if tid == 0 {
         stats[0] = key_max;
         stats[1] = select(key_max == 0u32, 0u32, argmax);

@@ -18,7 +18,7 @@
 
 use cubecl::prelude::*;
 
-use crate::ops::cuda::kernels::reduce::{cube_f32, value_of, OP_SUM};
+use crate::ops::cuda::kernels::reduce::{cube_reduce, value_of, OP_SUM};
 
 /// One radix level: over the keys `>= lo` whose bits above `hi_shift`
 /// equal `prefix`, each digit's (bits `shift..hi_shift`) count into
@@ -218,7 +218,7 @@ pub fn top_p_threshold(
             warps,
         );
         if first {
-            target = p * cube_f32(z, red_f, OP_SUM, warps);
+            target = p * cube_reduce(z, red_f, OP_SUM, warps);
         }
         // The highest digit with `above + mass{digit' >= digit} >= target`.
         let bins = 1u32 << width;

@@ -7,7 +7,7 @@ use cubecl::prelude::*;
 use super::choice::{choose, unit_masses};
 use super::params::RowParams;
 use super::search::{kth_largest, top_p_threshold};
-use crate::ops::cuda::kernels::reduce::{cube_f32, key_of, value_of, OP_SUM};
+use crate::ops::cuda::kernels::reduce::{cube_reduce, key_of, value_of, OP_SUM};
 
 /// What the scan found over the row's keys (pass 1).
 #[derive(CubeType)]
@@ -117,8 +117,8 @@ fn nucleus_holds(
     let mut part = Array::<f32>::new(2usize);
     let above = keys[candidate as usize];
     unit_masses(keys, &mut part, stats.key_min, above, s_max, vocab, warps);
-    let z = cube_f32(part[0], red_f, OP_SUM, warps);
-    let mass = cube_f32(part[1], red_f, OP_SUM, warps);
+    let z = cube_reduce(part[0], red_f, OP_SUM, warps);
+    let mass = cube_reduce(part[1], red_f, OP_SUM, warps);
     mass < top_p * z
 }
 
