@@ -199,6 +199,18 @@ impl StepGraph {
         self.device.sync().is_ok()
     }
 
+    /// Milliseconds per replay of the `plain` graph, `n` replays back to
+    /// back after 3 untimed ones ([`StepGraph::replay_back_to_back`]);
+    /// `None` for a closure graph or a failed sync.
+    pub fn time_replays(&mut self, n: usize) -> Option<f64> {
+        if !self.replay_back_to_back(3) {
+            return None;
+        }
+        let started = std::time::Instant::now();
+        self.replay_back_to_back(n.max(1))
+            .then(|| started.elapsed().as_secs_f64() * 1e3 / n.max(1) as f64)
+    }
+
     /// Moves the cache back from the slot into `cache`.
     fn take_cache(&mut self, cache: &mut KvCache) {
         if let Some(back) = lock(&self.slot).cache.take() {

@@ -382,14 +382,7 @@ impl StepRunner {
     /// step, without its host work); `None` without a hardware graph.
     pub fn time_graph_replays(&mut self, batch: usize, n: usize) -> Option<f64> {
         let bucket = self.decode_bucket(batch);
-        let graph = self.graphs.get_mut(&bucket)?;
-        if !graph.replay_back_to_back(3) {
-            return None;
-        }
-        let started = Instant::now();
-        graph
-            .replay_back_to_back(n.max(1))
-            .then(|| started.elapsed().as_secs_f64() * 1e3 / n.max(1) as f64)
+        self.graphs.get_mut(&bucket)?.time_replays(n)
     }
 
     /// Decode buckets with a captured graph.

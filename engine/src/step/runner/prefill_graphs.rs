@@ -37,30 +37,41 @@ impl StepRunner {
             .iter()
             .filter(|s| s.tokens <= PREFILL_GRAPH_MAX_TOKENS)
         {
-            let started = Instant::now();
             let key = (shape.tokens, shape.rows);
             let (device, sampling) = (&self.device, self.sampling);
-            let buffers = self
-                .prefill_buffers
+            self.prefill_buffers
                 .entry(key)
                 .or_insert_with(|| PrefillBuffers::new((shape, geometry), vocab, device, sampling));
-            buffers.sampling.write(&SamplingTable::default());
-            let graph = StepGraph::capture(
-                &self.model,
-                &self.ops,
-                &mut self.cache,
-                (buffers.inputs(), buffers.sampling.columns()),
-                &self.device,
-                false,
-            );
             let what = format!(
                 "prefill step of {} tokens, {} rows",
                 shape.tokens, shape.rows
             );
-            hardware += usize::from(graph.is_hardware());
-            if keep_capture(&graph, self.shape.bucketed, &what, started) {
-                self.prefill_graphs.insert(key, graph);
-            }
+            hardware += usize::from(self.capture_prefill_shape(key, &what));
+        }
+        hardware
+    }
+
+    /// Captures the prefill step of shape `key` over its buffers as they
+    /// stand (greedy sampling columns written first) and keeps the graph
+    /// where [`keep_capture`] says (`what` names it in the log). Whether a
+    /// hardware graph came of it; `false` where the shape has no buffers.
+    pub(super) fn capture_prefill_shape(&mut self, key: (usize, usize), what: &str) -> bool {
+        let started = Instant::now();
+        let Some(buffers) = self.prefill_buffers.get_mut(&key) else {
+            return false;
+        };
+        buffers.sampling.write(&SamplingTable::default());
+        let graph = StepGraph::capture(
+            &self.model,
+            &self.ops,
+            &mut self.cache,
+            (buffers.inputs(), buffers.sampling.columns()),
+            &self.device,
+            false,
+        );
+        let hardware = graph.is_hardware();
+        if keep_capture(&graph, self.shape.bucketed, what, started) {
+            self.prefill_graphs.insert(key, graph);
         }
         hardware
     }
@@ -76,14 +87,7 @@ impl StepRunner {
         let buffers = self.prefill_buffers.get_mut(&key)?;
         buffers.write(PrefillHost::new(rows, shape, geometry));
         buffers.sampling.write(&SamplingTable::default());
-        let graph = self.prefill_graphs.get_mut(&key)?;
-        if !graph.replay_back_to_back(3) {
-            return None;
-        }
-        let started = Instant::now();
-        graph
-            .replay_back_to_back(n.max(1))
-            .then(|| started.elapsed().as_secs_f64() * 1e3 / n.max(1) as f64)
+        self.prefill_graphs.get_mut(&key)?.time_replays(n)
     }
 
     /// Prefill shapes with a captured graph.

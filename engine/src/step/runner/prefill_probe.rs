@@ -8,9 +8,7 @@
 use burn::prelude::*;
 use burn::tensor::DType;
 
-use super::{keep_capture, StepRunner};
-use crate::sampling::SamplingTable;
-use crate::step::graphs::StepGraph;
+use super::StepRunner;
 use crate::step::inputs::{PrefillHost, PrefillSeq};
 
 /// One layer's K and V rows, as host floats.
@@ -43,8 +41,8 @@ impl StepRunner {
     }
 
     /// Captures the prefill shape of `rows` again, over the step `rows`
-    /// itself (written into the shape's buffers first). Whether a hardware
-    /// graph came of it (it replaces the shape's graph either way).
+    /// itself (written into the shape's buffers first; the old graph is
+    /// dropped before). Whether a hardware graph came of it.
     pub fn recapture_prefill_over(&mut self, rows: &[PrefillSeq<'_>]) -> bool {
         let shape = self.step_shape(rows);
         let key = (shape.tokens, shape.rows);
@@ -55,21 +53,6 @@ impl StepRunner {
             return false;
         };
         buffers.write(PrefillHost::new(rows, shape, geometry));
-        buffers.sampling.write(&SamplingTable::default());
-        let started = std::time::Instant::now();
-        let graph = StepGraph::capture(
-            &self.model,
-            &self.ops,
-            &mut self.cache,
-            (buffers.inputs(), buffers.sampling.columns()),
-            &self.device,
-            false,
-        );
-        let hardware = graph.is_hardware();
-        let what = "prefill step recaptured over a real step";
-        if keep_capture(&graph, self.shape.bucketed, what, started) {
-            self.prefill_graphs.insert(key, graph);
-        }
-        hardware
+        self.capture_prefill_shape(key, "prefill step recaptured over a real step")
     }
 }
