@@ -263,10 +263,14 @@ def size_rows(args, size, stages):
         e = find(prefills, sequences=n, prompt_len=length) or {}
         p = find(peer.get("prefill"), n=n, len=length) or {}
         notes = [] if "p50_ms" in e else ["Ember: no row"]
+        if e.get("graph_vs_eager_max_logit_diff"):
+            # A replay runs the eager step's kernels: any difference is a bug.
+            notes.append(f"Ember: replayed logits differ from eager by {e['graph_vs_eager_max_logit_diff']:.3g}")
         if "median_ms" not in p:
             notes.append(f"peer: {p.get('skipped') or p.get('error') or peer_note or 'no row'}")
         rows.append(dict(size=size, shape=f"prefill {n}x{length}", ember_ms=e.get("p50_ms"),
-                         ember_overlap_ms=None, ember_gpu_ms=None, peer_ms=p.get("median_ms"), peer_gpu_ms=None,
+                         ember_overlap_ms=None, ember_gpu_ms=e.get("gpu_ms"), peer_ms=p.get("median_ms"),
+                         peer_gpu_ms=None,
                          floor_ms=None, notes="; ".join(notes)))
     for r in rows:
         # The server's loop: the overlapped step where the bench ran it.

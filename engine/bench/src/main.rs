@@ -31,7 +31,7 @@ use ember_engine::{
 };
 use serde_json::json;
 
-// The reference and prefill-graph checks use its comparisons on every
+// The reference check uses its comparisons on every
 // build; the rest serves the CUDA kernel checks.
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 mod check_data;

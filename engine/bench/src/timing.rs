@@ -9,8 +9,6 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 
-use crate::check_data::{floats, max_diff};
-
 /// What a timing run takes from the command line.
 #[derive(Debug, Clone, Copy)]
 pub struct TimingOptions {
@@ -157,11 +155,12 @@ pub fn bench_prefill(
     Ok(json!({"sequences": n, "prompt_len": len, "p50_ms": p50, "tokens_per_s": tokens_per_s}))
 }
 
-/// [`bench_prefill`] with the engine's prefill graphs captured (up to
-/// `ember_engine::step::PREFILL_GRAPH_MAX_TOKENS` tokens; a larger step is
-/// timed eager, as the server runs it): first the step's logits replayed
-/// against the eager step's (the largest difference, printed), then the
-/// timing.
+/// [`bench_prefill`] with the engine's prefill graphs captured as the
+/// warmup captures them (up to `ember_engine::step::PREFILL_GRAPH_MAX_TOKENS`
+/// tokens; a larger step is timed eager, as the server runs it): the
+/// graph's GPU time, the step's timing, then the prefill probe (the replayed
+/// logits against the eager step's, printed; last, because it recaptures
+/// the shape).
 pub fn bench_prefill_graph(
     engine: &mut Engine,
     options: &TimingOptions,
@@ -171,25 +170,19 @@ pub fn bench_prefill_graph(
 ) -> anyhow::Result<serde_json::Value> {
     let hardware = engine.capture_prefill_graphs();
     let check: Vec<Vec<u32>> = (0..n).map(|_| prompts.take(len)).collect();
-    let diff = match engine.prompt_logits_replayed(&check) {
-        Ok(replayed) => Some(max_diff(
-            floats(replayed),
-            floats(engine.prompt_logits(&check)?),
-        )),
-        Err(_) => None,
-    };
-    match diff {
-        Some(d) => println!(
-            "prefill {n} x {len} graph ({hardware} hardware prefill graphs): max |replayed - eager logits| = {d:e}"
-        ),
-        None => println!("prefill {n} x {len}: no captured graph for its shape (eager)"),
-    }
-    let probe = crate::prefill_probe::probe(engine, &check);
     let gpu_ms = engine.time_prefill_graph_replays(&check, 20)?;
     if let Some(ms) = gpu_ms {
         println!("prefill {n} x {len} graph replays back to back: {ms:.3} ms (GPU time)");
     }
     let mut row = bench_prefill(engine, options, prompts, n, len)?;
+    let probe = crate::prefill_probe::probe(engine, &check);
+    let diff = probe.get("logits_diff").cloned();
+    match &diff {
+        Some(d) => println!(
+            "prefill {n} x {len} graph ({hardware} hardware prefill graphs): max |replayed - eager logits| = {d}"
+        ),
+        None => println!("prefill {n} x {len}: no captured graph for its shape (eager)"),
+    }
     row["gpu_ms"] = json!(gpu_ms);
     row["graph_vs_eager_max_logit_diff"] = json!(diff);
     row["graph_probe"] = probe;

@@ -82,11 +82,7 @@ impl StepRunner {
     /// `None` without a hardware graph for the shape.
     pub fn time_prefill_replays(&mut self, rows: &[PrefillSeq<'_>], n: usize) -> Option<f64> {
         let shape = self.step_shape(rows);
-        let key = (shape.tokens, shape.rows);
-        let geometry = self.tables();
-        let buffers = self.prefill_buffers.get_mut(&key)?;
-        buffers.write(PrefillHost::new(rows, shape, geometry));
-        buffers.sampling.write(&SamplingTable::default());
+        let key = self.write_prefill_step(rows, shape, &SamplingTable::default())?;
         self.prefill_graphs.get_mut(&key)?.time_replays(n)
     }
 
@@ -146,12 +142,9 @@ impl StepRunner {
         table: &SamplingTable,
         logits_only: bool,
     ) -> Option<GraphOutput> {
-        let key = (shape.tokens, shape.rows);
-        let geometry = self.tables();
+        let key = self.write_prefill_step(rows, shape, table)?;
         let graph = self.prefill_graphs.get_mut(&key)?;
-        let buffers = self.prefill_buffers.get_mut(&key)?;
-        buffers.write(PrefillHost::new(rows, shape, geometry));
-        buffers.sampling.write(table);
+        let buffers = self.prefill_buffers.get(&key)?;
         let ending = match (logits_only, buffers.sampling.argmax_only()) {
             (true, _) => Ending::Logits,
             (false, true) => Ending::Argmax,
@@ -160,5 +153,25 @@ impl StepRunner {
         let inputs = buffers.inputs();
         let columns = buffers.sampling.columns();
         graph.replay(&mut self.cache, inputs, columns, ending, true)
+    }
+
+    /// Writes the step over `rows` (of `shape`) and `table` into the
+    /// buffers of its shape, if that shape has a captured graph; returns
+    /// the shape's key (`None`, nothing written, where it has none).
+    fn write_prefill_step(
+        &mut self,
+        rows: &[PrefillSeq<'_>],
+        shape: PrefillShape,
+        table: &SamplingTable,
+    ) -> Option<(usize, usize)> {
+        let key = (shape.tokens, shape.rows);
+        if !self.prefill_graphs.contains_key(&key) {
+            return None;
+        }
+        let geometry = self.tables();
+        let buffers = self.prefill_buffers.get_mut(&key)?;
+        buffers.write(PrefillHost::new(rows, shape, geometry));
+        buffers.sampling.write(table);
+        Some(key)
     }
 }
