@@ -95,7 +95,7 @@ fn request(id: SeqId, case: &Value, n: usize) -> anyhow::Result<SequenceRequest>
 /// Every request's emitted tokens, decoded in one batch until all finish
 /// (`overlapped`: each step queued before the previous one is judged);
 /// request ids are `base..base + count`.
-fn generate(
+pub fn generate(
     engine: &mut Engine,
     reqs: Vec<SequenceRequest>,
     base: SeqId,

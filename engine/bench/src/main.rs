@@ -35,6 +35,7 @@ use serde_json::json;
 // build; the rest serves the CUDA kernel checks.
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 mod check_data;
+mod constrained_check;
 mod controls_check;
 mod gemv_bw;
 #[cfg(feature = "cuda")]
@@ -159,8 +160,11 @@ fn main() -> anyhow::Result<()> {
         _ if args.check_kernels => kernel_check::run(&device)?,
         Some(dir) => {
             let controls = controls_check::check_controls(dir, device.clone(), args.graphs)?;
+            let constrained =
+                constrained_check::check_constrained(dir, device.clone(), args.graphs)?;
             let mut report = reference::check_reference(dir, device, args.graphs)?;
             report["controls"] = controls;
+            report["constrained"] = constrained;
             report
         }
         None => run(&args, device)?,

@@ -31,10 +31,13 @@
 //!   later, and nothing past the stop reaches a client.
 //! - **A grammar's allowed set follows the tokens.** A step with a
 //!   constrained row still in flight is queued in two halves
-//!   ([`Engine::decode_async_split`]): its forward pass first, then, while
-//!   the GPU runs it, the queued step is judged (the grammars take their
-//!   tokens) and the allowed sets computed, then the choice is queued. The
-//!   host's mask work hides behind the forward pass.
+//!   ([`Engine::decode_async_split`]): its forward pass and the queued
+//!   step's grammar work (the constraints take their tokens and compute the
+//!   next allowed sets on the pool, `super::grammar_pass`), then the queued
+//!   step is judged and the choice queued (one graph launch where the
+//!   bucket has a choice graph, `crate::step::choice_graph`). The host's
+//!   mask work hides behind the forward pass (and, with many grammar rows,
+//!   behind its queueing too).
 //! - **Some rows need every token on the host first**
 //!   (`Sequence::needs_host_counts`: penalties kept as host edits, when the
 //!   device has no slot for them) and logprobs are read with the ids: a
@@ -50,8 +53,7 @@
 
 use std::collections::HashSet;
 
-use rayon::prelude::*;
-
+use super::grammar_pass::GrammarPass;
 use super::pending::PendingStep;
 use super::sequences::Sequences;
 use super::Engine;
@@ -196,11 +198,21 @@ impl Engine {
     }
 
     /// [`Engine::decode_async`] for a step whose grammar rows wait for the
-    /// queued step's tokens (vLLM's bitmask filled beside the forward):
-    /// queues the step's forward pass first, judges the queued step while
-    /// the GPU runs it (the grammars take their tokens), then builds the
-    /// sampling table (the allowed sets; a row whose sequence that judging
-    /// ended samples as a greedy row nobody reads) and queues the choice.
+    /// queued step's tokens (vLLM's bitmask filled beside the forward). Two
+    /// orders, by where the time goes:
+    ///
+    /// - few grammar rows (the GPU is the bottleneck): this step's forward
+    ///   pass is queued first, behind the queued step still running, then
+    ///   the queued step's ids are waited for and its grammar work starts on
+    ///   the pool ([`GrammarPass`]) while its other rows are judged;
+    /// - many (at least half as many as the pool has threads: the masks are
+    ///   the bottleneck): the ids first (the queued step's choice, queued
+    ///   last, is short), its grammar work started, and this step's forward
+    ///   queued while the pool computes the masks.
+    ///
+    /// Then the queued step is judged, the sampling table built (a row whose
+    /// sequence that judging ended samples as a greedy row nobody reads) and
+    /// the choice queued.
     fn decode_async_split(&mut self, ids: &[SeqId]) -> Result<StepOutput, EngineError> {
         self.seqs.grow(ids)?;
         self.place_penalties(ids);
@@ -208,22 +220,44 @@ impl Engine {
             .iter()
             .filter_map(|&id| self.seqs.get(id).map(|s| (id, s.serial)))
             .collect();
+        let masked = ids
+            .iter()
+            .filter_map(|&id| self.seqs.get(id))
+            .filter(|s| s.in_flight > 0 && s.has_constraint())
+            .count();
+        let masks_first = masked * 2 >= rayon::current_num_threads();
         let started = std::time::Instant::now();
-        let rows = decode_rows(&self.seqs, ids);
-        let (logits, bucket) = self.runner.decode_forward_queued(&rows);
+        let mut half = None;
+        if !masks_first {
+            half = Some(
+                self.runner
+                    .decode_forward_queued(&decode_rows(&self.seqs, ids)),
+            );
+        }
+        let (previous, tokens) = match self.pending.take() {
+            Some(step) => (step.rows, step.ids.wait().map_err(EngineError::Device)?),
+            None => (Vec::new(), Vec::new()),
+        };
+        let grammar = self.start_grammar(&previous, &tokens);
+        let half = match half {
+            Some(half) => half,
+            None => self
+                .runner
+                .decode_forward_queued(&decode_rows(&self.seqs, ids)),
+        };
         let queued_at = started.elapsed();
-        let out = self.flush()?;
+        let out = self.judge_tokens(&previous, tokens, grammar);
         let judged_at = started.elapsed();
         let table = self.sampling_table(ids);
         let planned_at = started.elapsed();
-        let queued = self
-            .runner
-            .decode_choose(logits, bucket, ids.len(), &table)?;
+        let queued = self.runner.decode_choose(half, ids.len(), &table)?;
         // Where the host's time goes beside the forward
         // (`RUST_LOG=ember_engine::engine=trace`).
         tracing::trace!(
             rows = ids.len(),
-            forward_queued_us = queued_at.as_micros() as u64,
+            masked,
+            masks_first,
+            forward_and_wait_us = queued_at.as_micros() as u64,
             judged_us = (judged_at - queued_at).as_micros() as u64,
             table_us = (planned_at - judged_at).as_micros() as u64,
             choice_queued_us = (started.elapsed() - planned_at).as_micros() as u64,
@@ -233,29 +267,22 @@ impl Engine {
         Ok(out)
     }
 
-    /// Gives a judged step's tokens to the constraints of its rows that have
-    /// one, in parallel when there are several (the grammar's work of
-    /// judging, before the stop rules run row by row).
-    fn accept_ahead(&mut self, rows: &[(SeqId, u64)], tokens: &[u32]) {
-        let constrained: Vec<(SeqId, u32)> = rows
+    /// Starts the grammar work of a queued step's rows (`rows`, whose ids
+    /// are `tokens`) that have a constraint: each still the admission it
+    /// was planned for, with the step in flight ([`GrammarPass`]).
+    fn start_grammar(&self, rows: &[(SeqId, u64)], tokens: &[u32]) -> Option<GrammarPass> {
+        let jobs: Vec<_> = rows
             .iter()
             .zip(tokens)
-            .filter(|((id, serial), _)| {
-                self.seqs
-                    .get(*id)
-                    .is_some_and(|s| s.serial == *serial && s.in_flight > 0 && s.has_constraint())
+            .filter_map(|(&(id, serial), &token)| {
+                let seq = self.seqs.get(id)?;
+                let live = seq.serial == serial && seq.in_flight > 0;
+                live.then(|| seq.grammar_job())
+                    .flatten()
+                    .map(|c| (id, c, token))
             })
-            .map(|(&(id, _), &token)| (id, token))
             .collect();
-        if constrained.len() < 2 {
-            return;
-        }
-        let ids: Vec<SeqId> = constrained.iter().map(|c| c.0).collect();
-        if let Some(mut seqs) = self.seqs.many_mut(&ids) {
-            seqs.par_iter_mut()
-                .zip(&constrained)
-                .for_each(|(seq, &(_, token))| seq.accept_ahead(token));
-        }
+        GrammarPass::start(jobs, self.runner.model_config().vocab_size)
     }
 
     /// Records a queued step: each planned row whose sequence is still that
@@ -276,16 +303,32 @@ impl Engine {
     /// belongs to the sequence it was planned for.
     fn judge_step(&mut self, step: PendingStep) -> Result<StepOutput, EngineError> {
         let tokens = step.ids.wait().map_err(EngineError::Device)?;
-        self.accept_ahead(&step.rows, &tokens);
+        let grammar = self.start_grammar(&step.rows, &tokens);
+        Ok(self.judge_tokens(&step.rows, tokens, grammar))
+    }
+
+    /// Judges a queued step's `tokens` (its `rows`), the grammar's share
+    /// first (`grammar`'s results recorded on their sequences).
+    fn judge_tokens(
+        &mut self,
+        rows: &[(SeqId, u64)],
+        tokens: Vec<u32>,
+        grammar: Option<GrammarPass>,
+    ) -> StepOutput {
+        for (id, token, ahead) in grammar.map(GrammarPass::finish).unwrap_or_default() {
+            if let Some(seq) = self.seqs.get_mut(id) {
+                seq.took_ahead(token, ahead);
+            }
+        }
         let mut out = StepOutput::default();
-        for (&(id, serial), token) in step.rows.iter().zip(tokens) {
+        for (&(id, serial), token) in rows.iter().zip(tokens) {
             match self.seqs.get_mut(id) {
                 Some(seq) if seq.serial == serial && seq.in_flight > 0 => seq.in_flight -= 1,
                 _ => continue,
             }
             self.judge_and_record(id, token, None, &mut out);
         }
-        Ok(out)
+        out
     }
 }
 

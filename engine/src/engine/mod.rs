@@ -34,6 +34,7 @@
 
 pub mod config;
 mod decode;
+mod grammar_pass;
 mod impl_step_engine;
 pub mod kv_sizing;
 mod pending;

@@ -18,7 +18,7 @@
 use super::token_stats::TokenStats;
 use crate::kv::BlockHash;
 use crate::ops::row_params::RowPenalty;
-use crate::params::SharedConstraint;
+use crate::params::{SharedConstraint, TokenConstraint};
 use crate::sampling::RowSampling;
 use crate::types::{FinishReason, ResumeState, SequenceRequest};
 
@@ -71,9 +71,23 @@ pub(crate) struct Sequence {
     /// step's row belongs to this sequence only if the serials match (a
     /// sequence released and admitted again under the same id is another).
     pub serial: u64,
-    /// A token its constraint already took ([`Sequence::accept_ahead`]),
+    /// A token its constraint already took ([`Sequence::took_ahead`]),
     /// which [`Sequence::judge`] then does not give it again.
     accepted: Option<u32>,
+    /// The constraint's allowed set after that token, computed with it (off
+    /// the engine thread, `super::grammar_pass`); the next sampling row takes
+    /// it. Cleared by any other token the constraint takes.
+    allowed_next: Option<Result<Option<Vec<u32>>, String>>,
+}
+
+/// What a constraint made of a token given to it ahead of the judging
+/// ([`take_ahead`]).
+#[derive(Debug)]
+pub enum Ahead {
+    /// It refused the token (the sequence ends at its judging).
+    Refused(String),
+    /// It took it; what it allows next (as [`Sequence::sampling_row`] asks).
+    Allowed(Result<Option<Vec<u32>>, String>),
 }
 
 /// What the stop rules made of one sampled token.
@@ -131,6 +145,7 @@ impl Sequence {
             fed_row: 0,
             serial,
             accepted: None,
+            allowed_next: None,
         }
     }
 
@@ -210,11 +225,12 @@ impl Sequence {
                 banned.push(eos_token_id);
             }
         }
-        let allowed = match params
-            .constraint
-            .as_ref()
-            .map(|c| allowed_tokens(c, vocab_size))
-        {
+        let allowed = match self.allowed_next.take().or_else(|| {
+            params
+                .constraint
+                .as_ref()
+                .map(|c| allowed_tokens(c, vocab_size))
+        }) {
             Some(Err(err)) => {
                 tracing::warn!(%err, "the output constraint cannot be honoured; the sequence ends");
                 self.constraint_error = Some(err);
@@ -273,19 +289,38 @@ impl Sequence {
         self.stats.entries()
     }
 
-    /// Gives `token` to its constraint now, ahead of [`Sequence::judge`]
-    /// (which then skips it): the engine does this for many rows in
-    /// parallel, the grammar's share of judging a step.
-    pub fn accept_ahead(&mut self, token: u32) {
-        if self.constraint_error.is_none() && self.has_constraint() {
-            self.accept(token);
-            self.accepted = Some(token);
+    /// Its constraint, if a token is to be given to it ahead of
+    /// [`Sequence::judge`] (it has one that has not failed): the engine gives
+    /// many rows theirs in parallel, off its thread ([`take_ahead`]), the
+    /// grammar's share of a step.
+    pub fn grammar_job(&self) -> Option<SharedConstraint> {
+        self.request
+            .params
+            .constraint
+            .clone()
+            .filter(|_| self.constraint_error.is_none())
+    }
+
+    /// Records what its constraint made of `token` ([`take_ahead`] on
+    /// [`Sequence::grammar_job`]'s constraint): [`Sequence::judge`] then does
+    /// not give it the token again, and its next sampling row takes the
+    /// allowed set computed with it.
+    pub fn took_ahead(&mut self, token: u32, ahead: Ahead) {
+        self.accepted = Some(token);
+        match ahead {
+            Ahead::Refused(err) => {
+                tracing::warn!(%err, token, "the output constraint refused the sampled token; the sequence ends");
+                self.constraint_error = Some(err);
+                self.allowed_next = None;
+            }
+            Ahead::Allowed(allowed) => self.allowed_next = Some(allowed),
         }
     }
 
     /// Gives `token` to its constraint (if any); a refusal is recorded and
     /// ends the sequence at [`Sequence::judge`].
     fn accept(&mut self, token: u32) {
+        self.allowed_next = None;
         let Some(c) = &self.request.params.constraint else {
             return;
         };
@@ -350,6 +385,11 @@ fn allowed_tokens(
     let mut c = constraint
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
+    allowed_of(&mut *c, vocab_size)
+}
+
+/// [`allowed_tokens`] of a constraint already locked.
+fn allowed_of(c: &mut dyn TokenConstraint, vocab_size: usize) -> Result<Option<Vec<u32>>, String> {
     let Some(mut bits) = c.allowed()? else {
         return Ok(None);
     };
@@ -363,6 +403,19 @@ fn allowed_tokens(
         ));
     }
     Ok(Some(bits))
+}
+
+/// Gives `token` to `constraint` and, if it takes it, computes what it
+/// allows next over `vocab_size` tokens: one row's grammar work, run on
+/// any thread (`super::grammar_pass`), recorded by [`Sequence::took_ahead`].
+pub fn take_ahead(constraint: &SharedConstraint, token: u32, vocab_size: usize) -> Ahead {
+    let mut c = constraint
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    match c.accept(token) {
+        Err(err) => Ahead::Refused(err),
+        Ok(()) => Ahead::Allowed(allowed_of(&mut *c, vocab_size)),
+    }
 }
 
 #[cfg(test)]

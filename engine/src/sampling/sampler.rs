@@ -195,6 +195,14 @@ impl SamplingParamsRows {
         self.argmax_only
     }
 
+    /// Whether the sampling kernel alone chooses every row of the last
+    /// write, as a captured choice does (`crate::step::choice_graph`): it
+    /// runs, no row needs host edits first, and not every row takes the
+    /// plain argmax (such a step takes [`argmax_rows`], not the kernel).
+    pub fn kernel_serves_every_row(&self) -> bool {
+        self.kernel && self.transforms.is_none() && !self.argmax_only
+    }
+
     /// Handles to the device columns (valid until the next write off CUDA,
     /// where a write replaces the tensors).
     pub fn columns(&self) -> SampleColumns {

@@ -137,6 +137,14 @@ impl StepGraph {
         self.plain.is_hardware() && self.sampled.is_hardware() && forward
     }
 
+    /// The logits buffer the `forward` graph writes on every replay (what a
+    /// captured choice half reads, `super::choice_graph`); `None` without a
+    /// hardware `forward` graph.
+    pub fn forward_logits(&self) -> Option<Tensor<2>> {
+        let forward = self.forward.as_ref().filter(|f| f.is_hardware())?;
+        forward.output().as_ref().map(|(logits, _)| logits.clone())
+    }
+
     /// Runs the step with `inputs` and sampling `columns` (the bucket's
     /// buffers, already written for this step) through the graph of
     /// `ending`. Returns logits `[bucket, vocab]` and the device's choice

@@ -11,10 +11,13 @@
 //! - [`forward`]: the model over a step's inputs (eager steps and graphs).
 //! - [`graphs`]: steps captured once per decode bucket and small prefill
 //!   shape, replayed as CUDA graphs.
+//! - [`choice_graph`]: a decode bucket's choice half (sampling kernel, ids
+//!   kept for the next step) as a graph of its own, for steps queued in two.
 //! - [`runner`]: [`StepRunner`], which owns the model, the KV storage, the
 //!   buffers and the graphs, and runs prefill and decode steps to sampled ids.
 
 pub mod buffers;
+pub mod choice_graph;
 pub mod forward;
 pub mod graphs;
 pub mod inputs;

@@ -16,7 +16,9 @@
 //! queued in two halves: [`StepRunner::decode_forward_queued`] (the inputs
 //! and the bucket's `forward` graph, up to the logits), then, once the host
 //! has its sampling table, [`StepRunner::decode_choose`] (the columns and
-//! masks written, the sampling kernel, the same keep and read-back).
+//! masks written, then the bucket's choice graph: the sampling kernel and
+//! the same keep in one launch, `crate::step::choice_graph`; then the
+//! read-back).
 //!
 //! Logprobs are not computed here: a step with a row that asks for them runs
 //! synchronously ([`StepRunner::decode`]).
@@ -29,6 +31,17 @@ use crate::ops::PendingIds;
 use crate::sampling::{choose_step, Chosen, SamplingTable};
 use crate::step::buffers::DecodeRow;
 
+/// A decode step's forward pass, queued ([`StepRunner::decode_forward_queued`]),
+/// waiting for its choice ([`StepRunner::decode_choose`]).
+pub struct ForwardHalf {
+    /// `[bucket, vocab]`.
+    logits: Tensor<2>,
+    bucket: usize,
+    /// Whether the bucket's `forward` graph computed `logits` (its output
+    /// buffer, which the choice graph reads).
+    replayed: bool,
+}
+
 impl StepRunner {
     /// Queues a decode step over `rows` (at most `max_batch`), row `i`
     /// sampled by row `i` of `table`, and starts reading its ids back
@@ -40,33 +53,42 @@ impl StepRunner {
         table: &SamplingTable,
     ) -> Result<PendingIds, EngineError> {
         debug_assert!(!table.any_logprobs(), "logprobs run synchronously");
-        let (logits, chosen, bucket) = self.run_decode(rows, Some(table), false);
-        let buffers = &self.decode_buffers[&bucket];
-        let chosen = choose_step(logits, chosen, &buffers.sampling, table)?;
-        self.keep_and_read(chosen, bucket, rows.len())
+        let run = self.run_decode(rows, Some(table), false);
+        let buffers = &self.decode_buffers[&run.bucket];
+        let chosen = choose_step(run.logits, run.chosen, &buffers.sampling, table)?;
+        self.keep_and_read(chosen, run.bucket, rows.len())
     }
 
     /// The first half of a step queued in two (module docs): writes the
     /// inputs of a decode step over `rows` and queues its forward pass (the
-    /// bucket's `forward` graph); returns the logits `[bucket, vocab]` and
-    /// the bucket, for [`StepRunner::decode_choose`].
-    pub fn decode_forward_queued(&mut self, rows: &[DecodeRow<'_>]) -> (Tensor<2>, usize) {
-        let (logits, _, bucket) = self.run_decode(rows, None, false);
-        (logits, bucket)
+    /// bucket's `forward` graph), for [`StepRunner::decode_choose`].
+    pub fn decode_forward_queued(&mut self, rows: &[DecodeRow<'_>]) -> ForwardHalf {
+        let run = self.run_decode(rows, None, false);
+        ForwardHalf {
+            logits: run.logits,
+            bucket: run.bucket,
+            replayed: run.replayed,
+        }
     }
 
     /// The second half: writes `table` (the step's `real` rows; a row whose
-    /// sequence ended meanwhile may be any greedy row) into `bucket`'s
-    /// sampling buffers, chooses every row's token from `logits` with the
-    /// sampling kernel, keeps the choice and starts reading it back.
+    /// sequence ended meanwhile may be any greedy row) into the bucket's
+    /// sampling buffers, chooses every row's token from the forward's
+    /// logits with the sampling kernel (the bucket's choice graph where it
+    /// serves: [`ForwardHalf::replayed`], and no row needs host edits or
+    /// takes the plain argmax), keeps the choice and starts reading it back.
     pub fn decode_choose(
         &mut self,
-        logits: Tensor<2>,
-        bucket: usize,
+        half: ForwardHalf,
         real: usize,
         table: &SamplingTable,
     ) -> Result<PendingIds, EngineError> {
         debug_assert!(!table.any_logprobs(), "logprobs run synchronously");
+        let ForwardHalf {
+            logits,
+            bucket,
+            replayed,
+        } = half;
         let buffers = self
             .decode_buffers
             .get_mut(&bucket)
@@ -74,18 +96,31 @@ impl StepRunner {
         let started = std::time::Instant::now();
         buffers.write_sampling(table);
         let written = started.elapsed();
-        let chosen = choose_step(logits, None, &buffers.sampling, table)?;
-        let launched = started.elapsed();
-        let pending = self.keep_and_read(chosen, bucket, real);
+        let graph = self
+            .choice_graphs
+            .get_mut(&bucket)
+            .filter(|_| replayed && buffers.sampling.kernel_serves_every_row());
+        let pending = match graph {
+            Some(graph) => {
+                let ids = graph.replay();
+                let pending = PendingIds::start(ids, real).map_err(EngineError::Device);
+                self.check_library_calls()?;
+                pending?
+            }
+            None => {
+                let chosen = choose_step(logits, None, &buffers.sampling, table)?;
+                self.keep_and_read(chosen, bucket, real)?
+            }
+        };
         // Where the choice half's host time goes (`RUST_LOG=ember_engine::step=trace`).
         tracing::trace!(
             rows = real,
+            graph = replayed && self.choice_graphs.contains_key(&bucket),
             columns_and_masks_written_us = written.as_micros() as u64,
-            kernel_queued_us = (launched - written).as_micros() as u64,
-            kept_and_read_us = (started.elapsed() - launched).as_micros() as u64,
+            chosen_and_read_us = (started.elapsed() - written).as_micros() as u64,
             "decode choice queued"
         );
-        pending
+        Ok(pending)
     }
 
     /// Keeps a step's choice on the device for the next step (`last_chosen`)

@@ -12,12 +12,14 @@
 //! Padding rows and tokens read and write only the padding block (one past
 //! the pool's last).
 //!
-//! Children: [`launch`] (a decode step queued without waiting for its ids,
-//! for the overlapped step loop), [`prefill_graphs`] (small prefill steps
+//! Children: [`decode_graphs`] (each decode bucket's captured step and
+//! choice half), [`launch`] (a decode step queued without waiting for its
+//! ids, for the overlapped step loop), [`prefill_graphs`] (small prefill steps
 //! as captured graphs), [`prefill_probe`] (the bench's probe of them),
 //! [`scoring`] (prompt logprobs), [`warm`] (the
 //! vocabulary kernels warmed at warmup).
 
+mod decode_graphs;
 mod launch;
 mod prefill_graphs;
 mod prefill_probe;
@@ -33,6 +35,7 @@ use std::time::Instant;
 use burn::prelude::*;
 
 use super::buffers::{DecodeBuffers, DecodeRow};
+use super::choice_graph::ChoiceGraph;
 use super::forward::forward;
 use super::graphs::{Ending, StepGraph};
 use super::inputs::{
@@ -59,6 +62,9 @@ pub struct StepRunner {
     graphs: BTreeMap<usize, StepGraph>,
     /// Captured prefill steps per `(tokens, rows)` shape ([`prefill_graphs`]).
     prefill_graphs: BTreeMap<(usize, usize), StepGraph>,
+    /// Captured choice halves per decode bucket, for steps queued in two
+    /// ([`launch`]; CUDA only).
+    choice_graphs: BTreeMap<usize, ChoiceGraph>,
     model: Gpt2,
     config: Gpt2Config,
     ops: Ops,
@@ -124,6 +130,7 @@ impl StepRunner {
             last_chosen: InputBuffer::resident_zeros([max_batch, 1], &device),
             graphs: BTreeMap::new(),
             prefill_graphs: BTreeMap::new(),
+            choice_graphs: BTreeMap::new(),
             prefill_buffers: BTreeMap::new(),
             penalties,
             sampling,
@@ -192,7 +199,12 @@ impl StepRunner {
         rows: &[DecodeRow<'_>],
         table: &SamplingTable,
     ) -> Result<Sampled, EngineError> {
-        let (logits, chosen, bucket) = self.run_decode(rows, Some(table), true);
+        let DecodeRun {
+            logits,
+            chosen,
+            bucket,
+            ..
+        } = self.run_decode(rows, Some(table), true);
         let started = Instant::now();
         let params = &self.decode_buffers[&bucket].sampling;
         let sampled = sample_step(logits, chosen, params, table)?;
@@ -216,8 +228,8 @@ impl StepRunner {
         rows: &[DecodeRow<'_>],
         table: &SamplingTable,
     ) -> (Tensor<2>, usize) {
-        let (logits, _, bucket) = self.run_decode(rows, Some(table), true);
-        (logits, bucket)
+        let run = self.run_decode(rows, Some(table), true);
+        (run.logits, run.bucket)
     }
 
     /// [`StepRunner::decode_forward`], with each row's token as the replayed
@@ -230,7 +242,7 @@ impl StepRunner {
         rows: &[DecodeRow<'_>],
         table: Option<&SamplingTable>,
         wait: bool,
-    ) -> (Tensor<2>, Option<Tensor<2, Int>>, usize) {
+    ) -> DecodeRun {
         let started = Instant::now();
         let bucket = self.decode_bucket(rows.len());
         let inputs = self.prepare_decode(bucket, rows, table);
@@ -255,11 +267,18 @@ impl StepRunner {
             "decode step inputs written and run"
         );
         match replayed {
-            Some((logits, chosen)) => (logits, chosen, bucket),
-            None => {
-                let logits = forward(&self.model, &self.ops, &mut self.cache, inputs);
-                (logits, None, bucket)
-            }
+            Some((logits, chosen)) => DecodeRun {
+                logits,
+                chosen,
+                bucket,
+                replayed: true,
+            },
+            None => DecodeRun {
+                logits: forward(&self.model, &self.ops, &mut self.cache, inputs),
+                chosen: None,
+                bucket,
+                replayed: false,
+            },
         }
     }
 
@@ -350,46 +369,6 @@ impl StepRunner {
         sample(logits, None, &self.decode_buffers[&bucket].sampling, table).map(drop)
     }
 
-    /// Captures the decode step of each of `buckets` (see
-    /// [`super::graphs`]). On CUDA a capture that yields no hardware graph is
-    /// logged and dropped (those steps run eager); on the CPU the fallback
-    /// graph, which re-runs the step, is kept. Returns the hardware graphs.
-    pub fn capture_decode_graphs(&mut self, buckets: &[usize]) -> usize {
-        let mut hardware = 0;
-        for &bucket in buckets {
-            let started = Instant::now();
-            let inputs = self.prepare_decode(bucket, &[], Some(&SamplingTable::default()));
-            let columns = self.decode_buffers[&bucket].sampling.columns();
-            let graph = StepGraph::capture(
-                &self.model,
-                &self.ops,
-                &mut self.cache,
-                (inputs, columns),
-                &self.device,
-                true,
-            );
-            let what = format!("decode step of {bucket} rows");
-            hardware += usize::from(graph.is_hardware());
-            if keep_capture(&graph, self.shape.bucketed, &what, started) {
-                self.graphs.insert(bucket, graph);
-            }
-        }
-        hardware
-    }
-
-    /// Milliseconds per replay of `batch`'s captured decode graph, `n`
-    /// replays back to back after 3 untimed ones (bench: the GPU time of a
-    /// step, without its host work); `None` without a hardware graph.
-    pub fn time_graph_replays(&mut self, batch: usize, n: usize) -> Option<f64> {
-        let bucket = self.decode_bucket(batch);
-        self.graphs.get_mut(&bucket)?.time_replays(n)
-    }
-
-    /// Decode buckets with a captured graph.
-    pub fn captured_buckets(&self) -> usize {
-        self.graphs.len()
-    }
-
     /// Writes a decode step of `bucket` rows (the real `rows` first, padding
     /// after) into the bucket's persistent buffers, made on first use (and
     /// its sampling `table`, if it is known yet), and returns the step's
@@ -431,11 +410,29 @@ impl StepRunner {
     }
 }
 
+/// A decode step's forward as [`StepRunner::run_decode`] ran it.
+struct DecodeRun {
+    /// `[bucket, vocab]`.
+    logits: Tensor<2>,
+    /// Each row's token as a replayed graph chose it (none eager or for
+    /// [`Ending::Logits`]).
+    chosen: Option<Tensor<2, Int>>,
+    bucket: usize,
+    /// Whether the bucket's graph ran it (its logits are then the graph's
+    /// output buffer).
+    replayed: bool,
+}
+
 /// Whether a runner keeps `graph`, just captured (from `started`) for the
 /// step `what` names: a hardware graph always; on CUDA a capture that gave
 /// none is logged and dropped (that shape runs eager, never a wrong
 /// result); elsewhere (the CPU) the fallback graph, which re-runs the step.
-fn keep_capture(graph: &StepGraph, bucketed: bool, what: &str, started: Instant) -> bool {
+pub(super) fn keep_capture(
+    graph: &StepGraph,
+    bucketed: bool,
+    what: &str,
+    started: Instant,
+) -> bool {
     let is_hardware = graph.is_hardware();
     tracing::debug!(
         what,
