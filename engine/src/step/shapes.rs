@@ -28,9 +28,12 @@ use crate::ops::plan::prefill_tile_bound;
 pub const MIN_PREFILL_BUCKET: usize = 16;
 
 /// Largest token bucket whose prefill steps are captured as graphs
-/// (`super::runner`'s prefill graphs): past it a step's GPU time dwarfs the
-/// host's launches.
-pub const PREFILL_GRAPH_MAX_TOKENS: usize = 512;
+/// (`super::runner`'s prefill graphs). An eager prefill step costs the host
+/// ~1.5 ms of launches whatever its size (GPT-2 on an H200, 2026-11-29:
+/// 1 x 256 eager 2.9 ms, replayed 1.4), so even 16 x 256 (4,096 tokens,
+/// ~2 ms of GPU time) was host-bound eager; past 4,096 tokens a step's GPU
+/// time dwarfs the launches.
+pub const PREFILL_GRAPH_MAX_TOKENS: usize = 4096;
 
 /// The most a prefill step holds: the scheduler's prefill knobs. The warmup
 /// runs every shape a step within these bounds can take (CUDA), so the

@@ -109,7 +109,7 @@ pub struct Args {
 
     /// CUDA only: run every step eager instead of replaying the CUDA graph
     /// captured at warmup for each decode bucket and each prefill shape of up
-    /// to 512 tokens (for comparison and debugging; vLLM's `--enforce-eager`).
+    /// to 4,096 tokens (for comparison and debugging; vLLM's `--enforce-eager`).
     #[arg(long, env = "EMBER_NO_CUDA_GRAPHS")]
     pub no_cuda_graphs: bool,
 
