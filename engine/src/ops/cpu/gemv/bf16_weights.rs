@@ -13,14 +13,15 @@
 //!
 //! **Which.** On [`CpuIsa::Avx512Bf16`] the native kernel
 //! ([`super::dot_bf16`]) reads `x` as bf16; everywhere else the f32-lane
-//! kernel ([`super::tile`]) widens each weight to f32 and reads `x` as f32
-//! values already rounded to bf16, so its products are the same.
+//! kernels ([`super::lane_project`]) widen each weight to f32 and read `x`
+//! as f32 values already rounded to bf16, so their products are the same.
 
 use half::bf16;
 
 use super::epilogue::RowEpilogue;
+use super::lane_project;
+#[cfg(target_arch = "x86_64")]
 use super::split::for_each_block;
-use super::tile;
 use crate::ops::cpu::isa::CpuIsa;
 
 /// `x W^T + b` with the epilogue, `x` and `w` rounded to bf16 (see the
@@ -52,53 +53,21 @@ pub fn project(
         };
     }
     let rounded: Vec<f32> = x.iter().map(|&v| bf16::from_f32(v).to_f32()).collect();
-    // SAFETY: each block writes only its own columns; `isa` was detected on
-    // this CPU.
-    unsafe {
-        for_each_block(&rounded, m, k, w, n, |block, out| {
-            tile::run_on(isa, block, out, epilogue)
-        })
-    }
+    lane_project::project(isa, &rounded, m, k, w, n, epilogue)
 }
 
 #[cfg(test)]
 mod tests {
     use rand::rngs::StdRng;
-    use rand::{Rng, SeedableRng};
+    use rand::SeedableRng;
 
     use super::*;
-
-    fn normal(rng: &mut StdRng, len: usize) -> Vec<f32> {
-        // Sum of uniforms: near-normal, with some large values.
-        (0..len)
-            .map(|_| (0..4).map(|_| rng.random::<f32>() - 0.5).sum::<f32>() * 1.7)
-            .collect()
-    }
+    use crate::ops::cpu::gemv::reference::{self, normal};
 
     /// `sum_t bf16(x) bf16(w)` in f64, with the epilogue.
     fn exact(x: &[f32], w: &[bf16], m: usize, k: usize, n: usize, e: &RowEpilogue<'_>) -> Vec<f64> {
-        let mut out = vec![0.0f64; m * n];
-        for i in 0..m {
-            for j in 0..n {
-                let mut s: f64 = (0..k)
-                    .map(|t| {
-                        let xv = bf16::from_f32(x[i * k + t]).to_f64();
-                        xv * w[j * k + t].to_f64()
-                    })
-                    .sum();
-                if let Some(b) = e.bias {
-                    s += f64::from(b[j]);
-                }
-                if e.gelu {
-                    s = f64::from(super::super::epilogue::gelu_tanh(s as f32));
-                }
-                if let Some(r) = e.residual {
-                    s += f64::from(r[i * n + j]);
-                }
-                out[i * n + j] = s;
-            }
-        }
-        out
+        let rounded: Vec<f32> = x.iter().map(|&v| bf16::from_f32(v).to_f32()).collect();
+        reference::project(&rounded, w, (m, k, n), e)
     }
 
     /// Every ISA this CPU has (the native kernel where there is

@@ -40,6 +40,21 @@ pub trait Lanes {
     /// # Safety
     /// As [`Lanes::zero`]; `p` must be valid for `WIDTH` reads.
     unsafe fn load_bf16(p: *const bf16) -> Self::V;
+    /// `v` in every lane.
+    ///
+    /// # Safety
+    /// As [`Lanes::zero`].
+    unsafe fn set1(v: f32) -> Self::V;
+    /// `*p` in every lane (one broadcast load).
+    ///
+    /// # Safety
+    /// As [`Lanes::zero`]; `p` must be valid for one read.
+    unsafe fn splat(p: *const f32) -> Self::V;
+    /// Stores `WIDTH` f32 at `p` (unaligned).
+    ///
+    /// # Safety
+    /// As [`Lanes::zero`]; `p` must be valid for `WIDTH` writes.
+    unsafe fn store(p: *mut f32, v: Self::V);
     /// `a * b + acc`.
     ///
     /// # Safety
@@ -62,20 +77,42 @@ pub trait Lanes {
     unsafe fn prefetch<T>(p: *const T);
 }
 
-/// A weight element type the kernel streams: `f32`, or `bf16` widened to f32.
+/// A weight element type the kernels stream: `f32`, or `bf16` widened to f32.
 pub trait WeightElem: Copy + Send + Sync + 'static {
+    /// Whether [`WeightElem::f32_rows`] widens into its scratch (else the
+    /// rows are used in place).
+    const WIDENS: bool;
     /// `L::WIDTH` elements from `p`, as f32 lanes.
     ///
     /// # Safety
     /// As [`Lanes`].
     unsafe fn load<L: Lanes>(p: *const Self) -> L::V;
+    /// `rows` (each valid for `len` reads) as f32 rows: f32 in place, bf16
+    /// widened into `scratch` (row `j` at `scratch + j * len`).
+    ///
+    /// # Safety
+    /// As [`Lanes`]; for bf16, `scratch` must be valid for `N * len` writes.
+    unsafe fn f32_rows<L: Lanes, const N: usize>(
+        rows: [*const Self; N],
+        len: usize,
+        scratch: *mut f32,
+    ) -> [*const f32; N];
     fn to_f32(self) -> f32;
 }
 
 impl WeightElem for f32 {
+    const WIDENS: bool = false;
     #[inline(always)]
     unsafe fn load<L: Lanes>(p: *const Self) -> L::V {
         L::load(p)
+    }
+    #[inline(always)]
+    unsafe fn f32_rows<L: Lanes, const N: usize>(
+        rows: [*const Self; N],
+        _len: usize,
+        _scratch: *mut f32,
+    ) -> [*const f32; N] {
+        rows
     }
     #[inline(always)]
     fn to_f32(self) -> f32 {
@@ -84,9 +121,32 @@ impl WeightElem for f32 {
 }
 
 impl WeightElem for bf16 {
+    const WIDENS: bool = true;
     #[inline(always)]
     unsafe fn load<L: Lanes>(p: *const Self) -> L::V {
         L::load_bf16(p)
+    }
+    #[inline(always)]
+    unsafe fn f32_rows<L: Lanes, const N: usize>(
+        rows: [*const Self; N],
+        len: usize,
+        scratch: *mut f32,
+    ) -> [*const f32; N] {
+        let mut out = [scratch.cast_const(); N];
+        let vectors = len - len % L::WIDTH;
+        for (j, (&src, o)) in rows.iter().zip(out.iter_mut()).enumerate() {
+            let dst = scratch.add(j * len);
+            let mut t = 0;
+            while t < vectors {
+                L::store(dst.add(t), L::load_bf16(src.add(t)));
+                t += L::WIDTH;
+            }
+            for t in vectors..len {
+                *dst.add(t) = WeightElem::to_f32(*src.add(t));
+            }
+            *o = dst;
+        }
+        out
     }
     #[inline(always)]
     fn to_f32(self) -> f32 {
@@ -112,6 +172,18 @@ impl Lanes for Portable {
     unsafe fn load_bf16(p: *const bf16) -> Self::V {
         let h = p.cast::<[bf16; 8]>().read_unaligned();
         h.map(WeightElem::to_f32)
+    }
+    #[inline(always)]
+    unsafe fn set1(v: f32) -> Self::V {
+        [v; 8]
+    }
+    #[inline(always)]
+    unsafe fn splat(p: *const f32) -> Self::V {
+        [*p; 8]
+    }
+    #[inline(always)]
+    unsafe fn store(p: *mut f32, v: Self::V) {
+        p.cast::<[f32; 8]>().write_unaligned(v);
     }
     #[inline(always)]
     unsafe fn fma(a: Self::V, b: Self::V, mut acc: Self::V) -> Self::V {
@@ -167,6 +239,18 @@ mod x86 {
             _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(h)))
         }
         #[inline(always)]
+        unsafe fn set1(v: f32) -> Self::V {
+            _mm512_set1_ps(v)
+        }
+        #[inline(always)]
+        unsafe fn splat(p: *const f32) -> Self::V {
+            _mm512_set1_ps(*p)
+        }
+        #[inline(always)]
+        unsafe fn store(p: *mut f32, v: Self::V) {
+            _mm512_storeu_ps(p, v)
+        }
+        #[inline(always)]
         unsafe fn fma(a: Self::V, b: Self::V, acc: Self::V) -> Self::V {
             _mm512_fmadd_ps(a, b, acc)
         }
@@ -202,6 +286,18 @@ mod x86 {
         unsafe fn load_bf16(p: *const bf16) -> Self::V {
             let h = _mm_loadu_si128(p.cast());
             _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(h)))
+        }
+        #[inline(always)]
+        unsafe fn set1(v: f32) -> Self::V {
+            _mm256_set1_ps(v)
+        }
+        #[inline(always)]
+        unsafe fn splat(p: *const f32) -> Self::V {
+            _mm256_broadcast_ss(&*p)
+        }
+        #[inline(always)]
+        unsafe fn store(p: *mut f32, v: Self::V) {
+            _mm256_storeu_ps(p, v)
         }
         #[inline(always)]
         unsafe fn fma(a: Self::V, b: Self::V, acc: Self::V) -> Self::V {

@@ -2,22 +2,25 @@
 //! streaming each out-major weight matrix (`[n, k]`) once per call.
 //!
 //! A decode step multiplies a handful of rows by every weight matrix of the
-//! model, so it is bound by reading the weights (about 500 MB in f32 for
-//! GPT-2 124M) rather than by arithmetic. Flex's general matmul (the `gemm`
+//! model: at a few rows it is bound by reading the weights (about 500 MB in
+//! f32 for GPT-2 124M), at 16 rows on a 2-core AVX2 machine by arithmetic. Flex's general matmul (the `gemm`
 //! crate) packs its operands for large products, which for a few rows costs
 //! more than the product. Here the output features are split into
 //! contiguous ranges of weight rows, one rayon task each (about four per
-//! thread), and each task runs the register-blocked kernel of [`tile`] over
-//! its rows: the weights are read once, front to back, with vector loads, and
-//! the bias, GELU and residual are applied to the task's outputs while they
-//! are in cache ([`epilogue`]). The same kernel serves the LM head (the tied
-//! embedding is `[vocab, E]`, out-major as stored).
+//! thread; [`split`]), and each task runs a register-blocked kernel over its
+//! rows, chosen by the row count ([`lane_project`]): up to 8 rows [`tile`],
+//! which reads the weights once, front to back, with vector loads; from 9
+//! rows [`panel`], where each weight element is broadcast against 16 rows of
+//! `x` packed into the vector lanes, so that the kernel is bound by FMAs
+//! rather than by loads. The bias, GELU and residual are applied to the
+//! task's outputs while they are in cache ([`epilogue`]). The same kernels
+//! serve the LM head (the tied embedding is `[vocab, E]`, out-major as
+//! stored).
 //!
 //! bf16 weights ([`bf16_weights`]) round `x` to bf16 too, and on a CPU with
 //! AVX512_BF16 run the native kernel [`dot_bf16`] (`vdpbf16ps`: 32 products
-//! per instruction, no widening), elsewhere the same f32-lane kernel on
-//! weights widened to f32. [`split`] cuts a call into the rayon tasks both
-//! kernels run.
+//! per instruction, no widening), elsewhere the same f32-lane kernels on
+//! weights widened to f32.
 //!
 //! [`project`] (f32 lanes) and [`bf16_weights::project`] work on slices; [`linear`]
 //! takes Flex tensors and returns `None` for anything else (another backend,
@@ -28,7 +31,11 @@ pub mod bf16_weights;
 #[cfg(target_arch = "x86_64")]
 pub mod dot_bf16;
 pub mod epilogue;
+pub mod lane_project;
 pub mod lanes;
+pub mod panel;
+#[cfg(test)]
+mod reference;
 pub mod split;
 pub mod tile;
 
@@ -37,37 +44,10 @@ use burn::tensor::DType;
 use half::bf16;
 
 pub use epilogue::RowEpilogue;
-use lanes::WeightElem;
-use split::for_each_block;
+pub use lane_project::project;
 
 use super::flex_slices::{dense, values};
 use super::isa::CpuIsa;
-
-/// `x W^T + b` with the epilogue on the f32-lane kernel ([`tile`]): `x`
-/// `[m, k]`, `w` `[n, k]` (out-major, f32 or bf16 widened exactly), `bias`
-/// `[n]`, `residual` `[m, n]`; returns `[m, n]` row-major. (bf16 weights
-/// go through [`bf16_weights::project`], which rounds `x` too.)
-///
-/// # Panics
-/// If a slice is shorter than its shape says (the caller checked the shapes).
-pub fn project<W: WeightElem>(
-    isa: CpuIsa,
-    x: &[f32],
-    m: usize,
-    k: usize,
-    w: &[W],
-    n: usize,
-    epilogue: &RowEpilogue<'_>,
-) -> Vec<f32> {
-    epilogue.check(m, n);
-    // SAFETY: each block writes only its own columns; `isa` was detected on
-    // this CPU.
-    unsafe {
-        for_each_block(x, m, k, w, n, |block, out| {
-            tile::run_on(isa, block, out, epilogue)
-        })
-    }
-}
 
 /// [`project`] on Flex tensors: `x` `[m, k]` (f32), `w` `[n, k]` (f32 or
 /// bf16), `bias` `[n]`, `residual` `[m, n]` (f32). `None` when any of them

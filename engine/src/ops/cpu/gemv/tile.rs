@@ -15,7 +15,8 @@
 //!   took 27.7 ms against 42.3 (GPT-2 124M f32, context 128, Zen 4 with
 //!   AVX-512, 2 threads, medians of 5 interleaved runs on a loaded machine).
 //!   The step is bound by this read.
-//! - **Tiled** (more rows): `NR = 4` weight rows against up to `MR` rows of
+//! - **Tiled** (more rows, up to [`super::lane_project::PANEL_MIN_ROWS`];
+//!   more take [`super::panel`]): `NR = 4` weight rows against up to `MR` rows of
 //!   `x` (`MR x 4` accumulators): each weight vector, once in a register,
 //!   feeds `MR` rows, and the other row groups find the 4 weight rows in
 //!   L1/L2. While the first row group runs, the next 4 weight rows are
