@@ -4,7 +4,8 @@
 //!   transformers. Keys may carry the `transformer.` prefix (GPT2LMHeadModel) or
 //!   not (GPT2Model); `attn.bias`/`attn.masked_bias` are causal-mask buffers and
 //!   are never read; `lm_head.weight`, when present, must equal `wte.weight`
-//!   (GPT-2 ties them). f32/f16/bf16 are converted to the backend float type.
+//!   (GPT-2 ties them). f32 and f16 are handed over as they are, bf16 as
+//!   f32; `Tensor::from_data` converts to the backend float type.
 //! - [`ModelSource::Preset`]: GPT-2's init (normal std 0.02, biases 0, LN 1/0)
 //!   drawn from host `StdRng`s seeded from `seed` ([`random_model`]), so the
 //!   same seed gives the same weights on every backend.
@@ -14,10 +15,11 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use burn::prelude::*;
-use burn::tensor::TensorData;
+use burn::tensor::{DType, TensorData};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use rand_distr::{Distribution, Normal};
+use rayon::prelude::*;
 use safetensors::{Dtype, SafeTensors};
 
 use super::config::Gpt2Config;
@@ -189,8 +191,7 @@ pub fn load_safetensors(
                 actual: view.shape().to_vec(),
             });
         }
-        let values = to_f32(name, view.dtype(), view.data())?;
-        Ok(TensorData::new(values, shape.to_vec()))
+        decode(name, view.dtype(), view.data(), shape)
     })?;
     // A present LM head must be the tied embedding.
     if let Ok(head) = st.tensor("lm_head.weight") {
@@ -203,21 +204,29 @@ pub fn load_safetensors(
     Ok(model)
 }
 
-/// Decodes little-endian f32/f16/bf16 bytes into f32.
-fn to_f32(name: &str, dtype: Dtype, data: &[u8]) -> Result<Vec<f32>, ModelError> {
-    let out = match dtype {
-        Dtype::F32 => data
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect(),
-        Dtype::F16 => data
-            .chunks_exact(2)
-            .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
-            .collect(),
-        Dtype::BF16 => data
-            .chunks_exact(2)
-            .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32())
-            .collect(),
+/// The tensor's little-endian bytes as data of `shape`: f32 and f16 as
+/// they are (f16 weights reach an f16 device without a conversion), bf16
+/// widened to f32 (its exponent range does not fit f16).
+fn decode(
+    name: &str,
+    dtype: Dtype,
+    data: &[u8],
+    shape: &[usize],
+) -> Result<TensorData, ModelError> {
+    let (dtype, bytes) = match dtype {
+        Dtype::F32 => (DType::F32, data.to_vec()),
+        Dtype::F16 => (DType::F16, data.to_vec()),
+        Dtype::BF16 => {
+            let widened: Vec<u8> = data
+                .par_chunks_exact(2)
+                .flat_map_iter(|c| {
+                    half::bf16::from_le_bytes([c[0], c[1]])
+                        .to_f32()
+                        .to_le_bytes()
+                })
+                .collect();
+            (DType::F32, widened)
+        }
         other => {
             return Err(ModelError::UnsupportedDtype {
                 name: name.to_string(),
@@ -225,7 +234,7 @@ fn to_f32(name: &str, dtype: Dtype, data: &[u8]) -> Result<Vec<f32>, ModelError>
             })
         }
     };
-    Ok(out)
+    Ok(TensorData::from_bytes_vec(bytes, shape.to_vec(), dtype))
 }
 
 #[cfg(test)]
@@ -252,7 +261,8 @@ mod tests {
         st.tensors()
             .into_iter()
             .map(|(name, view)| {
-                let values = to_f32(&name, view.dtype(), view.data()).unwrap();
+                let data = decode(&name, view.dtype(), view.data(), view.shape()).unwrap();
+                let values = data.convert_dtype(DType::F32).try_to_vec::<f32>().unwrap();
                 (name, view.shape().to_vec(), values)
             })
             .collect()

@@ -23,6 +23,7 @@ pub mod error;
 #[cfg(test)]
 pub(crate) mod fixtures;
 pub mod gpt2;
+pub mod host_transpose;
 pub mod kv_cache;
 pub mod layer_norm;
 pub mod linear;

@@ -6,8 +6,9 @@
 //! `h.0.attn.c_attn.weight`, ...). The safetensors loader answers from the
 //! file; the preset loader answers with seeded random numbers. GPT-2's Conv1D
 //! stores weights `[in, out]`; where [`Ops::out_major_weights`] says so (CUDA
-//! and the CPU) they are transposed once here to the out-major layout the
-//! decode kernels read ([`super::linear`]).
+//! and the CPU) they are transposed once here, on the host before the upload
+//! ([`super::host_transpose`]), to the out-major layout the decode kernels
+//! read ([`super::linear`]).
 
 use burn::module::Param;
 use burn::nn::Embedding;
@@ -19,6 +20,7 @@ use super::block::Block;
 use super::config::Gpt2Config;
 use super::error::ModelError;
 use super::gpt2::Gpt2;
+use super::host_transpose::transposed;
 use super::layer_norm::LayerNorm;
 use super::linear::Linear;
 use super::mlp::Mlp;
@@ -35,7 +37,9 @@ pub enum TensorRole {
     NormScale,
 }
 
-/// Callback answering `(name, role, expected shape)` with f32 data of exactly that shape.
+/// Callback answering `(name, role, expected shape)` with data of exactly
+/// that shape, f32 or f16 (`Tensor::from_data` converts it to the device's
+/// float type; f16 weights reach an f16 device unconverted).
 pub type Fetch<'a> = dyn FnMut(&str, TensorRole, &[usize]) -> Result<TensorData, ModelError> + 'a;
 
 struct Builder<'a, 'f> {
@@ -52,6 +56,17 @@ impl Builder<'_, '_> {
         role: TensorRole,
         shape: [usize; D],
     ) -> Result<Param<Tensor<D>>, ModelError> {
+        let data = self.data(name, role, shape)?;
+        Ok(Param::from_tensor(Tensor::from_data(data, self.device)))
+    }
+
+    /// The tensor's data from `fetch`, checked against `shape`.
+    fn data<const D: usize>(
+        &mut self,
+        name: &str,
+        role: TensorRole,
+        shape: [usize; D],
+    ) -> Result<TensorData, ModelError> {
         let data = (self.fetch)(name, role, &shape)?;
         if data.shape().as_slice() != shape.as_slice() {
             return Err(ModelError::ShapeMismatch {
@@ -60,21 +75,18 @@ impl Builder<'_, '_> {
                 actual: data.shape().to_vec(),
             });
         }
-        Ok(Param::from_tensor(Tensor::from_data(data, self.device)))
+        Ok(data)
     }
 
     fn linear(&mut self, prefix: &str, d_in: usize, d_out: usize) -> Result<Linear, ModelError> {
-        let weight = self.tensor(
-            &format!("{prefix}.weight"),
-            TensorRole::Weight,
-            [d_in, d_out],
-        )?;
-        let weight = if self.out_major {
-            // A contiguous `[out, in]` copy (not a transposed view).
-            let t = weight.val().transpose();
-            Param::from_tensor(Tensor::from_data(t.into_data(), self.device))
-        } else {
-            weight
+        let name = format!("{prefix}.weight");
+        let weight = match self.out_major {
+            // A contiguous `[out, in]` copy, made on the host before the upload.
+            true => {
+                let data = self.data(&name, TensorRole::Weight, [d_in, d_out])?;
+                Param::from_tensor(Tensor::from_data(transposed(data), self.device))
+            }
+            false => self.tensor(&name, TensorRole::Weight, [d_in, d_out])?,
         };
         Ok(Linear {
             weight,
