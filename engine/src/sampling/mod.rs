@@ -8,7 +8,8 @@
 //!   decode bucket rewrites when they change.
 //! - [`table`]: a step's sampling as columns ([`SamplingTable`]), and the one
 //!   place that decides which rows may take the argmax a decode graph
-//!   computed.
+//!   computed; [`plan`]: how the whole step then chooses its tokens
+//!   ([`StepPlan`]), decided once when its table is written.
 //! - [`transforms`]: logit bias, penalties, banned tokens and allowed sets,
 //!   on the device, for the rows that ask; [`penalty_state`]: the penalties
 //!   of decoding sequences as per-slot device state the sampling kernel
@@ -26,6 +27,7 @@ pub mod logprobs;
 pub mod mask_rows;
 pub mod penalty_state;
 pub mod philox;
+pub mod plan;
 pub mod row_sampler;
 pub mod sampler;
 pub mod table;
@@ -43,6 +45,7 @@ mod test_logits;
 pub use device_sampler::DeviceSampling;
 pub use logprobs::{logprobs, logprobs_from};
 pub use penalty_state::PenaltyState;
+pub use plan::{Route, StepOptions, StepPlan};
 pub use sampler::{
     choose_in_graph, choose_on_device, choose_step, read_chosen, sample, Chosen, SampleColumns,
     SamplingParamsRows,

@@ -22,11 +22,12 @@ use burn::tensor::DType;
 
 use super::device_sampler::DeviceSampling;
 use super::mask_rows::MaskRows;
+use super::plan::{Route, StepOptions, StepPlan};
 use super::row_sampler;
 use super::table::SamplingTable;
 use super::transforms;
 use crate::error::EngineError;
-use crate::ops::row_params::{self, RowParams, COL_FLAGS, FLAG_ALLOWED, FLOAT_COLS, INT_COLS};
+use crate::ops::row_params::{self, RowParams, FLOAT_COLS, INT_COLS};
 use crate::ops::vocab::argmax_rows;
 use crate::ops::InputBuffer;
 use crate::params::SamplingParams;
@@ -114,9 +115,8 @@ pub struct SamplingParamsRows {
     greedy: (Vec<f32>, Vec<i32>),
     /// The positions as last written.
     written_positions: Vec<i32>,
-    /// Host-side summary of the last write: every row takes the argmax of the
-    /// raw logits (the fast path).
-    argmax_only: bool,
+    /// How the last write's step chooses its tokens ([`StepPlan`]).
+    plan: StepPlan,
     /// The last write's logit transforms, uploaded with it (before the
     /// forward: [`transforms`]); `None` when no row changes its logits.
     transforms: Option<transforms::Prepared>,
@@ -128,8 +128,6 @@ pub struct SamplingParamsRows {
     /// The penalty counts table the kernel reads for rows with a slot
     /// ([`SamplingParamsRows::with_counts`]).
     counts: Option<Tensor<2, Int>>,
-    /// Whether the last write has a row with a slot.
-    penalized: bool,
     /// The rows' masks, read by the kernel (where it runs; elsewhere the
     /// host transforms apply bans and allowed sets).
     masks: Option<MaskRows>,
@@ -151,12 +149,11 @@ impl SamplingParamsRows {
             written: greedy.clone(),
             greedy,
             written_positions: vec![0; rows],
-            argmax_only: true,
+            plan: StepPlan::ARGMAX,
             transforms: None,
             token_bits: None,
             kernel,
             counts: None,
-            penalized: false,
             masks: None,
             rows,
             vocab,
@@ -177,30 +174,10 @@ impl SamplingParamsRows {
         self
     }
 
-    /// What the last write asked of the step beyond plain choices, for the
-    /// step's trace: a row with a device penalty slot, a masked row, host
-    /// transforms.
-    pub fn options(&self) -> (bool, bool, bool) {
-        let masked = self
-            .written
-            .1
-            .chunks(INT_COLS)
-            .any(|c| c[COL_FLAGS] & FLAG_ALLOWED != 0);
-        (self.penalized, masked, self.transforms.is_some())
-    }
-
-    /// Whether the last write's rows all take the argmax of the raw logits
-    /// (a decode graph then replays its argmax variant).
-    pub fn argmax_only(&self) -> bool {
-        self.argmax_only
-    }
-
-    /// Whether the sampling kernel alone chooses every row of the last
-    /// write, as a captured choice does (`crate::step::choice_graph`): it
-    /// runs, no row needs host edits first, and not every row takes the
-    /// plain argmax (such a step takes [`argmax_rows`], not the kernel).
-    pub fn kernel_serves_every_row(&self) -> bool {
-        self.kernel && self.transforms.is_none() && !self.argmax_only
+    /// How the last write's step chooses its tokens (the one place a step's
+    /// route is decided: [`super::plan`]).
+    pub fn plan(&self) -> StepPlan {
+        self.plan
     }
 
     /// Handles to the device columns (valid until the next write off CUDA,
@@ -224,8 +201,7 @@ impl SamplingParamsRows {
     /// step, and writes no positions (greedy rows read none).
     pub fn write(&mut self, table: &SamplingTable) {
         debug_assert!(table.len() <= self.rows);
-        self.argmax_only = table.all_take_graph_argmax();
-        self.penalized = false;
+        let argmax_only = table.all_take_graph_argmax();
         let any_mask =
             (0..table.len()).any(|i| table.allowed[i].is_some() || !table.banned[i].is_empty());
         if self.kernel && self.masks.is_none() && any_mask {
@@ -245,7 +221,13 @@ impl SamplingParamsRows {
                 .get_or_insert_with(|| transforms::TokenBits::new(v, device));
             transforms::Prepared::new(table, self.rows, v, bits, device, edits_only)
         });
-        if self.argmax_only {
+        let mut options = StepOptions {
+            device_penalties: table.any_device_penalty(),
+            masked: false,
+            host_edits: self.transforms.is_some(),
+        };
+        self.plan = StepPlan::new(self.kernel, argmax_only, options);
+        if argmax_only {
             if self.written != self.greedy {
                 self.write_columns(self.greedy.clone());
             }
@@ -256,13 +238,14 @@ impl SamplingParamsRows {
             Some(masks) => masks.write(table),
             None => Vec::new(),
         };
+        options.masked = masked.iter().any(|&m| m);
+        self.plan.options = options;
         let mut columns = row_params::columns(&params, &masked, self.rows);
         for (i, penalty) in table.penalty.iter().enumerate() {
             if let Some(p) = penalty {
                 // A slot is only given where the kernel reads the counts.
                 debug_assert!(self.counts.is_some(), "a penalty slot without counts");
                 p.write_into(&mut columns, i);
-                self.penalized = true;
             }
         }
         if columns != self.written {
@@ -333,23 +316,27 @@ pub fn choose_step(
     let [b, _] = logits.dims();
     debug_assert_eq!(b, params.rows);
     let real = table.len().min(b);
-    if params.transforms.is_none() {
-        match chosen {
-            // The graph's choices, penalized rows already counted there.
-            Some(ids) if params.kernel || params.argmax_only => return Ok(Chosen::Device(ids)),
-            _ if params.argmax_only => return Ok(Chosen::Device(argmax_rows(logits))),
-            _ => {}
+    match params.plan.route {
+        // The graph's choice where it made one (penalized rows counted there).
+        Route::Argmax => Ok(Chosen::Device(
+            chosen.unwrap_or_else(|| argmax_rows(logits)),
+        )),
+        Route::Kernel => match chosen {
+            Some(ids) => Ok(Chosen::Device(ids)),
+            None => sample_rows(logits, params, real),
+        },
+        Route::EditsThenKernel | Route::Host => {
+            // Chosen again below: a replayed kernel's choice is not the step's.
+            if let (Route::EditsThenKernel, Some(ids)) = (params.plan.route, &chosen) {
+                record_penalized(params, ids, true);
+            }
+            let logits = match &params.transforms {
+                Some(prepared) => transforms::apply(logits, prepared),
+                None => logits,
+            };
+            sample_rows(logits, params, real)
         }
     }
-    // Chosen again below: the graph's choices are not the step's.
-    if let (true, Some(ids)) = (params.kernel, &chosen) {
-        record_penalized(params, ids, true);
-    }
-    let logits = match &params.transforms {
-        Some(prepared) => transforms::apply(logits, prepared),
-        None => logits,
-    };
-    sample_rows(logits, params, real)
 }
 
 /// The first `real` ids of a step's choice, read back if still on the device.
@@ -367,7 +354,7 @@ pub fn read_chosen(chosen: Chosen, real: usize) -> Result<Vec<u32>, EngineError>
 /// device counts (`super::penalty_state`), queued before the ids are read;
 /// with `undo`, takes a graph's choice back.
 fn record_penalized(params: &SamplingParamsRows, ids: &Tensor<2, Int>, undo: bool) {
-    if let (true, Some(counts)) = (params.penalized, &params.counts) {
+    if let (true, Some(counts)) = (params.plan.options.device_penalties, &params.counts) {
         super::penalty_state::record_choices(counts, ids, params.ints.tensor(), undo);
     }
 }

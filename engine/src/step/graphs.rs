@@ -46,7 +46,7 @@ use super::inputs::StepInputs;
 use crate::model::{Gpt2, KvCache};
 use crate::ops::vocab::argmax_rows;
 use crate::ops::Ops;
-use crate::sampling::{choose_in_graph, SampleColumns};
+use crate::sampling::{choose_in_graph, Route, SampleColumns, StepPlan};
 
 type Captured = Graph<Option<GraphOutput>, StepClosure>;
 
@@ -74,6 +74,18 @@ pub enum Ending {
     Sampled,
     /// Nothing: the logits are the output.
     Logits,
+}
+
+impl Ending {
+    /// The ending a replayed step takes under `plan` (with
+    /// `logits_only`, a step whose choice waits for host work: the logits).
+    pub fn of(plan: StepPlan, logits_only: bool) -> Self {
+        match (logits_only, plan.route) {
+            (true, _) => Ending::Logits,
+            (false, Route::Argmax) => Ending::Argmax,
+            (false, _) => Ending::Sampled,
+        }
+    }
 }
 
 type StepClosure = Box<dyn FnMut() -> Option<GraphOutput> + Send>;

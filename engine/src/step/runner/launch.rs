@@ -99,7 +99,7 @@ impl StepRunner {
         let graph = self
             .choice_graphs
             .get_mut(&bucket)
-            .filter(|_| replayed && buffers.sampling.kernel_serves_every_row());
+            .filter(|_| replayed && buffers.sampling.plan().kernel_alone());
         let pending = match graph {
             Some(graph) => {
                 let ids = graph.replay();

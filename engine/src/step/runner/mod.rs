@@ -211,7 +211,7 @@ impl StepRunner {
         // (`options` is only evaluated when the trace is on.)
         tracing::trace!(
             bucket,
-            options = ?params.options(),
+            options = ?params.plan().options,
             sample_us = started.elapsed().as_micros() as u64,
             "decode step sampled and read back"
         );
@@ -248,11 +248,7 @@ impl StepRunner {
         let inputs = self.prepare_decode(bucket, rows, table);
         let sampling = &self.decode_buffers[&bucket].sampling;
         let columns = sampling.columns();
-        let ending = match (table, sampling.argmax_only()) {
-            (None, _) => Ending::Logits,
-            (Some(_), true) => Ending::Argmax,
-            (Some(_), false) => Ending::Sampled,
-        };
+        let ending = Ending::of(sampling.plan(), table.is_none());
         let prepared = started.elapsed();
         let replayed = self
             .graphs

@@ -145,11 +145,7 @@ impl StepRunner {
         let key = self.write_prefill_step(rows, shape, table)?;
         let graph = self.prefill_graphs.get_mut(&key)?;
         let buffers = self.prefill_buffers.get(&key)?;
-        let ending = match (logits_only, buffers.sampling.argmax_only()) {
-            (true, _) => Ending::Logits,
-            (false, true) => Ending::Argmax,
-            (false, false) => Ending::Sampled,
-        };
+        let ending = Ending::of(buffers.sampling.plan(), logits_only);
         let inputs = buffers.inputs();
         let columns = buffers.sampling.columns();
         graph.replay(&mut self.cache, inputs, columns, ending, true)
