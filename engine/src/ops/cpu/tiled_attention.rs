@@ -15,6 +15,15 @@
 //! 4. for each position, its V row is read once and added, weighted, into
 //!    every query's output that sees it.
 //!
+//! A sequence's blocks lie anywhere in the cache, and a decode step's
+//! one-query tasks do little arithmetic per row they read, so the hardware
+//! prefetcher (which follows one stream within a page) left them waiting on
+//! memory: in step 2, while position `t`'s K row is dotted, the same
+//! position's V row and the next block's K row at the same slot are
+//! prefetched. 12 layers of decode attention at batch 16, context 128 (a
+//! test harness, not committed; Zen 3 dev machine, best of 30 under load
+//! 4-6): 22-37 ms without, 16-24 ms with.
+//!
 //! Positions a query may not see are never visited, so nothing is masked.
 //! The tasks' outputs are copied into the `[N, E]` result afterwards.
 //!
@@ -210,10 +219,14 @@ fn tile_head(t: Task<'_>, scratch: &mut Scratch) -> Vec<f32> {
     let head_base = head * g.slots * d;
     // Query `j` sees position `t` when `t < first + j`.
     let first_seeing = |t: usize| (t + 1).saturating_sub(first);
-    for (b, &block) in table.iter().enumerate().take(span.div_ceil(bs)) {
+    let blocks = span.div_ceil(bs);
+    for (b, &block) in table.iter().enumerate().take(blocks) {
         let base = head_base + block as usize * bs * d;
+        let next = next_block_base(table, b, blocks, head_base, bs * d);
         for t in b * bs..span.min((b + 1) * bs) {
             let at = base + (t - b * bs) * d;
+            prefetch_row(k, next + (t - b * bs) * d, d);
+            prefetch_row(v, at, d);
             let key = &k[at..at + d];
             for j in first_seeing(t)..n {
                 scores[j * span + t] = dot(&queries[j * d..(j + 1) * d], key);
@@ -232,7 +245,7 @@ fn tile_head(t: Task<'_>, scratch: &mut Scratch) -> Vec<f32> {
         row.iter_mut().for_each(|x| *x *= inv);
     }
     let mut out = vec![0.0f32; n * d];
-    for (b, &block) in table.iter().enumerate().take(span.div_ceil(bs)) {
+    for (b, &block) in table.iter().enumerate().take(blocks) {
         let base = head_base + block as usize * bs * d;
         for t in b * bs..span.min((b + 1) * bs) {
             let at = base + (t - b * bs) * d;
@@ -243,6 +256,36 @@ fn tile_head(t: Task<'_>, scratch: &mut Scratch) -> Vec<f32> {
         }
     }
     out
+}
+
+/// Where the block after block `b` of `table` starts in a head's storage
+/// (`head_base` + its slots), or `usize::MAX` after the last one.
+#[inline(always)]
+fn next_block_base(table: &[i32], b: usize, blocks: usize, head_base: usize, len: usize) -> usize {
+    match table.get(b + 1) {
+        Some(&next) if b + 1 < blocks => {
+            head_base.saturating_add((next as usize).saturating_mul(len))
+        }
+        _ => usize::MAX,
+    }
+}
+
+/// Asks for the cache lines of `d` floats of `data` from `at` (a hint:
+/// nothing is read, and an index past the end, `usize::MAX` included, asks
+/// for nothing).
+#[inline(always)]
+fn prefetch_row(data: &[f32], at: usize, d: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if at.saturating_add(d) <= data.len() {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        for line in (0..d).step_by(16) {
+            // SAFETY: a prefetch never faults, and the address is inside
+            // `data` (checked above).
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(data.as_ptr().add(at + line).cast()) };
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (data, at, d);
 }
 
 #[cfg(test)]

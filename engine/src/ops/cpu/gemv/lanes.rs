@@ -40,11 +40,6 @@ pub trait Lanes {
     /// # Safety
     /// As [`Lanes::zero`]; `p` must be valid for `WIDTH` reads.
     unsafe fn load_bf16(p: *const bf16) -> Self::V;
-    /// `v` in every lane.
-    ///
-    /// # Safety
-    /// As [`Lanes::zero`].
-    unsafe fn set1(v: f32) -> Self::V;
     /// `*p` in every lane (one broadcast load).
     ///
     /// # Safety
@@ -174,10 +169,6 @@ impl Lanes for Portable {
         h.map(WeightElem::to_f32)
     }
     #[inline(always)]
-    unsafe fn set1(v: f32) -> Self::V {
-        [v; 8]
-    }
-    #[inline(always)]
     unsafe fn splat(p: *const f32) -> Self::V {
         [*p; 8]
     }
@@ -239,10 +230,6 @@ mod x86 {
             _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(h)))
         }
         #[inline(always)]
-        unsafe fn set1(v: f32) -> Self::V {
-            _mm512_set1_ps(v)
-        }
-        #[inline(always)]
         unsafe fn splat(p: *const f32) -> Self::V {
             _mm512_set1_ps(*p)
         }
@@ -286,10 +273,6 @@ mod x86 {
         unsafe fn load_bf16(p: *const bf16) -> Self::V {
             let h = _mm_loadu_si128(p.cast());
             _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(h)))
-        }
-        #[inline(always)]
-        unsafe fn set1(v: f32) -> Self::V {
-            _mm256_set1_ps(v)
         }
         #[inline(always)]
         unsafe fn splat(p: *const f32) -> Self::V {
