@@ -123,7 +123,7 @@ impl Engine {
         if self.must_wait(ids) {
             return self.decode(ids);
         }
-        if self.masks_follow_queued(ids) {
+        if self.masked_in_flight(ids) > 0 {
             return self.decode_async_split(ids);
         }
         self.seqs.grow(ids)?;
@@ -131,10 +131,7 @@ impl Engine {
         let table = self.sampling_table(ids);
         let rows = decode_rows(&self.seqs, ids);
         let queued = self.runner.decode_launch(&rows, &table)?;
-        let planned: Vec<(SeqId, u64)> = ids
-            .iter()
-            .filter_map(|&id| self.seqs.get(id).map(|s| (id, s.serial)))
-            .collect();
+        let planned = self.planned(ids);
         let previous = self.pending.take();
         self.queue(planned, queued);
         match previous {
@@ -188,13 +185,22 @@ impl Engine {
             .any(|s| s.wants_logprobs() || (s.in_flight > 0 && s.needs_host_counts()))
     }
 
-    /// Whether a row of `ids` has a grammar and a step still queued: its
-    /// allowed set follows that step's token, so the step is queued in two
-    /// halves ([`Engine::decode_async_split`]).
-    fn masks_follow_queued(&self, ids: &[SeqId]) -> bool {
+    /// The rows of `ids` with a grammar and a step still queued: their
+    /// allowed sets follow that step's tokens, so a step with any is queued
+    /// in two halves ([`Engine::decode_async_split`]).
+    fn masked_in_flight(&self, ids: &[SeqId]) -> usize {
         ids.iter()
             .filter_map(|&id| self.seqs.get(id))
-            .any(|s| s.in_flight > 0 && s.has_constraint())
+            .filter(|s| s.in_flight > 0 && s.has_constraint())
+            .count()
+    }
+
+    /// Each of `ids` still admitted, with its admission's serial: a queued
+    /// step's rows as [`PendingStep::rows`] records them.
+    fn planned(&self, ids: &[SeqId]) -> Vec<(SeqId, u64)> {
+        ids.iter()
+            .filter_map(|&id| self.seqs.get(id).map(|s| (id, s.serial)))
+            .collect()
     }
 
     /// [`Engine::decode_async`] for a step whose grammar rows wait for the
@@ -216,15 +222,8 @@ impl Engine {
     fn decode_async_split(&mut self, ids: &[SeqId]) -> Result<StepOutput, EngineError> {
         self.seqs.grow(ids)?;
         self.place_penalties(ids);
-        let planned: Vec<(SeqId, u64)> = ids
-            .iter()
-            .filter_map(|&id| self.seqs.get(id).map(|s| (id, s.serial)))
-            .collect();
-        let masked = ids
-            .iter()
-            .filter_map(|&id| self.seqs.get(id))
-            .filter(|s| s.in_flight > 0 && s.has_constraint())
-            .count();
+        let planned = self.planned(ids);
+        let masked = self.masked_in_flight(ids);
         let masks_first = masked * 2 >= rayon::current_num_threads();
         let started = std::time::Instant::now();
         let mut half = None;

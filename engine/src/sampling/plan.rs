@@ -70,12 +70,6 @@ impl StepPlan {
         Self { route, options }
     }
 
-    /// Whether a replayed step's own choice is the step's: its `plain`
-    /// argmax or its `sampled` kernel, nothing done after.
-    pub fn graph_choice_stands(&self) -> bool {
-        matches!(self.route, Route::Argmax | Route::Kernel)
-    }
-
     /// Whether the kernel alone chooses every row from the raw logits (a
     /// captured choice half serves the step).
     pub fn kernel_alone(&self) -> bool {
@@ -104,7 +98,6 @@ mod tests {
         assert_eq!(StepPlan::new(false, false, plain).route, Route::Host);
         assert_eq!(StepPlan::new(false, false, edits).route, Route::Host);
         assert!(StepPlan::new(true, false, plain).kernel_alone());
-        assert!(!StepPlan::new(true, false, edits).graph_choice_stands());
-        assert!(StepPlan::ARGMAX.graph_choice_stands());
+        assert!(!StepPlan::new(true, false, edits).kernel_alone());
     }
 }

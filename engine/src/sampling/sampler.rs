@@ -325,17 +325,22 @@ pub fn choose_step(
             Some(ids) => Ok(Chosen::Device(ids)),
             None => sample_rows(logits, params, real),
         },
-        Route::EditsThenKernel | Route::Host => {
+        Route::EditsThenKernel => {
             // Chosen again below: a replayed kernel's choice is not the step's.
-            if let (Route::EditsThenKernel, Some(ids)) = (params.plan.route, &chosen) {
+            if let Some(ids) = &chosen {
                 record_penalized(params, ids, true);
             }
-            let logits = match &params.transforms {
-                Some(prepared) => transforms::apply(logits, prepared),
-                None => logits,
-            };
-            sample_rows(logits, params, real)
+            sample_rows(edited(logits, params), params, real)
         }
+        Route::Host => sample_rows(edited(logits, params), params, real),
+    }
+}
+
+/// `logits` with the last write's host edits applied (as they are without).
+fn edited(logits: Tensor<2>, params: &SamplingParamsRows) -> Tensor<2> {
+    match &params.transforms {
+        Some(prepared) => transforms::apply(logits, prepared),
+        None => logits,
     }
 }
 
