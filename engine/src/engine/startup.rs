@@ -8,7 +8,12 @@
 //! they need, and only then is the device's free memory read: vLLM's
 //! profiling run. The runner then goes, its pool pages stay (the real steps
 //! reuse them), and the real cache takes what the budget leaves. The CPU
-//! needs no profile: its workspace is small next to the RAM.
+//! needs no profile: its workspace is small next to the RAM. Nor does a GPU
+//! where the capped cache and a loose bound on the steps' workspace fit
+//! anyway ([`kv_sizing::profile_unneeded`]): the profile could not change
+//! the size there, so it is skipped (GPT-2 XL on an H200: ~1 s of a
+//! restart, 7.5 s of a first start) and `KV-sizing profile skipped` says
+//! why. The warmup then allocates that workspace after the cache.
 
 use std::time::Instant;
 
@@ -42,11 +47,25 @@ pub(super) fn runner(
         bucketed: config.bucketed.unwrap_or(device.bucketed),
     };
     let memory = match config.kv {
-        KvBudget::Device { .. } => {
-            if device.cuda_index.is_some() {
+        KvBudget::Device {
+            gpu_memory_utilization,
+        } => {
+            let loaded = device.memory();
+            if device.cuda_index.is_none() {
+                loaded
+            } else if let Some(why) = profile_unneeded(
+                config,
+                &model_config,
+                device,
+                gpu_memory_utilization,
+                loaded,
+            ) {
+                tracing::info!(why = %why, "KV-sizing profile skipped");
+                loaded
+            } else {
                 profile(&model, &model_config, device, shape(1))?;
+                device.memory()
             }
-            device.memory()
         }
         KvBudget::Blocks(_) | KvBudget::Memory(_) => None,
     };
@@ -74,6 +93,38 @@ pub(super) fn runner(
         device.device.clone(),
     )?;
     Ok((runner, plan.blocks))
+}
+
+/// [`kv_sizing::profile_unneeded`] for this engine: the largest steps are
+/// the prefill bounds and the larger of the two batch knobs, rounded up to
+/// their power-of-two buckets. Never on the tensor-op prefill attention
+/// (`--prefill-attention false`, or heads wider than its kernel's 64),
+/// whose scores the bound does not cover: that one is always profiled.
+fn profile_unneeded(
+    config: &EngineConfig,
+    model: &Gpt2Config,
+    device: &EngineDevice,
+    gpu_memory_utilization: f64,
+    loaded: Option<kv_sizing::DeviceMemory>,
+) -> Option<String> {
+    if !device.ops.tuning().prefill_attention || model.head_dim() > 64 {
+        return None;
+    }
+    let tokens = config.prefill.max_tokens.max(1).next_power_of_two();
+    let rows = config
+        .max_batch
+        .max(config.prefill.max_rows)
+        .max(1)
+        .next_power_of_two();
+    kv_sizing::profile_unneeded(
+        gpu_memory_utilization,
+        model,
+        config.block_size,
+        device.float_bytes,
+        config.max_sequences,
+        kv_sizing::step_workspace_bound(model, tokens, rows),
+        loaded,
+    )
 }
 
 /// Runs the largest prefill step and the largest decode bucket (greedy and
