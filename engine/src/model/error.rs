@@ -40,6 +40,9 @@ pub enum ModelError {
     /// The configuration cannot describe a GPT-2 (e.g. n_embd not divisible by n_head).
     #[error("invalid model configuration: {0}")]
     InvalidConfig(String),
+    /// The device failed while the weights were uploaded.
+    #[error("uploading the weights failed: {0}")]
+    Device(String),
     /// An unknown preset name.
     #[error("unknown preset `{0}` (expected `gpt2` or `tiny`)")]
     UnknownPreset(String),

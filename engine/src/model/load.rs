@@ -1,27 +1,27 @@
 //! Where a model comes from: an HF model directory or a seeded random preset.
 //!
 //! - [`ModelSource::Dir`]: `config.json` + `model.safetensors` as saved by
-//!   transformers. Keys may carry the `transformer.` prefix (GPT2LMHeadModel) or
-//!   not (GPT2Model); `attn.bias`/`attn.masked_bias` are causal-mask buffers and
-//!   are never read; `lm_head.weight`, when present, must equal `wte.weight`
-//!   (GPT-2 ties them). f32 and f16 are handed over as they are, bf16 as
-//!   f32; `Tensor::from_data` converts to the backend float type.
+//!   transformers, memory-mapped (`super::checkpoint`). Keys may carry the
+//!   `transformer.` prefix (GPT2LMHeadModel) or not (GPT2Model);
+//!   `attn.bias`/`attn.masked_bias` are causal-mask buffers and are never
+//!   read; `lm_head.weight`, when present, must equal `wte.weight` (GPT-2
+//!   ties them). f32 and f16 are handed over as they are, bf16 as f32;
+//!   `Tensor::from_data` converts to the backend float type.
 //! - [`ModelSource::Preset`]: GPT-2's init (normal std 0.02, biases 0, LN 1/0)
 //!   drawn from host `StdRng`s seeded from `seed` ([`random_model`]), so the
 //!   same seed gives the same weights on every backend.
 
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::str::FromStr;
 
 use burn::prelude::*;
-use burn::tensor::{DType, TensorData};
+use burn::tensor::TensorData;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use rand_distr::{Distribution, Normal};
-use rayon::prelude::*;
-use safetensors::{Dtype, SafeTensors};
 
+use super::checkpoint::load_safetensors;
 use super::config::Gpt2Config;
 use super::error::ModelError;
 use super::gpt2::Gpt2;
@@ -93,8 +93,9 @@ pub fn load_model(source: &ModelSource, device: &Device) -> Result<(Gpt2, Gpt2Co
     let config = source.config()?;
     match source {
         ModelSource::Dir(dir) => {
-            let model = load_safetensors(&config, &dir.join("model.safetensors"), device)?;
-            tracing::info!(dir = %dir.display(), n_layer = config.n_layer, n_embd = config.n_embd, "loaded GPT-2 weights");
+            let (model, timings) =
+                load_safetensors(&config, &dir.join("model.safetensors"), device)?;
+            timings.log(dir, &config);
             Ok((model, config))
         }
         ModelSource::Preset { preset, seed } => {
@@ -135,7 +136,7 @@ pub fn random_model(config: &Gpt2Config, seed: u64, device: &Device) -> Result<G
             TensorRole::Bias => vec![0.0; n],
             TensorRole::NormScale => vec![1.0; n],
         };
-        Ok(TensorData::new(values, shape.to_vec()))
+        Ok(TensorData::new(values, shape.to_vec()).into())
     })
 }
 
@@ -159,91 +160,17 @@ fn mix(a: u64, b: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// Loads `model.safetensors` into a model of shape `config`.
-pub fn load_safetensors(
-    config: &Gpt2Config,
-    path: &Path,
-    device: &Device,
-) -> Result<Gpt2, ModelError> {
-    let bytes = std::fs::read(path).map_err(|source| ModelError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let st = SafeTensors::deserialize(&bytes).map_err(|e| ModelError::Safetensors {
-        path: path.to_path_buf(),
-        message: e.to_string(),
-    })?;
-    // Keys of GPT2LMHeadModel carry `transformer.`; GPT2Model's do not.
-    let lookup = |name: &str| {
-        st.tensor(&format!("transformer.{name}"))
-            .or_else(|_| st.tensor(name))
-            .ok()
-    };
-    let model = Gpt2::from_weights(config, device, &mut |name, _role, shape| {
-        let view = lookup(name).ok_or_else(|| ModelError::MissingTensor {
-            name: name.to_string(),
-            expected: shape.to_vec(),
-        })?;
-        if view.shape() != shape {
-            return Err(ModelError::ShapeMismatch {
-                name: name.to_string(),
-                expected: shape.to_vec(),
-                actual: view.shape().to_vec(),
-            });
-        }
-        decode(name, view.dtype(), view.data(), shape)
-    })?;
-    // A present LM head must be the tied embedding.
-    if let Ok(head) = st.tensor("lm_head.weight") {
-        let tied = lookup("wte.weight")
-            .is_some_and(|wte| wte.shape() == head.shape() && wte.data() == head.data());
-        if !tied {
-            return Err(ModelError::UntiedLmHead);
-        }
-    }
-    Ok(model)
-}
-
-/// The tensor's little-endian bytes as data of `shape`: f32 and f16 as
-/// they are (f16 weights reach an f16 device without a conversion), bf16
-/// widened to f32 (its exponent range does not fit f16).
-fn decode(
-    name: &str,
-    dtype: Dtype,
-    data: &[u8],
-    shape: &[usize],
-) -> Result<TensorData, ModelError> {
-    let (dtype, bytes) = match dtype {
-        Dtype::F32 => (DType::F32, data.to_vec()),
-        Dtype::F16 => (DType::F16, data.to_vec()),
-        Dtype::BF16 => {
-            let widened: Vec<u8> = data
-                .par_chunks_exact(2)
-                .flat_map_iter(|c| {
-                    half::bf16::from_le_bytes([c[0], c[1]])
-                        .to_f32()
-                        .to_le_bytes()
-                })
-                .collect();
-            (DType::F32, widened)
-        }
-        other => {
-            return Err(ModelError::UnsupportedDtype {
-                name: name.to_string(),
-                dtype: format!("{other:?}"),
-            })
-        }
-    };
-    Ok(TensorData::from_bytes_vec(bytes, shape.to_vec(), dtype))
-}
-
 #[cfg(test)]
 mod tests {
     use std::collections::HashMap;
+    use std::path::Path;
 
+    use burn::tensor::DType;
     use safetensors::tensor::TensorView;
+    use safetensors::{Dtype, SafeTensors};
 
     use super::*;
+    use crate::model::checkpoint::host_tensor;
     use crate::model::fixtures::tiny_gpt2_dir;
 
     /// A fresh temp dir holding the fixture's config.json.
@@ -261,9 +188,10 @@ mod tests {
         st.tensors()
             .into_iter()
             .map(|(name, view)| {
-                let data = decode(&name, view.dtype(), view.data(), view.shape()).unwrap();
+                let shape = view.shape().to_vec();
+                let data = host_tensor(&name, view).unwrap().into_data();
                 let values = data.convert_dtype(DType::F32).try_to_vec::<f32>().unwrap();
-                (name, view.shape().to_vec(), values)
+                (name, shape, values)
             })
             .collect()
     }

@@ -12,12 +12,15 @@
 //! - [`kv_cache`]: the paged K/V storage (a plain struct, not a Module) and
 //!   the per-step [`AttentionMeta`] telling attention where to write and what
 //!   to read.
-//! - [`weights`], [`load`]: building the model from named tensors — an HF
-//!   safetensors file or GPT-2's seeded random init ([`load_model`]).
+//! - [`weights`], [`load`], [`checkpoint`], [`host_transpose`]: building the
+//!   model from named tensors — an HF safetensors file (memory-mapped, the
+//!   projections transposed on the host) or GPT-2's seeded random init
+//!   ([`load_model`]).
 //! - [`error`]: the [`ModelError`] type.
 
 pub mod attention;
 pub mod block;
+pub mod checkpoint;
 pub mod config;
 pub mod error;
 #[cfg(test)]

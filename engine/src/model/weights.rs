@@ -4,11 +4,14 @@
 //! fixed order and asks a `fetch(name, shape)` callback for each tensor by its
 //! Hugging Face name without the `transformer.` prefix (`wte.weight`,
 //! `h.0.attn.c_attn.weight`, ...). The safetensors loader answers from the
-//! file; the preset loader answers with seeded random numbers. GPT-2's Conv1D
+//! memory-mapped file, borrowing its bytes ([`HostTensor`]); the preset
+//! loader answers with seeded random numbers. GPT-2's Conv1D
 //! stores weights `[in, out]`; where [`Ops::out_major_weights`] says so (CUDA
 //! and the CPU) they are transposed once here, on the host before the upload
 //! ([`super::host_transpose`]), to the out-major layout the decode kernels
 //! read ([`super::linear`]).
+
+use std::time::{Duration, Instant};
 
 use burn::module::Param;
 use burn::nn::Embedding;
@@ -20,7 +23,7 @@ use super::block::Block;
 use super::config::Gpt2Config;
 use super::error::ModelError;
 use super::gpt2::Gpt2;
-use super::host_transpose::transposed;
+use super::host_transpose::{copied, transposed, transposed_bytes};
 use super::layer_norm::LayerNorm;
 use super::linear::Linear;
 use super::mlp::Mlp;
@@ -37,19 +40,85 @@ pub enum TensorRole {
     NormScale,
 }
 
+/// A tensor's host data as a source hands it over: owned (random weights,
+/// bf16 widened to f32), or borrowed from a memory-mapped checkpoint, so the
+/// one copy made is the upload's or the transposition's
+/// (`super::checkpoint`).
+#[derive(Debug)]
+pub enum HostTensor<'a> {
+    Owned(TensorData),
+    /// Little-endian elements of `dtype`, row-major, of `shape`.
+    Borrowed {
+        bytes: &'a [u8],
+        shape: Vec<usize>,
+        dtype: DType,
+    },
+}
+
+impl HostTensor<'_> {
+    pub fn shape(&self) -> Vec<usize> {
+        match self {
+            HostTensor::Owned(data) => data.shape().to_vec(),
+            HostTensor::Borrowed { shape, .. } => shape.clone(),
+        }
+    }
+
+    /// The data, owned (a borrowed tensor is copied over the rayon pool).
+    pub fn into_data(self) -> TensorData {
+        match self {
+            HostTensor::Owned(data) => data,
+            HostTensor::Borrowed {
+                bytes,
+                shape,
+                dtype,
+            } => TensorData::from_bytes_vec(copied(bytes), shape, dtype),
+        }
+    }
+
+    /// The `[rows, cols]` matrix as `[cols, rows]` (out-major), read in place.
+    fn transposed(self, rows: usize, cols: usize) -> TensorData {
+        match self {
+            HostTensor::Owned(data) => transposed(data),
+            HostTensor::Borrowed { bytes, dtype, .. } => transposed_bytes(bytes, rows, cols, dtype),
+        }
+    }
+}
+
+impl From<TensorData> for HostTensor<'_> {
+    fn from(data: TensorData) -> Self {
+        HostTensor::Owned(data)
+    }
+}
+
 /// Callback answering `(name, role, expected shape)` with data of exactly
 /// that shape, f32 or f16 (`Tensor::from_data` converts it to the device's
 /// float type; f16 weights reach an f16 device unconverted).
-pub type Fetch<'a> = dyn FnMut(&str, TensorRole, &[usize]) -> Result<TensorData, ModelError> + 'a;
+pub type Fetch<'a> =
+    dyn FnMut(&str, TensorRole, &[usize]) -> Result<HostTensor<'a>, ModelError> + 'a;
+
+/// Where building a model spent its time (the load's log line): answering
+/// `fetch` (reading the source, copying borrowed bytes), transposing the
+/// projections on the host, and handing data to the device (on CUDA an
+/// asynchronous submission: the copies themselves finish on CubeCL's
+/// device thread, which `super::checkpoint` waits for and reports apart).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct BuildTimings {
+    pub fetch: Duration,
+    pub transpose: Duration,
+    pub upload: Duration,
+    /// Bytes handed to the device.
+    pub bytes: usize,
+}
 
 struct Builder<'a, 'f> {
     fetch: &'a mut Fetch<'f>,
     device: &'a Device,
     /// Store projection weights `[out, in]` ([`Ops::out_major_weights`]).
     out_major: bool,
+    timings: BuildTimings,
 }
 
-impl Builder<'_, '_> {
+impl<'f> Builder<'_, 'f> {
     fn tensor<const D: usize>(
         &mut self,
         name: &str,
@@ -57,7 +126,10 @@ impl Builder<'_, '_> {
         shape: [usize; D],
     ) -> Result<Param<Tensor<D>>, ModelError> {
         let data = self.data(name, role, shape)?;
-        Ok(Param::from_tensor(Tensor::from_data(data, self.device)))
+        let started = Instant::now();
+        let data = data.into_data();
+        self.timings.fetch += started.elapsed();
+        Ok(Param::from_tensor(self.upload(data)))
     }
 
     /// The tensor's data from `fetch`, checked against `shape`.
@@ -66,16 +138,27 @@ impl Builder<'_, '_> {
         name: &str,
         role: TensorRole,
         shape: [usize; D],
-    ) -> Result<TensorData, ModelError> {
+    ) -> Result<HostTensor<'f>, ModelError> {
+        let started = Instant::now();
         let data = (self.fetch)(name, role, &shape)?;
+        self.timings.fetch += started.elapsed();
         if data.shape().as_slice() != shape.as_slice() {
             return Err(ModelError::ShapeMismatch {
                 name: name.to_string(),
                 expected: shape.to_vec(),
-                actual: data.shape().to_vec(),
+                actual: data.shape(),
             });
         }
         Ok(data)
+    }
+
+    /// `data` on the device.
+    fn upload<const D: usize>(&mut self, data: TensorData) -> Tensor<D> {
+        let started = Instant::now();
+        self.timings.bytes += data.as_bytes().len();
+        let tensor = Tensor::from_data(data, self.device);
+        self.timings.upload += started.elapsed();
+        tensor
     }
 
     fn linear(&mut self, prefix: &str, d_in: usize, d_out: usize) -> Result<Linear, ModelError> {
@@ -84,7 +167,10 @@ impl Builder<'_, '_> {
             // A contiguous `[out, in]` copy, made on the host before the upload.
             true => {
                 let data = self.data(&name, TensorRole::Weight, [d_in, d_out])?;
-                Param::from_tensor(Tensor::from_data(transposed(data), self.device))
+                let started = Instant::now();
+                let data = data.transposed(d_in, d_out);
+                self.timings.transpose += started.elapsed();
+                Param::from_tensor(self.upload(data))
             }
             false => self.tensor(&name, TensorRole::Weight, [d_in, d_out])?,
         };
@@ -132,6 +218,15 @@ impl Gpt2 {
         device: &Device,
         fetch: &mut Fetch<'_>,
     ) -> Result<Self, ModelError> {
+        Ok(Self::from_weights_timed(config, device, fetch)?.0)
+    }
+
+    /// [`Gpt2::from_weights`], with where the time went.
+    pub fn from_weights_timed(
+        config: &Gpt2Config,
+        device: &Device,
+        fetch: &mut Fetch<'_>,
+    ) -> Result<(Self, BuildTimings), ModelError> {
         config.validate()?;
         let e = config.n_embd;
         let eps = config.layer_norm_epsilon;
@@ -140,6 +235,7 @@ impl Gpt2 {
             fetch,
             device,
             out_major,
+            timings: BuildTimings::default(),
         };
         let wte = b.embedding("wte.weight", config.vocab_size, e)?;
         let wpe = b.embedding("wpe.weight", config.n_positions, e)?;
@@ -161,11 +257,12 @@ impl Gpt2 {
             });
         }
         let ln_f = b.layer_norm("ln_f", e, eps)?;
-        Ok(Gpt2 {
+        let model = Gpt2 {
             wte,
             wpe,
             blocks,
             ln_f,
-        })
+        };
+        Ok((model, b.timings))
     }
 }
