@@ -21,7 +21,8 @@
 //! Before any of that, on CUDA, the projection kernels are timed against
 //! each other at every decode bucket's and prefill token bucket's shapes and
 //! the fastest is recorded for the steps (and graphs) that follow
-//! (`crate::ops::Ops::tune_linear`).
+//! (`crate::ops::Ops::tune_linear`); a restart on the same kernel cache
+//! directory reads those timings back instead (`crate::ops::tune_record`).
 //! After the steps, the kernels over the vocabulary that logprobs and
 //! prompt logprobs run are compiled (`StepRunner::warm_vocab_kernels`: on
 //! CUDA Ember's own, one plan for every shape, so nothing is tuned).
@@ -55,6 +56,10 @@ pub struct WarmupReport {
     pub prefill_graphs: usize,
     /// Projection shapes whose kernel was chosen by timing (CUDA).
     pub tuned_shapes: usize,
+    /// Of those, the shapes timed at this start; the rest had one
+    /// candidate or were timed by an earlier start of this binary on this
+    /// GPU (`crate::ops::tune_record`): 0 on a restart.
+    pub timed_shapes: usize,
     /// Seconds the projection timing took (part of `seconds`).
     pub tune_seconds: f64,
     /// Seconds of the prefill shapes, the decode shapes, the vocabulary
@@ -108,7 +113,7 @@ pub fn run(runner: &mut StepRunner, cuda_graphs: bool) -> Result<WarmupReport, E
     };
     let tune_seconds = tune_started.elapsed().as_secs_f64();
     for t in &tuned {
-        tracing::debug!(shape = ?t.shape, chosen = ?t.chosen, timings_us = ?t.timings, "projection kernel");
+        tracing::debug!(shape = ?t.shape, chosen = ?t.chosen, timings_us = ?t.timings, timed = t.timed, "projection kernel");
     }
     let phase = Instant::now();
     for &shape in &prefill {
@@ -141,6 +146,7 @@ pub fn run(runner: &mut StepRunner, cuda_graphs: bool) -> Result<WarmupReport, E
         graphs,
         prefill_graphs,
         tuned_shapes: tuned.len(),
+        timed_shapes: tuned.iter().filter(|t| t.timed).count(),
         tune_seconds,
         prefill_seconds,
         decode_seconds,
@@ -156,6 +162,7 @@ pub fn run(runner: &mut StepRunner, cuda_graphs: bool) -> Result<WarmupReport, E
         graphs = report.graphs,
         prefill_graphs = report.prefill_graphs,
         tuned_shapes = report.tuned_shapes,
+        timed_shapes = report.timed_shapes,
         tune_seconds = report.tune_seconds,
         prefill_seconds = report.prefill_seconds,
         decode_seconds = report.decode_seconds,

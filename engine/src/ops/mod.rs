@@ -19,7 +19,8 @@
 //!   reads the transposed view as is. On CUDA each shape runs on Ember's
 //!   decode kernels, cuBLASLt or CubeCL's matmul, as [`LinearChoices`]
 //!   says: decode shapes are timed against each other at warmup
-//!   ([`Ops::tune_linear`]).
+//!   ([`Ops::tune_linear`]), once per binary and GPU: the timings are kept
+//!   in the kernel cache directory ([`tune_record`]).
 //! - [`Ops::layer_norm`]: f32 statistics whatever the dtype.
 //! - [`Ops::kv_write`]: new K/V rows into the paged storage, in place.
 //! - [`Ops::attention`]: a step's attention over its [`AttentionContext`].
@@ -45,6 +46,7 @@ pub mod plan;
 pub mod readback;
 pub mod reference;
 pub mod row_params;
+pub mod tune_record;
 pub mod vocab;
 
 use burn::prelude::*;
@@ -82,6 +84,9 @@ pub struct TunedShape {
     pub shape: LinearShape,
     pub timings: Vec<(LinearKernel, f64)>,
     pub chosen: LinearKernel,
+    /// Whether the candidates were timed at this start (not: a single
+    /// candidate, or the timings of an earlier start, [`tune_record`]).
+    pub timed: bool,
 }
 
 impl Ops {
@@ -149,14 +154,20 @@ impl Ops {
 
     /// Times every candidate kernel of each of `shapes` on `device` and
     /// records the fastest (CUDA; nothing anywhere else). Shapes with a
-    /// single candidate are recorded without timing.
+    /// single candidate are recorded without timing, and so are shapes an
+    /// earlier start of this binary timed ([`tune_record`], in the kernel
+    /// cache directory).
     pub fn tune_linear(&self, device: &Device, shapes: &[LinearShape]) -> Vec<TunedShape> {
         #[cfg(feature = "cuda")]
         if cuda::is_cube_device(device) {
-            return shapes
+            let dir = cuda::runtime::kernel_cache_dir();
+            let mut record = tune_record::TuneRecord::open(dir.as_deref());
+            let tuned = shapes
                 .iter()
-                .filter_map(|&s| self.tune_shape(device, s))
+                .filter_map(|&s| self.tune_shape(device, s, &mut record))
                 .collect();
+            record.save();
+            return tuned;
         }
         let _ = (device, shapes);
         Vec::new()
@@ -426,12 +437,21 @@ impl Ops {
     /// Times `shape`'s candidates and records the winner (see
     /// [`Ops::tune_linear`]); `None` when nothing could be timed.
     #[cfg(feature = "cuda")]
-    fn tune_shape(&self, device: &Device, shape: LinearShape) -> Option<TunedShape> {
+    fn tune_shape(
+        &self,
+        device: &Device,
+        shape: LinearShape,
+        record: &mut tune_record::TuneRecord,
+    ) -> Option<TunedShape> {
         let candidates = self.linear_candidates(shape);
+        let recorded = record.timings(shape, &candidates);
+        let timed = candidates.len() > 1 && recorded.is_none();
         let timings: Vec<(LinearKernel, f64)> = if candidates.len() == 1 {
             vec![(candidates[0], 0.0)]
+        } else if let Some(recorded) = recorded {
+            recorded
         } else {
-            candidates
+            let timings: Vec<(LinearKernel, f64)> = candidates
                 .iter()
                 .filter_map(|&k| {
                     let ops = self.clone();
@@ -440,7 +460,9 @@ impl Ops {
                     };
                     cuda::tune::time_linear(device, shape, run).map(|us| (k, us))
                 })
-                .collect()
+                .collect();
+            record.record(shape, &candidates, &timings);
+            timings
         };
         let chosen = timings
             .iter()
@@ -451,6 +473,7 @@ impl Ops {
             shape,
             timings,
             chosen,
+            timed,
         })
     }
 

@@ -6,11 +6,24 @@
 //! kernels and tuning results belong to one GPU model, driver and NVRTC, so
 //! each combination gets its own subdirectory ([`cache_key`], read from the
 //! driver before CubeCL starts): a cache prepared on another GPU (or copied
-//! into an image built elsewhere) is never used, only ignored.
+//! into an image built elsewhere) is never used, only ignored. Ember's own
+//! projection timings live there too ([`kernel_cache_dir`]).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use burn::prelude::*;
+
+/// The directory [`set_kernel_cache_dir`] pointed CubeCL at, once set.
+static KERNEL_CACHE_DIR: OnceLock<PathBuf> = OnceLock::new();
+
+/// The kernel cache directory of this process ([`set_kernel_cache_dir`];
+/// `None` before, or without one): Ember keeps its own projection timings
+/// there too (`crate::ops::tune_record`), beside CubeCL's autotune results,
+/// with the same lifetime and the same key (GPU, driver, NVRTC, version).
+pub fn kernel_cache_dir() -> Option<PathBuf> {
+    KERNEL_CACHE_DIR.get().cloned()
+}
 
 /// Points CubeCL's persistent caches (autotune results and compiled kernels)
 /// at `dir`. Must run before anything touches CubeCL; if something did, only
@@ -32,6 +45,8 @@ pub fn set_kernel_cache_dir(dir: &Path) {
         cubecl::environment::set_root(dir);
         tracing::warn!(dir = %dir.display(), "CubeCL was configured before the cache directory was set; only the autotune cache uses it");
     }
+    // The first directory wins, as CubeCL's configuration does.
+    let _ = KERNEL_CACHE_DIR.set(dir.to_path_buf());
 }
 
 /// Has CubeCL announce each kernel it compiles (not one loaded from the
