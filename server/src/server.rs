@@ -14,8 +14,10 @@
 //!    HTTP (the same check, in [`Frontend`]); running and queued requests of
 //!    both doors get `--shutdown-timeout` to finish, then the rest are
 //!    cancelled (they end with FINISH_REASON_CANCELLED, `abort` on HTTP).
-//!    Then both listeners stop (HTTP connections get a few seconds to flush)
-//!    and the scheduler thread is joined.
+//!    Then both listeners stop (HTTP connections get a few seconds to flush),
+//!    the scheduler thread is joined, and the device is waited for until
+//!    nothing is left queued on it ([`quiesce`]), so the process exit never
+//!    unloads CUDA under CubeCL's device thread.
 //!
 //! TLS (`--tls-cert`) wraps both listeners; API keys (`--api-key`) guard
 //! `ember.v1.Inference` and the HTTP `/v1` routes, not health.
@@ -40,6 +42,7 @@ use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
 use ember_engine::model::ModelSource;
+use ember_engine::EngineDevice;
 
 use crate::cli::ServerConfig;
 use crate::scheduler::{
@@ -71,7 +74,7 @@ pub async fn run(
         crate::metrics::install(addr, &model_name).context("starting the metrics listener")?;
     }
 
-    let (handle, ready, join) = start_scheduler(&config, config.warmup)?;
+    let ((handle, ready, join), device) = start_scheduler(&config, config.warmup)?;
     let state = Arc::new(ServiceState {
         model: OnceLock::new(),
         draining: Default::default(),
@@ -116,9 +119,46 @@ pub async fn run(
     // The scheduler exits once every handle is gone (the service's went with
     // the server).
     let _ = tokio::task::spawn_blocking(move || join.join()).await;
+    quiesce(device).await;
     tracing::info!("stopped");
     Ok(())
 }
+
+/// Waits, at most [`QUIESCE_TIMEOUT`], until `device` has run everything
+/// queued on it, the engine's teardown included (its buffers and graphs are
+/// freed through CubeCL's device thread after the scheduler thread ends).
+/// The process exit that follows unloads the CUDA driver: work the device
+/// thread was still running then met `CUDA_ERROR_DEINITIALIZED` and
+/// panicked (`cubecl-cuda .../server.rs` `unwrap`, thread `DSD-0-0`, logged
+/// after `stopped` at every shutdown). Waited for on a thread of its own,
+/// so that a device that never answers cannot hold the exit (logged).
+async fn quiesce(device: EngineDevice) {
+    let started = std::time::Instant::now();
+    let (done, synced) = tokio::sync::oneshot::channel();
+    let spawned = std::thread::Builder::new()
+        .name("device-quiesce".into())
+        .spawn(move || {
+            let _ = done.send(device.device.sync());
+        });
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "cannot wait for the device at shutdown");
+        return;
+    }
+    match tokio::time::timeout(QUIESCE_TIMEOUT, synced).await {
+        Ok(Ok(Ok(()))) => tracing::debug!(
+            seconds = started.elapsed().as_secs_f64(),
+            "device idle: nothing left queued on it"
+        ),
+        Ok(Ok(Err(e))) => tracing::warn!(error = ?e, "the device failed its last sync at shutdown"),
+        Ok(Err(_)) => tracing::warn!("the device's last sync at shutdown panicked"),
+        Err(_) => {
+            tracing::warn!(timeout = ?QUIESCE_TIMEOUT, "the device did not go idle at shutdown; exiting anyway")
+        }
+    }
+}
+
+/// How long [`quiesce`] waits for the device.
+const QUIESCE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The scheduler's readiness report: publishes the model to the handlers and
 /// turns health SERVING (`Ok(true)`), or why startup failed.
@@ -262,7 +302,7 @@ async fn bind_http(addr: SocketAddr) -> anyhow::Result<TcpListener> {
 /// `--prepare-cache`: loads the model and runs the whole warmup on the
 /// device (filling the kernel cache), prints what it did, and returns.
 pub async fn prepare_cache(config: ServerConfig) -> anyhow::Result<()> {
-    let (handle, ready, join) = start_scheduler(&config, true)?;
+    let ((handle, ready, join), device) = start_scheduler(&config, true)?;
     let info = match ready.await {
         Ok(Ok(info)) => info,
         Ok(Err(msg)) => anyhow::bail!("model startup failed: {msg}"),
@@ -270,6 +310,7 @@ pub async fn prepare_cache(config: ServerConfig) -> anyhow::Result<()> {
     };
     drop(handle);
     let _ = tokio::task::spawn_blocking(move || join.join()).await;
+    quiesce(device).await;
     let dir = config
         .device_options
         .kernel_cache_dir
@@ -345,8 +386,9 @@ fn load_tokenizer(model: &ModelSource) -> anyhow::Result<Gpt2Tokenizer> {
 
 /// The one startup path of serving and `--prepare-cache`: opens the device
 /// `--device` names and starts the scheduler thread on it, which builds the
-/// engine from `config.engine` (and runs its warmup when `warmup`).
-fn start_scheduler(config: &ServerConfig, warmup: bool) -> anyhow::Result<Spawned> {
+/// engine from `config.engine` (and runs its warmup when `warmup`). The
+/// device comes back too, for [`quiesce`] at the end.
+fn start_scheduler(config: &ServerConfig, warmup: bool) -> anyhow::Result<(Spawned, EngineDevice)> {
     let device = ember_engine::device::open(config.device, &config.device_options)?;
     tracing::info!(device = %device.name, "engine device");
     let scheduler = SchedulerConfig {
@@ -354,5 +396,6 @@ fn start_scheduler(config: &ServerConfig, warmup: bool) -> anyhow::Result<Spawne
         knobs: config.knobs.clone(),
         warmup,
     };
-    Ok(scheduler::spawn(device, scheduler)?)
+    let kept = device.clone();
+    Ok((scheduler::spawn(device, scheduler)?, kept))
 }
