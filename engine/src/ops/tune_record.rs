@@ -11,17 +11,21 @@
 //! 1.6 s of its warmup there for 62 shapes; this record makes that a file
 //! read.
 //!
-//! An entry is keyed by the shape and by the candidates as they are now
-//! (their plans, hence the kernel knobs, and whether cuBLASLt loaded), so a
-//! changed knob re-times its shapes. The directory is already specific to
-//! the GPU, driver, NVRTC and Ember version (`super::cuda::runtime`); the
-//! file also names the binary it was timed with (its size and modification
-//! time), and a rebuilt binary, whose kernels may have changed, re-times
-//! everything once. A missing, unreadable or stale file only costs the
-//! timing; a failure to write it is a warning.
+//! An entry is keyed by the binary that timed it, the shape and the
+//! candidates as they are now (their plans, hence the kernel knobs, and
+//! whether cuBLASLt loaded), so a changed knob re-times its shapes. The
+//! directory is already specific to the GPU, driver, NVRTC and Ember
+//! version (`super::cuda::runtime`); the binary is named by its path, size
+//! and modification time, so a rebuilt binary, whose kernels may have
+//! changed, re-times everything once, and the server and the benchmark
+//! sharing a directory keep their own entries. Entries of a binary that is
+//! gone or was rebuilt are dropped when the file is read. A missing,
+//! unreadable or stale file only costs the timing; a failure to write it
+//! is a warning.
 //!
-//! The format is text, one line a shape: `rows n k lm_head <candidates>`,
-//! a tab, then each candidate's microseconds per call.
+//! The format is text, one line a shape: the binary, a tab, `rows n k
+//! lm_head <candidates>`, a tab, then each candidate's microseconds per
+//! call; lines starting with `#` are comments.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -31,8 +35,8 @@ use super::choice::{LinearKernel, LinearShape};
 /// The record's file name inside the kernel cache directory.
 pub const FILE_NAME: &str = "ember-projection-timings.tsv";
 
-/// The first line's prefix; the binary's identity follows.
-const HEADER: &str = "# ember projection timings, binary ";
+/// The file's first line.
+const HEADER: &str = "# binary\trows n k lm_head candidates\tmicroseconds per call of each";
 
 /// Timings of earlier starts by shape (see the module docs).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -41,8 +45,9 @@ pub struct TuneRecord {
     path: Option<PathBuf>,
     /// The running binary's identity ([`binary_identity`]).
     binary: String,
-    /// Key ([`key`]) -> microseconds per call of each candidate, in order.
-    entries: BTreeMap<String, Vec<f64>>,
+    /// (binary, key ([`key`])) -> microseconds per call of each
+    /// candidate, in order.
+    entries: BTreeMap<(String, String), Vec<f64>>,
     /// Whether an entry was added since the file was read.
     changed: bool,
 }
@@ -60,7 +65,7 @@ impl TuneRecord {
         };
         let path = dir.join(FILE_NAME);
         let entries = match std::fs::read_to_string(&path) {
-            Ok(text) => parse(&text, &binary),
+            Ok(text) => parse(&text, &binary, still_current),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
             Err(e) => {
                 tracing::warn!(path = %path.display(), error = %e, "cannot read the projection timings; timing again");
@@ -83,7 +88,9 @@ impl TuneRecord {
         shape: LinearShape,
         candidates: &[LinearKernel],
     ) -> Option<Vec<(LinearKernel, f64)>> {
-        let us = self.entries.get(&key(shape, candidates))?;
+        let us = self
+            .entries
+            .get(&(self.binary.clone(), key(shape, candidates)))?;
         (us.len() == candidates.len())
             .then(|| candidates.iter().copied().zip(us.iter().copied()).collect())
     }
@@ -103,7 +110,8 @@ impl TuneRecord {
                 .all(|((k, us), c)| k == c && us.is_finite());
         if complete {
             let us = timings.iter().map(|&(_, us)| us).collect();
-            self.entries.insert(key(shape, candidates), us);
+            let key = (self.binary.clone(), key(shape, candidates));
+            self.entries.insert(key, us);
             self.changed = true;
         }
     }
@@ -139,27 +147,34 @@ impl TuneRecord {
 
     /// The file's text.
     fn render(&self) -> String {
-        let mut out = format!("{HEADER}{}\n", self.binary);
-        for (key, us) in &self.entries {
+        let mut out = format!("{HEADER}\n");
+        for ((binary, key), us) in &self.entries {
             let us: Vec<String> = us.iter().map(|t| format!("{t:.3}")).collect();
-            out.push_str(&format!("{key}\t{}\n", us.join(" ")));
+            out.push_str(&format!("{binary}\t{key}\t{}\n", us.join(" ")));
         }
         out
     }
 }
 
-/// The entries of a record's text, if it was made by `binary` (else none).
-fn parse(text: &str, binary: &str) -> BTreeMap<String, Vec<f64>> {
-    let mut lines = text.lines();
-    if lines.next().and_then(|l| l.strip_prefix(HEADER)) != Some(binary) {
-        return BTreeMap::new();
-    }
-    lines
+/// The entries of a record's text: those of `binary`, and of every other
+/// binary `current` says is still the one that timed them (damaged lines
+/// skipped).
+fn parse(
+    text: &str,
+    binary: &str,
+    current: impl Fn(&str) -> bool,
+) -> BTreeMap<(String, String), Vec<f64>> {
+    let mut live: BTreeMap<&str, bool> = BTreeMap::new();
+    text.lines()
+        .filter(|line| !line.starts_with('#'))
         .filter_map(|line| {
-            let (key, us) = line.split_once('\t')?;
+            let mut fields = line.split('\t');
+            let (who, key, us) = (fields.next()?, fields.next()?, fields.next()?);
             let us: Option<Vec<f64>> = us.split(' ').map(|t| t.parse().ok()).collect();
-            Some((key.to_string(), us?))
+            Some((who, key, us?))
         })
+        .filter(|(who, _, _)| *who == binary || *live.entry(who).or_insert_with(|| current(who)))
+        .map(|(who, key, us)| ((who.to_string(), key.to_string()), us))
         .collect()
 }
 
@@ -175,20 +190,29 @@ fn key(shape: LinearShape, candidates: &[LinearKernel]) -> String {
 }
 
 /// The running binary: its path, size and modification time (nanoseconds
-/// since the epoch); `unknown` when it cannot be read (then every start
-/// matches every other, as before this record existed: a stale choice at
+/// since the epoch); `unknown` when it cannot be read (then every such start
+/// shares the entries, as before this record existed: a stale choice at
 /// worst, never a wrong result).
 fn binary_identity() -> String {
-    let read = || -> std::io::Result<String> {
-        let exe = std::env::current_exe()?;
-        let meta = std::fs::metadata(&exe)?;
-        let modified = meta
-            .modified()?
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
-        Ok(format!("{} {} {modified}", exe.display(), meta.len()))
-    };
-    read().unwrap_or_else(|_| "unknown".into())
+    std::env::current_exe()
+        .and_then(|exe| identity_of(&exe))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// `path`'s identity as [`binary_identity`] writes it.
+fn identity_of(path: &Path) -> std::io::Result<String> {
+    let meta = std::fs::metadata(path)?;
+    let modified = meta
+        .modified()?
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    Ok(format!("{} {} {modified}", path.display(), meta.len()))
+}
+
+/// Whether the binary named by `identity` is still there, unchanged.
+fn still_current(identity: &str) -> bool {
+    let path = identity.rsplitn(3, ' ').nth(2);
+    path.is_some_and(|p| identity_of(Path::new(p)).is_ok_and(|now| now == identity))
 }
 
 #[cfg(test)]
@@ -246,7 +270,7 @@ mod tests {
     }
 
     #[test]
-    fn incomplete_timings_and_other_binaries_are_not_trusted() {
+    fn incomplete_timings_are_not_kept_and_damaged_lines_are_skipped() {
         let both = [MMA, LinearKernel::Lt];
         let mut record = TuneRecord::open(None);
         record.record(shape(8), &both, &[(LinearKernel::Lt, 3.0)]);
@@ -254,12 +278,40 @@ mod tests {
         assert!(record.is_empty());
         record.record(shape(8), &both, &[(MMA, 1.0), (LinearKernel::Lt, 3.0)]);
         let text = record.render();
-        assert_eq!(parse(&text, &record.binary).len(), 1);
-        assert!(parse(&text, "another binary").is_empty());
-        assert!(parse("", &record.binary).is_empty());
-        // A damaged line is skipped, the rest kept.
-        let damaged = format!("{text}garbage\n1 2 3 false [Lt]\tx\n");
-        assert_eq!(parse(&damaged, &record.binary).len(), 1);
+        let none = |_: &str| false;
+        assert_eq!(parse(&text, &record.binary, none).len(), 1);
+        assert!(parse("", &record.binary, none).is_empty());
+        let damaged = format!("{text}garbage\n{}\t1 2 3 false [Lt]\tx\n", record.binary);
+        assert_eq!(parse(&damaged, &record.binary, none).len(), 1);
+    }
+
+    #[test]
+    fn other_binaries_keep_their_entries_until_rebuilt_or_gone() {
+        let dir = temp_dir("binaries");
+        let other = dir.join("ember-engine-bench");
+        std::fs::write(&other, b"v1").unwrap();
+        let theirs = identity_of(&other).unwrap();
+        let mut record = TuneRecord::open(None);
+        record.record(
+            shape(8),
+            &[MMA, LinearKernel::Lt],
+            &[(MMA, 1.0), (LinearKernel::Lt, 3.0)],
+        );
+        let line = format!("{theirs}\t8 4800 1600 false [Lt]\t2.000\n");
+        let text = format!("{}{line}", record.render());
+        // Another binary's entry is kept while it is unchanged, and never
+        // answers this binary's lookups.
+        let parsed = parse(&text, &record.binary, still_current);
+        assert_eq!(parsed.len(), 2);
+        record.entries = parsed;
+        assert_eq!(record.timings(shape(8), &[LinearKernel::Lt]), None);
+        // Rebuilt (another size): dropped.
+        std::fs::write(&other, b"version 2").unwrap();
+        assert_eq!(parse(&text, &record.binary, still_current).len(), 1);
+        std::fs::remove_file(&other).unwrap();
+        assert_eq!(parse(&text, &record.binary, still_current).len(), 1);
+        assert!(!still_current("no such binary"));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
