@@ -126,18 +126,30 @@ impl Engine {
         if self.masked_in_flight(ids) > 0 {
             return self.decode_async_split(ids);
         }
+        let started = std::time::Instant::now();
         self.seqs.grow(ids)?;
         self.place_penalties(ids);
         let table = self.sampling_table(ids);
+        let tabled = started.elapsed();
         let rows = decode_rows(&self.seqs, ids);
         let queued = self.runner.decode_launch(&rows, &table)?;
         let planned = self.planned(ids);
         let previous = self.pending.take();
         self.queue(planned, queued);
-        match previous {
+        let launched = started.elapsed();
+        let out = match previous {
             Some(previous) => self.judge_step(previous),
             None => Ok(StepOutput::default()),
-        }
+        };
+        // The host's share of an overlapped step (`RUST_LOG=ember_engine::engine=trace`).
+        tracing::trace!(
+            rows = ids.len(),
+            table_us = tabled.as_micros() as u64,
+            launch_us = (launched - tabled).as_micros() as u64,
+            judge_us = (started.elapsed() - launched).as_micros() as u64,
+            "decode step queued"
+        );
+        out
     }
 
     /// Judges the queued decode step, if any (waiting for its ids), and

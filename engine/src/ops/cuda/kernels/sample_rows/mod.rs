@@ -21,8 +21,9 @@
 //!    key and count of present tokens. **Greedy rows stop here** with the
 //!    argmax.
 //! 2. **top-k** (`0 < k < #present`): `kth_largest`, a radix descent over
-//!    `[key_min, key_max]` with counts ([`search`]); at most 7 passes over
-//!    the cached keys, fewer when the keys share leading bits.
+//!    `[key_min, key_max]` with counts ([`search`]), 3 bits a level: the
+//!    first levels walk the cached keys, and once the keys left fit in 2,048
+//!    candidates the next gathers them and the rest walk those alone.
 //! 3. **top-p** (`0 < p < 1`): `top_p_threshold`, the same descent over
 //!    `[lower, key_max]` with masses; its first pass also sums `Z` over the
 //!    top-k set. min-p costs one `ln` (no pass).
@@ -47,6 +48,7 @@
 //! compares with `row_sampler::RowTrace` pass by pass.
 
 mod choice;
+mod levels;
 mod noise;
 mod params;
 mod scan;
@@ -65,6 +67,7 @@ use cubecl::prelude::*;
 use crate::ops::cuda::extension::cuda_kernel;
 use crate::ops::cuda::launch::empty_like;
 use crate::ops::row_params::{FLOAT_COLS, INT_COLS, TRACE_COLS};
+use levels::{candidates_at, CANDIDATES};
 use params::{read_params, read_penalty};
 use scan::scan_row;
 use truncate::{sample_truncated, ScanStats, OUT_TAU_K, OUT_THRESHOLD, OUT_TOKEN, OUT_TOP_P_KEY};
@@ -101,7 +104,7 @@ pub fn sample_rows_kernel<F: Float, I: Int>(
     let mut keys = Shared::<[u32]>::new_slice(vocab);
     let mut red_u = Shared::<[u32]>::new_slice(warps);
     let mut red_f = Shared::<[f32]>::new_slice(warps);
-    let mut bins_u = Shared::<[u32]>::new_slice(comptime!(warps * 32));
+    let mut bins_u = Shared::<[u32]>::new_slice(comptime!(candidates_at(warps) + CANDIDATES));
     let mut bins_f = Shared::<[f32]>::new_slice(comptime!(warps * 32));
     let mut stats = Shared::<[u32]>::new_slice(4usize);
 
@@ -215,7 +218,7 @@ pub fn fits_device(device: &Device, vocab: usize) -> bool {
 
 /// Shared memory one cube of [`sample_rows_kernel`] takes for `vocab`.
 pub fn shared_bytes(vocab: usize) -> usize {
-    4 * (vocab + 2 * SAMPLE_WARPS + 64 * SAMPLE_WARPS + 4)
+    4 * (vocab + 2 * SAMPLE_WARPS + 64 * SAMPLE_WARPS + CANDIDATES + 4)
 }
 
 /// Whether a cube's shared memory fits `like`'s device for `vocab` (check

@@ -1,112 +1,14 @@
 //! The threshold searches of [`super::sample_rows_kernel`] and the cube-wide
 //! reductions they use, over the row's keys cached in shared memory.
 //!
-//! **Radix descent over the u32 key space.** The keys of interest lie in
-//! `[lo, hi]`; their common leading bits are known, so the search starts
-//! below them and fixes up to 5 more bits a level (32 bins, one per lane):
-//! each level histograms the keys that still match the prefix (a count, or
-//! a mass `exp(s - s_max)` in f32) and picks a digit from the top, so at
-//! most 7 levels pin the exact key. Each warp bins its 32 keys a round with
-//! ballots: the lanes holding the first pending key's digit are counted
-//! (`count_ones` of a ballot) and their masses added (`plane_sum`), and lane
-//! `d` keeps bin `d`'s running total; an LLM row's keys fall in a few
-//! digits, so a round costs a few ballots, not 32. Warps meet in shared
-//! memory in a fixed order, so the sums, hence the thresholds, are
-//! deterministic. Every loop holding a plane operation runs the same rounds
-//! on all lanes of a warp (keys past the vocabulary are masked, not
-//! skipped).
+//! **Radix descent over the u32 key space**, a level at a time
+//! ([`super::levels`]): each level histograms the keys still in the search
+//! and picks a digit from the top, fixing up to 3 more bits of the answer.
 
 use cubecl::prelude::*;
 
-use crate::ops::cuda::kernels::reduce::{cube_reduce, value_of, OP_SUM};
-
-/// One radix level: over the keys `>= lo` whose bits above `hi_shift`
-/// equal `prefix`, each digit's (bits `shift..hi_shift`) count into
-/// `bins_u[0..32]` and, `with_mass`, mass `exp(s - s_max)` into
-/// `bins_f[0..32]` (cube totals, in a fixed order). With `first`, also
-/// returns this unit's share of `Z`, the mass of the keys `>= in_k`.
-#[cube]
-#[allow(clippy::too_many_arguments)]
-pub fn histogram(
-    keys: &Shared<[u32]>,
-    bins_u: &mut Shared<[u32]>,
-    bins_f: &mut Shared<[f32]>,
-    lo: u32,
-    prefix: u32,
-    hi_shift: u32,
-    shift: u32,
-    s_max: f32,
-    in_k: u32,
-    first: bool,
-    #[comptime] with_mass: bool,
-    #[comptime] vocab: usize,
-    #[comptime] warps: usize,
-) -> f32 {
-    let lane = UNIT_POS_X;
-    let warp = UNIT_POS_Y as usize;
-    let tid = warp * 32 + lane as usize;
-    let digit_mask = (1u32 << (hi_shift - shift)) - 1;
-    let mut my_count = 0u32;
-    let mut my_mass = f32::new(0.0);
-    let mut z = f32::new(0.0);
-    for r in 0..comptime!(vocab.div_ceil(warps * 32)) {
-        let i = r * comptime!(warps * 32) + tid;
-        let mut key = 0u32;
-        if i < vocab {
-            key = keys[i];
-        }
-        // `>> (hi_shift - 1) >> 1`: a shift by 32 is undefined.
-        let pending = key >= lo && ((key >> (hi_shift - 1)) >> 1) == prefix;
-        let digit = (key >> shift) & digit_mask;
-        let mut w = f32::new(0.0);
-        if comptime![with_mass] {
-            let in_z = first && key >= in_k;
-            if pending || in_z {
-                w = (value_of(key) - s_max).exp();
-            }
-            if in_z {
-                z += w;
-            }
-        }
-        // Bin the warp's pending keys, one distinct digit at a time.
-        let mut left = pending;
-        let mut todo = plane_ballot(left).extract(0usize);
-        while todo != 0u32 {
-            let leader = todo.find_first_set() - 1;
-            let lead_digit = plane_shuffle(digit, leader);
-            let mine = left && digit == lead_digit;
-            let n = plane_ballot(mine).extract(0usize).count_ones();
-            let mut m = f32::new(0.0);
-            if comptime![with_mass] {
-                m = plane_sum(select(mine, w, f32::new(0.0)));
-            }
-            if lane == lead_digit {
-                my_count += n;
-                my_mass += m;
-            }
-            left = left && !mine;
-            todo = plane_ballot(left).extract(0usize);
-        }
-    }
-    // Lane d of each warp holds the warp's bin d; thread d adds them up in
-    // warp order into entry d (its own column: no other thread touches it).
-    bins_u[warp * 32 + lane as usize] = my_count;
-    bins_f[warp * 32 + lane as usize] = my_mass;
-    sync_cube();
-    if tid < 32 {
-        let mut c = bins_u[tid];
-        let mut m = bins_f[tid];
-        #[unroll]
-        for w in 1..warps {
-            c += bins_u[w * 32 + tid];
-            m += bins_f[w * 32 + tid];
-        }
-        bins_u[tid] = c;
-        bins_f[tid] = m;
-    }
-    sync_cube();
-    z
-}
+use super::levels::{advance, full_sweep, histogram, DIGIT_BITS};
+use crate::ops::cuda::kernels::reduce::{cube_reduce, OP_SUM};
 
 /// The bits below the common prefix of `lo` and `hi` (0 if equal).
 #[cube]
@@ -142,8 +44,10 @@ pub fn kth_largest(
     let mut prefix = top_bits(hi, hi_shift);
     // Keys above the current prefix's range (fewer than k).
     let mut above = 0u32;
+    let mut sweep = Array::<u32>::new(4usize);
+    full_sweep(&mut sweep);
     while hi_shift > 0 {
-        let width = select(hi_shift > 5, 5u32, hi_shift);
+        let width = select(hi_shift > DIGIT_BITS, DIGIT_BITS, hi_shift);
         let shift = hi_shift - width;
         histogram(
             keys,
@@ -156,6 +60,7 @@ pub fn kth_largest(
             f32::new(0.0),
             0u32,
             false,
+            &sweep,
             false,
             vocab,
             warps,
@@ -180,6 +85,7 @@ pub fn kth_largest(
         above = cum;
         prefix = (prefix << width) | chosen;
         hi_shift = shift;
+        advance(&mut sweep, bins_u[chosen as usize], chosen);
         sync_cube();
     }
     prefix
@@ -210,12 +116,14 @@ pub fn top_p_threshold(
     let mut target = f32::new(0.0);
     let mut first = true;
     let mut short = false;
+    let mut sweep = Array::<u32>::new(4usize);
+    full_sweep(&mut sweep);
     while hi_shift > 0 {
-        let width = select(hi_shift > 5, 5u32, hi_shift);
+        let width = select(hi_shift > DIGIT_BITS, DIGIT_BITS, hi_shift);
         let shift = hi_shift - width;
         let z = histogram(
-            keys, bins_u, bins_f, lo, prefix, hi_shift, shift, s_max, in_k, first, true, vocab,
-            warps,
+            keys, bins_u, bins_f, lo, prefix, hi_shift, shift, s_max, in_k, first, &sweep, true,
+            vocab, warps,
         );
         if first {
             target = p * cube_reduce(z, red_f, OP_SUM, warps);
@@ -247,6 +155,7 @@ pub fn top_p_threshold(
         prefix = (prefix << width) | chosen;
         hi_shift = select(short, 0u32, shift);
         first = false;
+        advance(&mut sweep, bins_u[chosen as usize], chosen);
         sync_cube();
     }
     select(short, lo, prefix)

@@ -147,8 +147,8 @@ fn the_kernel_expands_and_transpiles_to_cuda_cpp() {
         let source = repr.to_string();
         assert!(source.contains("__umulhi"), "Philox's high products");
         assert!(
-            source.contains("__ffs") && source.contains("__popc"),
-            "ballot binning"
+            source.contains("__ballot_sync") && source.contains("__popc"),
+            "candidates gathered by ballot"
         );
         assert!(
             !source.contains("__logf") && !source.contains("__expf"),
