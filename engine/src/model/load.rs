@@ -104,6 +104,11 @@ pub fn load_model(source: &ModelSource, device: &Device) -> Result<(Gpt2, Gpt2Co
                 "RANDOM WEIGHTS: no --model-dir given, so the model is randomly initialized; generated text is meaningless"
             );
             let model = random_model(&config, *seed, device)?;
+            // The uploads are asynchronous on CUDA: what the device has
+            // left is read next (KV sizing), so let them land first.
+            device
+                .sync()
+                .map_err(|e| ModelError::Device(format!("{e:?}")))?;
             Ok((model, config))
         }
     }
