@@ -106,6 +106,7 @@ pub async fn run(
         Ok(false) => {}
         Err(err) => {
             doors.stop().await;
+            quiesce(device).await;
             return Err(err);
         }
     }
