@@ -225,7 +225,7 @@ fn tile_head(t: Task<'_>, scratch: &mut Scratch) -> Vec<f32> {
         let next = next_block_base(table, b, blocks, head_base, bs * d);
         for t in b * bs..span.min((b + 1) * bs) {
             let at = base + (t - b * bs) * d;
-            prefetch_row(k, next + (t - b * bs) * d, d);
+            prefetch_row(k, next.saturating_add((t - b * bs) * d), d);
             prefetch_row(v, at, d);
             let key = &k[at..at + d];
             for j in first_seeing(t)..n {
