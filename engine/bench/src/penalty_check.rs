@@ -1,6 +1,7 @@
 //! `--check-kernels`, the row options part: the sampling kernel reading a
-//! penalty counts table (`ember_engine::sampling::penalty_state`) against
-//! the same kernel on logits penalized on the host (the f32 operations of
+//! penalty slot table of counts and logit biases
+//! (`ember_engine::sampling::penalty_state`) against the same kernel on
+//! logits biased and penalized on the host (the f32 operations of
 //! `ember_engine::sampling::transforms`), greedy and sampled rows; the
 //! count kernel's update of the table; and allowed-token masks
 //! (`ember_engine::sampling::mask_rows`) against the host sampler with the
@@ -35,6 +36,22 @@ mod cuda {
             2 => 2 | IN_PROMPT,
             3 => 3,
             _ => 0,
+        }
+    }
+
+    /// A deterministic logit bias for (row, token), on every third row: a
+    /// few tokens pushed up or down, one row's token 5 far up.
+    fn bias(row: usize, token: usize) -> f32 {
+        if row % 3 != 0 {
+            return 0.0;
+        }
+        let h = (row as u32).wrapping_mul(0x27D4_EB2F) ^ (token as u32).wrapping_mul(0x1656_67B1);
+        match (h ^ (h >> 13)) % 64 {
+            _ if row == 3 && token == 5 => 100.0,
+            0 => 4.5,
+            1 => -3.25,
+            2 => 0.75,
+            _ => 0.0,
         }
     }
 
@@ -75,6 +92,7 @@ mod cuda {
                 repetition,
                 frequency,
                 presence,
+                bias: i % 3 == 0,
             });
         }
         (rows_params, penalties)
@@ -89,11 +107,13 @@ mod cuda {
         for (i, p) in penalties.iter().enumerate() {
             p.write_into(&mut cols, i);
         }
-        // Counts: row `slot` holds the entries of batch row `b - 1 - slot`.
-        let mut table = vec![0i32; b * v];
+        // Slot `b - 1 - i` holds batch row `i`'s counts, then its bias.
+        let mut table = vec![0i32; b * 2 * v];
         for (i, p) in penalties.iter().enumerate() {
+            let at = p.slot as usize * 2 * v;
             for t in 0..v {
-                table[p.slot as usize * v + t] = entry(i, t) as i32;
+                table[at + t] = entry(i, t) as i32;
+                table[at + v + t] = bias(i, t).to_bits() as i32;
             }
         }
         let logits = normal([b, v], dev).mul_scalar(3.0).cast(DType::F16);
@@ -101,17 +121,22 @@ mod cuda {
         let mut edited = host.clone();
         for (i, p) in penalties.iter().enumerate() {
             for t in 0..v {
-                let e = entry(i, t);
-                if e != 0 {
-                    edited[i * v + t] = penalized(host[i * v + t], e, p);
+                let (e, add) = (entry(i, t), bias(i, t));
+                let mut x = host[i * v + t];
+                if p.bias {
+                    x += add;
                 }
+                if e != 0 {
+                    x = penalized(x, e, p);
+                }
+                edited[i * v + t] = x;
             }
         }
         let float_cols = |f: Vec<f32>| {
             Tensor::<2>::from_data(TensorData::new(f, [b, FLOAT_COLS]), (dev, DType::F32))
         };
         let positions = ints((0..b as i32).map(|i| 3 + 5 * i).collect(), [b], dev);
-        let counts = ints(table.clone(), [b, v], dev);
+        let counts = ints(table.clone(), [b, 2 * v], dev);
         let int_cols = ints(cols.1.clone(), [b, INT_COLS], dev);
         let device_ids = sample_rows(
             logits,
@@ -143,12 +168,12 @@ mod cuda {
         let after = read(counts);
         let mut expected: Vec<i64> = table.iter().map(|&x| i64::from(x)).collect();
         for (i, p) in penalties.iter().enumerate() {
-            expected[p.slot as usize * v + got[i] as usize] += 1;
+            expected[p.slot as usize * 2 * v + got[i] as usize] += 1;
         }
         let update_ok = after == expected;
         let ok = same * 1000 >= b * 995 && update_ok;
         say(format!(
-            "sample_rows with device penalties vs host-penalized logits: {same}/{b} tokens equal; count update exact: {update_ok}: {}",
+            "sample_rows with device penalties and biases vs host-edited logits: {same}/{b} tokens equal; count update exact: {update_ok}: {}",
             if ok { "ok" } else { "FAILED" }
         ));
         let masks = masks(dev, say);
@@ -164,14 +189,15 @@ mod cuda {
         let v = 50_257usize;
         let mut state = PenaltyState::new(4, v, dev);
         let table = state.counts();
-        let a = state.acquire([(5, 2, false), (50_000, 1, true)]);
-        let b = state.acquire([(7, 3, true)]);
+        let a = state.acquire([(5, 2, false), (50_000, 1, true)], &[]);
+        let b = state.acquire([(7, 3, true)], &[(9, -2.0)]);
         let all: Vec<i64> = table.into_data().iter::<i64>().collect();
-        let row = |s: Option<u32>| s.map(|s| &all[s as usize * v..(s as usize + 1) * v]);
+        let row = |s: Option<u32>| s.map(|s| &all[s as usize * 2 * v..(s as usize + 1) * 2 * v]);
         let nonzero = all.iter().filter(|&&x| x != 0).count();
+        let minus_two = i64::from((-2.0f32).to_bits() as i32);
         let ok = row(a).is_some_and(|r| r[5] == 2 && r[50_000] == 1 | IN_PROMPT as i64)
-            && row(b).is_some_and(|r| r[7] == 3 | IN_PROMPT as i64)
-            && nonzero == 3;
+            && row(b).is_some_and(|r| r[7] == 3 | IN_PROMPT as i64 && r[v + 9] == minus_two)
+            && nonzero == 4;
         say(format!(
             "penalty slot rows written in place (read through the handle taken before): {}",
             if ok { "ok" } else { "FAILED" }

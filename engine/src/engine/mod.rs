@@ -376,7 +376,7 @@ impl Engine {
                 continue;
             };
             if seq.penalty_slot.is_none() && seq.wants_device_penalties() {
-                seq.penalty_slot = self.runner.acquire_penalty_slot(|| seq.penalty_tokens());
+                seq.penalty_slot = self.runner.acquire_penalty_slot(|| seq.slot_row());
             }
         }
     }

@@ -201,16 +201,14 @@ impl Sequence {
     pub fn sampling_row(&mut self, eos_token_id: u32, vocab_size: usize) -> RowSampling {
         let params = &self.request.params;
         let t = &params.transforms;
-        // Penalties applied from a device slot are not host edits.
+        // Penalties and bias applied from a device slot are not host edits.
         let penalty = self.penalty_slot.map(|slot| RowPenalty {
             slot,
             repetition: t.penalties.repetition,
             frequency: t.penalties.frequency,
             presence: t.penalties.presence,
+            bias: !t.logit_bias.is_empty(),
         });
-        // A slot is only given without a `logit_bias`: such a row has no
-        // host edits at all.
-        debug_assert!(penalty.is_none() || t.logit_bias.is_empty());
         let edits = match penalty.is_none() && t.any() {
             true => self.stats.edits(t.penalties, &t.logit_bias),
             false => Vec::new(),
@@ -275,18 +273,18 @@ impl Sequence {
             && self.generated + self.in_flight >= self.request.params.stop.max_new_tokens
     }
 
-    /// Whether its penalties may live on the device: it has one, and no
-    /// `logit_bias` (which comes before the repetition factor, so the host
-    /// edits keep both).
+    /// Whether its penalties and logit bias may live on the device (a slot
+    /// of `crate::sampling::penalty_state`): it has either.
     pub fn wants_device_penalties(&self) -> bool {
         let t = &self.request.params.transforms;
-        t.penalties.any() && t.logit_bias.is_empty()
+        t.penalties.any() || !t.logit_bias.is_empty()
     }
 
-    /// The tokens it has, for its device counts: `(token, output count,
-    /// whether the prompt has it)`.
-    pub fn penalty_tokens(&self) -> Vec<(u32, u32, bool)> {
-        self.stats.entries()
+    /// What its device slot holds: the tokens it has (`(token, output count,
+    /// whether the prompt has it)`) and its logit bias.
+    pub fn slot_row(&self) -> (Vec<(u32, u32, bool)>, Vec<(u32, f32)>) {
+        let bias = self.request.params.transforms.logit_bias.clone();
+        (self.stats.entries(), bias)
     }
 
     /// Its constraint, if a token is to be given to it ahead of

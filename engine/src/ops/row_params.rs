@@ -74,6 +74,9 @@ pub const COL_FLAGS: usize = 3;
 pub const COL_PENALTY_SLOT: usize = 4;
 /// Flag bit: the row's allowed-token bitmask applies.
 pub const FLAG_ALLOWED: i32 = 1;
+/// Flag bit: the row's slot holds its logit bias (the slot table's second
+/// half).
+pub const FLAG_BIAS: i32 = 2;
 /// The output-count bits of a counts-table entry.
 pub const COUNT_MASK: u32 = (1 << 30) - 1;
 /// The prompt-has-it bit of a counts-table entry.
@@ -87,6 +90,8 @@ pub struct RowPenalty {
     pub repetition: f32,
     pub frequency: f32,
     pub presence: f32,
+    /// The slot holds the row's logit bias ([`FLAG_BIAS`]).
+    pub bias: bool,
 }
 
 impl RowPenalty {
@@ -97,6 +102,9 @@ impl RowPenalty {
         floats[b * FLOAT_COLS + COL_FREQUENCY] = self.frequency;
         floats[b * FLOAT_COLS + COL_PRESENCE] = self.presence;
         ints[b * INT_COLS + COL_PENALTY_SLOT] = self.slot as i32 + 1;
+        if self.bias {
+            ints[b * INT_COLS + COL_FLAGS] |= FLAG_BIAS;
+        }
     }
 }
 

@@ -11,7 +11,7 @@
 //! | kind | group | options | applied by |
 //! |---|---|---|---|
 //! | the choice | [`SamplingParams`] | `temperature`, `top_k`, `top_p`, `min_p`, `seed` | the sampler (`sampling::sampler`) |
-//! | logits transforms | [`LogitTransforms`] | `logit_bias`, `repetition_penalty`, `frequency_penalty`, `presence_penalty` | the sampling kernel from device counts (`sampling::penalty_state`: CUDA, penalties without a bias); `sampling::transforms` otherwise, before the choice |
+//! | logits transforms | [`LogitTransforms`] | `logit_bias`, `repetition_penalty`, `frequency_penalty`, `presence_penalty` | the sampling kernel from a device slot of counts and bias (`sampling::penalty_state`: CUDA, decode steps); `sampling::transforms` otherwise (the CPU, prefill, every slot taken), before the choice |
 //! | token filter | [`GenerationParams::constraint`] | `response_format` (a grammar, compiled by the service) | the sampler, as the row's allowed set |
 //! | stop rules | [`StopRules`] | `max_new_tokens`, `min_tokens`, `ignore_eos`, `stop_token_ids`, `stop` strings | `engine::sequence` (`judge`; `min_tokens` as bans before the choice); stop strings by the service, on the text |
 //! | outputs | [`Outputs`] | `logprobs`, `prompt_logprobs` | the step (`sampling::logprobs`) |

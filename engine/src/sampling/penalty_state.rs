@@ -1,14 +1,15 @@
-//! [`PenaltyState`]: the penalties' per-sequence state on the device, so a
-//! decode step with penalized rows costs the host nothing per token.
+//! [`PenaltyState`]: the penalties' and logit biases' per-sequence state on
+//! the device, so a decode step with such rows costs the host nothing per
+//! token.
 //!
-//! A sequence with a repetition, frequency or presence penalty (and no
-//! `logit_bias`, whose order before the repetition factor the host edits
-//! keep) gets a slot when it first decodes: row `slot` of the `[S, V]`
-//! counts table, written once from its host-side stats (each token's output
-//! count and whether the prompt has it: `crate::ops::row_params`' layout).
-//! From then on the sampling kernel reads that row beside the logits and
-//! applies the penalties itself (inside a replayed decode graph like any
-//! other row), and the step's final choice of every penalized row is added
+//! A sequence with a repetition, frequency or presence penalty or a
+//! `logit_bias` gets a slot when it first decodes: row `slot` of the `[S,
+//! 2V]` slot table, written once ([`slot_row`]): its counts from its
+//! host-side stats (each token's output count and whether the prompt has
+//! it) and its bias (`crate::ops::row_params`' layout). From then on the
+//! sampling kernel reads that row beside the logits and applies the bias and
+//! the penalties itself (inside a replayed decode graph like any other row),
+//! and the step's final choice of every row with a slot is added
 //! to its row ([`record_choices`]: a kernel at the end of the graph; a step
 //! that chooses again after the graph, for host edits, takes the graph's
 //! choice back first and adds its own). The slot is given
@@ -25,9 +26,38 @@ use burn::prelude::*;
 use crate::ops::row_params::{COUNT_MASK, IN_PROMPT};
 use crate::ops::InputBuffer;
 
-/// The most slots a table holds (`S`): 256 rows of GPT-2's vocabulary are
-/// 51 MB.
+/// The most slots a table holds (`S`): 256 rows of twice GPT-2's vocabulary
+/// are 103 MB.
 pub const MAX_SLOTS: usize = 256;
+
+/// A slot's row of the `[S, 2V]` table over `vocab` tokens: the counts of
+/// `tokens` (`(token, output count, whether the prompt has it)`, each token
+/// once) at `0..V`, then the f32 bit patterns of `bias` (`(token, add)`,
+/// added up per token in order, as the host edits do) at `V..2V`; tokens
+/// outside the vocabulary are skipped.
+pub fn slot_row(
+    vocab: usize,
+    tokens: impl IntoIterator<Item = (u32, u32, bool)>,
+    bias: &[(u32, f32)],
+) -> Vec<i32> {
+    let mut row = vec![0i32; 2 * vocab];
+    for (token, count, in_prompt) in tokens {
+        if let Some(entry) = row[..vocab].get_mut(token as usize) {
+            let prompt = if in_prompt { IN_PROMPT } else { 0 };
+            *entry = (count.min(COUNT_MASK) | prompt) as i32;
+        }
+    }
+    let mut adds = vec![0.0f32; vocab];
+    for &(token, add) in bias {
+        if let Some(a) = adds.get_mut(token as usize) {
+            *a += add;
+        }
+    }
+    for (entry, add) in row[vocab..].iter_mut().zip(adds) {
+        *entry = add.to_bits() as i32;
+    }
+    row
+}
 
 /// See the module docs.
 #[derive(Debug)]
@@ -43,7 +73,7 @@ impl PenaltyState {
     pub fn new(slots: usize, vocab: usize, device: &Device) -> Self {
         Self {
             // In device memory before any graph is captured over it.
-            counts: InputBuffer::resident_zeros([slots, vocab], device),
+            counts: InputBuffer::resident_zeros([slots, 2 * vocab], device),
             free: (0..slots as u32).rev().collect(),
             vocab,
         }
@@ -62,24 +92,20 @@ impl PenaltyState {
             .then(|| Self::new(max_batch.clamp(1, MAX_SLOTS), vocab, device))
     }
 
-    /// The counts table `[S, V]` (a handle to the same device memory).
+    /// The slot table `[S, 2V]` (a handle to the same device memory).
     pub fn counts(&self) -> Tensor<2, Int> {
         self.counts.tensor()
     }
 
-    /// Takes a free slot and writes a sequence's `tokens` into its row:
-    /// `(token, output count, whether the prompt has it)`, each token once;
-    /// tokens outside the vocabulary are skipped. `None` when every slot is
-    /// taken.
-    pub fn acquire(&mut self, tokens: impl IntoIterator<Item = (u32, u32, bool)>) -> Option<u32> {
+    /// Takes a free slot and writes a sequence's `tokens` and `bias` into
+    /// its row ([`slot_row`]). `None` when every slot is taken.
+    pub fn acquire(
+        &mut self,
+        tokens: impl IntoIterator<Item = (u32, u32, bool)>,
+        bias: &[(u32, f32)],
+    ) -> Option<u32> {
         let slot = self.free.pop()?;
-        let mut row = vec![0i32; self.vocab];
-        for (token, count, in_prompt) in tokens {
-            if let Some(entry) = row.get_mut(token as usize) {
-                let prompt = if in_prompt { IN_PROMPT } else { 0 };
-                *entry = (count.min(COUNT_MASK) | prompt) as i32;
-            }
-        }
+        let row = slot_row(self.vocab, tokens, bias);
         self.counts.write_rows(&[slot as usize], row);
         Some(slot)
     }
@@ -124,19 +150,40 @@ pub fn record_choices(
 mod tests {
     use super::*;
 
+    /// The counts half of `slot`'s row.
     fn row(state: &PenaltyState, slot: u32) -> Vec<i64> {
         let all: Vec<i64> = state.counts().into_data().iter::<i64>().collect();
         let v = state.vocab;
-        all[slot as usize * v..(slot as usize + 1) * v].to_vec()
+        all[slot as usize * 2 * v..(slot as usize * 2 + 1) * v].to_vec()
+    }
+
+    #[test]
+    fn a_slot_row_holds_counts_then_bias_bits() {
+        let row = slot_row(
+            4,
+            [(1, 2, true), (7, 1, false)],
+            &[(3, 1.5), (3, -0.25), (9, 2.0)],
+        );
+        assert_eq!(
+            &row[..4],
+            [0, (2 | IN_PROMPT) as i32, 0, 0],
+            "token 7 is outside"
+        );
+        let bias: Vec<f32> = row[4..].iter().map(|&b| f32::from_bits(b as u32)).collect();
+        assert_eq!(
+            bias,
+            [0.0, 0.0, 0.0, 1.25],
+            "a token's adds summed; token 9 outside"
+        );
     }
 
     #[test]
     fn a_slot_holds_its_sequences_counts_and_comes_back() {
         let mut state = PenaltyState::new(2, 6, &Device::flex());
         let a = state
-            .acquire([(1, 2, false), (4, 0, true), (9, 1, false)])
+            .acquire([(1, 2, false), (4, 0, true), (9, 1, false)], &[])
             .unwrap();
-        let b = state.acquire([(0, 1, true)]).unwrap();
+        let b = state.acquire([(0, 1, true)], &[(2, 0.5)]).unwrap();
         assert_ne!(a, b);
         assert_eq!(
             row(&state, a),
@@ -144,12 +191,12 @@ mod tests {
             "token 9 is outside"
         );
         assert_eq!(row(&state, b), [1 | IN_PROMPT as i64, 0, 0, 0, 0, 0]);
-        assert_eq!(state.acquire([]), None, "every slot taken");
+        assert_eq!(state.acquire([], &[]), None, "every slot taken");
         state.release(a);
         state.release(a);
         assert_eq!(state.free_slots(), 1, "a slot given twice counts once");
         // The next holder's row is written whole: nothing of `a`'s is left.
-        let c = state.acquire([(5, 3, false)]).unwrap();
+        let c = state.acquire([(5, 3, false)], &[]).unwrap();
         assert_eq!(c, a);
         assert_eq!(row(&state, c), [0, 0, 0, 0, 0, 3]);
         assert_eq!(

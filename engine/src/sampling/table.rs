@@ -248,6 +248,7 @@ mod tests {
                 repetition: 1.0,
                 frequency: 0.5,
                 presence: 0.0,
+                bias: false,
             }),
             ..RowSampling::greedy()
         };

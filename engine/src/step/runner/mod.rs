@@ -163,16 +163,18 @@ impl StepRunner {
         }
     }
 
-    /// Takes a device penalty slot for a sequence whose `tokens` (`(token,
-    /// output count, in the prompt)`, asked for only when a slot is free)
-    /// are written into its counts; `None` where there are no device
-    /// penalties or every slot is taken.
+    /// Takes a device penalty slot for a sequence whose `row` (its tokens,
+    /// `(token, output count, in the prompt)`, and its logit bias, asked for
+    /// only when a slot is free) is written into the slot
+    /// (`crate::sampling::penalty_state::slot_row`); `None` where there are
+    /// no device penalties or every slot is taken.
     pub fn acquire_penalty_slot(
         &mut self,
-        tokens: impl FnOnce() -> Vec<(u32, u32, bool)>,
+        row: impl FnOnce() -> (Vec<(u32, u32, bool)>, Vec<(u32, f32)>),
     ) -> Option<u32> {
         let state = self.penalties.as_mut().filter(|p| p.free_slots() > 0)?;
-        state.acquire(tokens())
+        let (tokens, bias) = row();
+        state.acquire(tokens, &bias)
     }
 
     /// Gives a slot from [`StepRunner::acquire_penalty_slot`] back.

@@ -1,5 +1,5 @@
 //! The penalty counts' update after a step's choice: each row with a
-//! penalty slot adds one to its chosen token's count in the `[S, V]` counts
+//! penalty slot adds one to its chosen token's count in the `[S, 2V]` slot
 //! table, in place (`crate::ops::row_params` has the table's layout and the
 //! columns), or takes it back (`undo`: a choice made again after the
 //! graph's). One thread a row; a slot belongs to one row, so no two threads
@@ -15,7 +15,7 @@ use crate::ops::row_params::{COL_PENALTY_SLOT, INT_COLS};
 
 /// `counts[slot - 1, ids[b]] += 1` (`-= 1` with `undo`) for every row `b`
 /// whose penalty-slot column `slot` is nonzero. `ids` `[B, 1]`, `ints` `[B,
-/// INT_COLS]`, `counts` `[S, V]`.
+/// INT_COLS]`, `counts` `[S, 2V]` (counts in its first `V` columns).
 #[cube(launch, create_dummy_kernel)]
 pub fn count_chosen_kernel<I: Int>(
     ids: &Tensor<I>,
@@ -43,7 +43,7 @@ pub fn count_chosen_kernel<I: Int>(
 cuda_kernel! {
     /// Adds each penalized row's chosen token (`ids` `[B, 1]`, the rows'
     /// `row_params` int columns `ints` `[B, INT_COLS]`) to its row of the
-    /// counts table `counts` `[S, V]` (takes it back with `undo`), in place;
+    /// slot table `counts` `[S, 2V]` (takes it back with `undo`), in place;
     /// returns the same table.
     #[fusion(dtype = counts, shape = counts)]
     pub fn CountChosen::count_chosen(
@@ -62,7 +62,7 @@ pub fn launch(counts: CubeTensor, ids: CubeTensor, ints: CubeTensor, undo: bool)
             && ids.dtype == ints.dtype
             && counts.dtype == ints.dtype
             && counts.meta.strides()[1] == 1,
-        "count_chosen: ids [B, 1], ints [B, {INT_COLS}] and counts [S, V] in one int dtype"
+        "count_chosen: ids [B, 1], ints [B, {INT_COLS}] and counts [S, 2V] in one int dtype"
     );
     let threads = 128u32;
     count_chosen_kernel::launch(

@@ -78,7 +78,7 @@ pub const SAMPLE_WARPS: usize = 16;
 /// See the module doc. `logits` `[B, V]` (rows contiguous), `floats` `[B,
 /// FLOAT_COLS]` f32 and `ints` `[B, INT_COLS]` (`row_params` columns, 8 each), `positions` `[B]`,
 /// `allowed` `[B, ceil(V / 32)]` (read only with `has_mask`, for rows whose
-/// flag is set), `counts` `[S, V]` (read only with `has_counts`, for rows
+/// flag is set), `counts` `[S, 2V]`, the slot table (read only with `has_counts`, for rows
 /// with a penalty slot), `out` `[B, 1]`, `trace` `[B, 4]` (written only with
 /// `write_trace`).
 #[cube(launch, create_dummy_kernel)]
@@ -273,8 +273,8 @@ pub fn launch(
     let has_counts = counts.is_some();
     let counts = counts.unwrap_or_else(|| positions.clone());
     assert!(
-        counts.dtype == ints.dtype && (!has_counts || counts.shape().dims::<2>()[1] == v),
-        "sample_rows: counts [S, V] in ints' dtype"
+        counts.dtype == ints.dtype && (!has_counts || counts.shape().dims::<2>()[1] == 2 * v),
+        "sample_rows: the slot table [S, 2V] in ints' dtype"
     );
     let write_trace = trace.is_some();
     let trace = trace.unwrap_or_else(|| empty_like(&ints, [1, TRACE_COLS]));

@@ -7,7 +7,7 @@ use cubecl::prelude::*;
 use super::scan::Penalty;
 use crate::ops::row_params::{
     COL_FLAGS, COL_FREQUENCY, COL_MIN_P, COL_PENALTY_SLOT, COL_PRESENCE, COL_REPETITION,
-    COL_SEED_HI, COL_SEED_LO, COL_TEMPERATURE, COL_TOP_K, COL_TOP_P, FLAG_ALLOWED,
+    COL_SEED_HI, COL_SEED_LO, COL_TEMPERATURE, COL_TOP_K, COL_TOP_P, FLAG_ALLOWED, FLAG_BIAS,
 };
 
 /// The row's truncation and noise parameters.
@@ -51,7 +51,8 @@ pub fn read_params<I: Int>(
 
 /// Row `row`'s penalties: on where it has a penalty slot (`ints`' slot
 /// column, 1-based; only with `has_counts`), its counts starting at that
-/// slot's row of `counts` `[S, V]`.
+/// slot's row of the slot table `counts` `[S, 2V]`, its bias `V` further
+/// where its flags say it has one.
 #[cube]
 pub fn read_penalty<I: Int>(
     floats: &Tensor<f32>,
@@ -63,6 +64,7 @@ pub fn read_penalty<I: Int>(
     let f_at = row * floats.stride(0);
     let i_at = row * ints.stride(0);
     let mut on = false;
+    let mut bias = false;
     let mut base = 0usize;
     let mut repetition = f32::new(1.0);
     let mut frequency = f32::new(0.0);
@@ -71,6 +73,8 @@ pub fn read_penalty<I: Int>(
         let slot = u32::cast_from(ints[i_at + COL_PENALTY_SLOT]);
         if slot > 0u32 {
             on = true;
+            let flags = u32::cast_from(ints[i_at + COL_FLAGS]);
+            bias = (flags & comptime!(FLAG_BIAS as u32)) != 0;
             base = (slot - 1) as usize * counts.stride(0);
             repetition = floats[f_at + COL_REPETITION];
             frequency = floats[f_at + COL_FREQUENCY];
@@ -79,6 +83,7 @@ pub fn read_penalty<I: Int>(
     }
     Penalty {
         on,
+        bias,
         base,
         repetition,
         frequency,

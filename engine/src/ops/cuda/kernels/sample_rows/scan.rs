@@ -1,6 +1,6 @@
 //! Pass 1 of the sampling kernel (its module docs): one read of a row's
-//! logits, penalized where the row has a penalty slot, into the keys the
-//! later passes search, with the row's max, argmax, min and count.
+//! logits, biased and penalized where the row has a penalty slot, into the
+//! keys the later passes search, with the row's max, argmax, min and count.
 
 use cubecl::prelude::*;
 
@@ -11,10 +11,12 @@ use crate::ops::row_params::COUNT_MASK;
 const UNROLL: usize = 8;
 
 /// A row's penalties (`row_params`' module docs): `on` when it has a
-/// penalty slot, whose counts start at `base` in the counts table.
+/// penalty slot, whose counts start at `base` in the slot table (`[S, 2V]`);
+/// `bias` when the slot also holds its logit bias (`V` further).
 #[derive(CubeType)]
 pub struct Penalty {
     pub on: bool,
+    pub bias: bool,
     pub base: usize,
     pub repetition: f32,
     pub frequency: f32,
@@ -41,7 +43,8 @@ fn penalized(l: f32, entry: u32, penalty: &Penalty) -> f32 {
 }
 
 /// Pass 1 over row `row` (module doc): the keys of `l / temperature`
-/// (`divide`) or `l` (penalized first where `penalty.on`) into `keys`, then
+/// (`divide`) or `l` (biased, then penalized, first where `penalty.on`)
+/// into `keys`, then
 /// `stats` = [max key, lowest index of it (0 if nothing is present), min
 /// key, count of present tokens].
 #[cube]
@@ -72,6 +75,7 @@ pub fn scan_row<F: Float, I: Int>(
     let mut count = 0u32;
     let mut values = Array::<f32>::new(UNROLL);
     let mut entries = Array::<u32>::new(UNROLL);
+    let mut biases = Array::<f32>::new(UNROLL);
     for r in 0..comptime!(vocab.div_ceil(warps * 32 * UNROLL)) {
         // All loads first (an index past the row reads its last logit).
         #[unroll]
@@ -80,8 +84,13 @@ pub fn scan_row<F: Float, I: Int>(
             let at = select(i < vocab, i, comptime!(vocab - 1));
             values[u] = f32::cast_from(logits[base + at]);
             entries[u] = 0u32;
+            biases[u] = f32::new(0.0);
             if penalty.on {
                 entries[u] = u32::cast_from(counts[penalty.base + at]);
+            }
+            if penalty.bias {
+                let bits = u32::cast_from(counts[penalty.base + vocab + at]);
+                biases[u] = f32::reinterpret(bits);
             }
         }
         #[unroll]
@@ -89,6 +98,9 @@ pub fn scan_row<F: Float, I: Int>(
             let i = r * step + u * threads + tid;
             if i < vocab {
                 let mut l = values[u];
+                if penalty.bias {
+                    l += biases[u];
+                }
                 if entries[u] != 0u32 {
                     l = penalized(l, entries[u], penalty);
                 }

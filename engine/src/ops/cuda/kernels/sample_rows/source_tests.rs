@@ -133,7 +133,7 @@ fn the_kernel_expands_and_transpiles_to_cuda_cpp() {
             tensor(&[b, INT_COLS], 4),
             tensor(&[b], 4),
             tensor(&[b, v.div_ceil(32)], 4),
-            tensor(&[8, v], 4),
+            tensor(&[8, 2 * v], 4),
             tensor(&[b, 1], 4),
             tensor(&[b, 4], 4),
             v,
