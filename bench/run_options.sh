@@ -9,11 +9,12 @@
 #   penalty_half   32 plain + 32 with the penalty (two loadgens started together)
 #   json_one       63 plain + 1 with response_format json_object (two loadgens)
 #   json_all       64 with response_format json_object
+#   bias_all       64 with a logit_bias of three tokens (issue 47)
 #
 # and prints TPOT p50 (median over the runs) of each group, with the ratios the
 # issue targets: penalty_all within 10% of plain, penalty_half no slower than
-# penalty_all, json_one's 63 plain requests within 10% of plain, and json_all
-# within 1.2x of plain (issue 45).
+# penalty_all, json_one's 63 plain requests within 10% of plain, json_all
+# within 1.2x of plain (issue 45) and bias_all within 10% of plain (issue 47).
 #
 #   OUT=/some/dir bash bench/run_options.sh          # the GPU run (gpt2, cuda:0)
 #   bash bench/run_options.sh --dry-run              # tiny preset on the CPU, small
@@ -88,9 +89,11 @@ run_case() {
             wait $a && wait $b || return 1 ;;
         json_all) group json_all "$N" --extra-inputs 'response_format:{"type":"json_object"}' \
             --extra-inputs ignore_eos:false || return 1 ;;
+        bias_all) group bias_all "$N" --extra-inputs 'logit_bias:{"13":2.0,"198":-1.5,"262":0.5}' \
+            || return 1 ;;
     esac
 }
-for c in plain penalty_all penalty_half json_one json_all; do
+for c in plain penalty_all penalty_half json_one json_all bias_all; do
     run_case "$c" || die "case $c (see $OUT/$c*.log)"
 done
 
@@ -102,7 +105,7 @@ def tpot(name):
     vals = [r["metrics"]["tpot_ms"]["p50"] for r in doc["runs"] if r["metrics"].get("tpot_ms")]
     fails = sum(r["failed"] for r in doc["runs"])
     return statistics.median(vals), fails
-rows = ["plain", "penalty_all", "penalty_half.plain", "penalty_half.penalized", "json_one.plain", "json_one.json", "json_all"]
+rows = ["plain", "penalty_all", "penalty_half.plain", "penalty_half.penalized", "json_one.plain", "json_one.json", "json_all", "bias_all"]
 t = {r: tpot(r) for r in rows}
 base = t["plain"][0]
 print(f"## Request options under seed044's load ({n} x {tokens} tokens, {preset} on {device})\n")
@@ -118,5 +121,7 @@ print(f"penalty on half (slower group) / penalty on all: {ph / pa:.3f} (target <
 print(f"63 plain beside 1 json_object / plain: {jp / base:.3f} (target <= 1.10: {verdict(jp <= 1.10 * base)})")
 ja = t["json_all"][0]
 print(f"json_object on every request / plain: {ja / base:.3f} (target <= 1.2: {verdict(ja <= 1.2 * base)})")
+ba = t["bias_all"][0]
+print(f"logit_bias on every request / plain: {ba / base:.3f} (target <= 1.10: {verdict(ba <= 1.10 * base)})")
 PY
 cat "$OUT/result.md"

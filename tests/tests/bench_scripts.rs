@@ -199,17 +199,17 @@ fn run_chats_dry_run_prints_curl_and_loadgen() {
     cleanup_scratch(&out);
 }
 
-/// `bench/run_options.sh --dry-run`: the five option loads (plain, penalty
-/// on all, on half, one json_object request, json_object on all) against
-/// the tiny preset; every group's TPOT is a number, no request failed, and
-/// the four ratios print.
+/// `bench/run_options.sh --dry-run`: the six option loads (plain, penalty
+/// on all, on half, one json_object request, json_object on all, logit_bias
+/// on all) against the tiny preset; every group's TPOT is a number, no
+/// request failed, and the five ratios print.
 #[test]
 fn run_options_dry_run_prints_every_group() {
     let out = scratch_dir("run-options-dry");
     let log = dry_run("run_options.sh", &out, &[]);
     let result = std::fs::read_to_string(out.join("result.md")).expect("result.md written");
     let rows = table_rows(&result);
-    assert_eq!(rows.len(), 7, "{result}");
+    assert_eq!(rows.len(), 8, "{result}");
     for row in &rows {
         assert!(row[1].parse::<f64>().is_ok_and(|t| t > 0.0), "{result}");
         assert_eq!(row[3], "0", "no request failed: {result}");
@@ -219,6 +219,7 @@ fn run_options_dry_run_prints_every_group() {
         "penalty on half",
         "beside 1 json_object",
         "json_object on every request",
+        "logit_bias on every request",
     ] {
         assert!(result.contains(line), "{line}: {result}");
     }
