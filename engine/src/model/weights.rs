@@ -152,11 +152,12 @@ impl<'f> Builder<'_, 'f> {
         Ok(data)
     }
 
-    /// `data` on the device.
+    /// `data` on the device (a matrix on CUDA contiguous:
+    /// `crate::ops::cuda::settled`).
     fn upload<const D: usize>(&mut self, data: TensorData) -> Tensor<D> {
         let started = Instant::now();
         self.timings.bytes += data.as_bytes().len();
-        let tensor = Tensor::from_data(data, self.device);
+        let tensor = settle(Tensor::from_data(data, self.device));
         self.timings.upload += started.elapsed();
         tensor
     }
@@ -194,6 +195,19 @@ impl<'f> Builder<'_, 'f> {
             weight: self.tensor(name, TensorRole::Weight, [rows, d])?,
         })
     }
+}
+
+/// A matrix on a CUDA device made contiguous once
+/// (`crate::ops::cuda::settled`: a pitched one would be copied at every
+/// launch that reads it); anything else as it is.
+fn settle<const D: usize>(tensor: Tensor<D>) -> Tensor<D> {
+    #[cfg(feature = "cuda")]
+    if D == 2 && crate::ops::cuda::is_cube_device(&tensor.device()) {
+        let dims = tensor.dims();
+        let matrix: Tensor<2> = tensor.reshape([dims[0], dims[1]]);
+        return crate::ops::cuda::settled(matrix).reshape(dims);
+    }
+    tensor
 }
 
 impl Gpt2 {

@@ -44,6 +44,7 @@ pub use kernels::layer_norm::layer_norm_rows;
 pub use kernels::logit_edits::logit_edits;
 pub use kernels::penalty_counts::count_chosen;
 pub use kernels::sample_rows::{fits_device as sample_rows_fit, sample_rows};
+pub use kernels::settle::settled;
 pub use kernels::vocab_rows::{vocab_argmax, vocab_logprobs};
 pub use kernels::write_rows::write_rows;
 

@@ -24,6 +24,8 @@
 //!   min-p, allowed bitmask, penalties from the counts table), the device
 //!   twin of `sampling::row_sampler`; [`penalty_counts`] adds each chosen
 //!   token to its row's counts.
+//! - [`settle`]: a weight matrix made contiguous once, at load (CUDA
+//!   pitches 2-D rows that are not a multiple of its alignment).
 //! - [`vocab_rows`]: per row of the vocabulary, the argmax and the
 //!   logprobs' log-softmax values (one token's, the top `n`), never tuned.
 //! - [`write_rows`]: a few rows of a table a decode graph reads, written in
@@ -41,6 +43,7 @@ pub mod prefill_attention;
 mod prefill_stage;
 mod reduce;
 pub mod sample_rows;
+pub mod settle;
 pub mod split_combine;
 pub mod vocab_rows;
 pub mod write_rows;
