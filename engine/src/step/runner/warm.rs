@@ -92,7 +92,8 @@ impl StepRunner {
         let ints = Tensor::<2, Int>::zeros([1, INT_COLS], dev);
         let positions = Tensor::<1, Int>::zeros([1], dev);
         let allowed = Tensor::<2, Int>::zeros([1, vocab.div_ceil(32)], dev);
-        let counts = Tensor::<2, Int>::zeros([1, vocab], dev);
+        // One slot of the `[S, 2V]` slot table (`crate::sampling::penalty_state`).
+        let counts = Tensor::<2, Int>::zeros([1, 2 * vocab], dev);
         for (mask, with_counts) in [(false, false), (true, false), (false, true), (true, true)] {
             let ids = sample_rows(
                 logits.clone(),
