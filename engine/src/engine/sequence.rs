@@ -19,7 +19,7 @@ use super::token_stats::TokenStats;
 use crate::kv::BlockHash;
 use crate::ops::row_params::RowPenalty;
 use crate::params::{SharedConstraint, TokenConstraint};
-use crate::sampling::RowSampling;
+use crate::sampling::{RowSampling, SlotContents};
 use crate::types::{FinishReason, ResumeState, SequenceRequest};
 
 /// One active sequence.
@@ -282,9 +282,11 @@ impl Sequence {
 
     /// What its device slot holds: the tokens it has (`(token, output count,
     /// whether the prompt has it)`) and its logit bias.
-    pub fn slot_row(&self) -> (Vec<(u32, u32, bool)>, Vec<(u32, f32)>) {
-        let bias = self.request.params.transforms.logit_bias.clone();
-        (self.stats.entries(), bias)
+    pub fn slot_row(&self) -> SlotContents {
+        SlotContents {
+            tokens: self.stats.entries(),
+            bias: self.request.params.transforms.logit_bias.clone(),
+        }
     }
 
     /// Its constraint, if a token is to be given to it ahead of

@@ -44,7 +44,7 @@ mod test_logits;
 
 pub use device_sampler::DeviceSampling;
 pub use logprobs::{logprobs, logprobs_from};
-pub use penalty_state::PenaltyState;
+pub use penalty_state::{PenaltyState, SlotContents};
 pub use plan::{Route, StepOptions, StepPlan};
 pub use sampler::{
     choose_in_graph, choose_on_device, choose_step, read_chosen, sample, Chosen, SampleColumns,

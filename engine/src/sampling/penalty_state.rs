@@ -30,6 +30,15 @@ use crate::ops::InputBuffer;
 /// are 103 MB.
 pub const MAX_SLOTS: usize = 256;
 
+/// What a sequence's slot holds ([`slot_row`]): its tokens (`(token,
+/// output count, whether the prompt has it)`) and its logit bias (`(token,
+/// add)`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SlotContents {
+    pub tokens: Vec<(u32, u32, bool)>,
+    pub bias: Vec<(u32, f32)>,
+}
+
 /// A slot's row of the `[S, 2V]` table over `vocab` tokens: the counts of
 /// `tokens` (`(token, output count, whether the prompt has it)`, each token
 /// once) at `0..V`, then the f32 bit patterns of `bias` (`(token, add)`,

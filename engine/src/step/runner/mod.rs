@@ -47,7 +47,7 @@ use crate::error::EngineError;
 use crate::model::{Gpt2, Gpt2Config, KvCache};
 use crate::ops::{InputBuffer, Ops, TableGeometry};
 use crate::sampling::{
-    logprobs, sample, DeviceSampling, PenaltyState, SamplingParamsRows, SamplingTable,
+    logprobs, sample, DeviceSampling, PenaltyState, SamplingParamsRows, SamplingTable, SlotContents,
 };
 use crate::types::TokenLogprobs;
 
@@ -168,12 +168,9 @@ impl StepRunner {
     /// only when a slot is free) is written into the slot
     /// (`crate::sampling::penalty_state::slot_row`); `None` where there are
     /// no device penalties or every slot is taken.
-    pub fn acquire_penalty_slot(
-        &mut self,
-        row: impl FnOnce() -> (Vec<(u32, u32, bool)>, Vec<(u32, f32)>),
-    ) -> Option<u32> {
+    pub fn acquire_penalty_slot(&mut self, row: impl FnOnce() -> SlotContents) -> Option<u32> {
         let state = self.penalties.as_mut().filter(|p| p.free_slots() > 0)?;
-        let (tokens, bias) = row();
+        let SlotContents { tokens, bias } = row();
         state.acquire(tokens, &bias)
     }
 
