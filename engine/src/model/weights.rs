@@ -27,6 +27,7 @@ use super::host_transpose::{copied, transposed, transposed_bytes};
 use super::layer_norm::LayerNorm;
 use super::linear::Linear;
 use super::mlp::Mlp;
+use crate::ops::pitched::settled;
 use crate::ops::Ops;
 
 /// What a tensor is, so a random source knows how to initialize it.
@@ -153,11 +154,11 @@ impl<'f> Builder<'_, 'f> {
     }
 
     /// `data` on the device (a matrix on CUDA contiguous:
-    /// `crate::ops::cuda::settled`).
+    /// `crate::ops::pitched::settled`).
     fn upload<const D: usize>(&mut self, data: TensorData) -> Tensor<D> {
         let started = Instant::now();
         self.timings.bytes += data.as_bytes().len();
-        let tensor = settle(Tensor::from_data(data, self.device));
+        let tensor = settled(Tensor::from_data(data, self.device));
         self.timings.upload += started.elapsed();
         tensor
     }
@@ -195,19 +196,6 @@ impl<'f> Builder<'_, 'f> {
             weight: self.tensor(name, TensorRole::Weight, [rows, d])?,
         })
     }
-}
-
-/// A matrix on a CUDA device made contiguous once
-/// (`crate::ops::cuda::settled`: a pitched one would be copied at every
-/// launch that reads it); anything else as it is.
-fn settle<const D: usize>(tensor: Tensor<D>) -> Tensor<D> {
-    #[cfg(feature = "cuda")]
-    if D == 2 && crate::ops::cuda::is_cube_device(&tensor.device()) {
-        let dims = tensor.dims();
-        let matrix: Tensor<2> = tensor.reshape([dims[0], dims[1]]);
-        return crate::ops::cuda::settled(matrix).reshape(dims);
-    }
-    tensor
 }
 
 impl Gpt2 {

@@ -1,6 +1,22 @@
-//! A host buffer laid out for a device tensor whose rows are pitched: what
-//! an in-place write into such a tensor's memory must send
-//! (`super::cuda::inplace`).
+//! Device tensors whose rows are pitched: the host buffer an in-place write
+//! into such a tensor's memory must send (`super::cuda::inplace`), and a
+//! weight matrix made contiguous once ([`settled`]).
+
+use burn::prelude::*;
+
+/// `tensor` as the kernels read it every step: a matrix on CUDA made
+/// contiguous once (`super::cuda::settled`: CUDA pitches 2-D rows that are
+/// not a multiple of its alignment, and a kernel argument that is not
+/// contiguous is copied at every launch); anything else as it is.
+pub fn settled<const D: usize>(tensor: Tensor<D>) -> Tensor<D> {
+    #[cfg(feature = "cuda")]
+    if D == 2 && super::cuda::is_cube_device(&tensor.device()) {
+        let dims = tensor.dims();
+        let matrix: Tensor<2> = tensor.reshape([dims[0], dims[1]]);
+        return super::cuda::settled(matrix).reshape(dims);
+    }
+    tensor
+}
 
 /// `bytes` (row-major over `shape`, elements of `elem` bytes) laid out at
 /// `strides` (in elements), the gaps zero: what a device tensor whose rows
