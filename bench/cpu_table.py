@@ -25,8 +25,9 @@ as fast as the probe read memory).
 The first table has one row per (batch, pass) and only numbers: torch, then
 Ember's ms/step in each format, then each format's floor / step. The second
 sums up each (batch, format) over the passes: mean ms/step, the ratio to
-torch, the floor, the step against batch 1, and the baseline binary's mean
-with the change when there is one.
+torch, the floor, Ember's step against its batch 1 beside torch's (issue
+49: how a batch scales, both measured in the same run), and the baseline
+binary's mean with the change when there is one.
 """
 
 import json
@@ -144,11 +145,11 @@ def per_pass_table(runs, formats):
 def summary_table(rows, formats):
     has_base = any(r["baseline_ms"] is not None for r in rows)
     head = ["batch", "weights", "Ember ms/step", "torch ms/step", "Ember / torch",
-            "weight floor ms", "floor / Ember", "vs batch 1"]
+            "weight floor ms", "floor / Ember", "Ember vs batch 1", "torch vs batch 1"]
     if has_base:
         head += ["baseline ms/step", "change"]
     lines = ["| " + " | ".join(head) + " |", "|---:|---|" + "---:|" * (len(head) - 2)]
-    mean = {}
+    mean, mean_torch = {}, {}
     for b in sorted({r["batch"] for r in rows}):
         for w in formats:
             mine = [r for r in rows if r["batch"] == b and r["weights"] == w]
@@ -156,9 +157,10 @@ def summary_table(rows, formats):
             t = statistics.fmean(r["torch_ms"] for r in mine)
             floor = statistics.fmean(r["floor_ms"] for r in mine)
             mean[(b, w)] = e
-            one = mean.get((1, w))
+            mean_torch.setdefault(b, t)
+            one, torch_one = mean.get((1, w)), mean_torch.get(1)
             cells = [str(b), w, ms(e), ms(t), f"{e / t:.2f}", ms(floor), f"{100 * floor / e:.0f}%",
-                     f"{e / one:.2f}x" if one else "-"]
+                     f"{e / one:.2f}x" if one else "-", f"{t / torch_one:.2f}x" if torch_one else "-"]
             if has_base:
                 bases = [r["baseline_ms"] for r in mine if r["baseline_ms"] is not None]
                 base = statistics.fmean(bases) if bases else None

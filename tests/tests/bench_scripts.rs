@@ -84,6 +84,21 @@ fn run_cpu_dry_run_prints_a_table_of_numbers() {
         table.contains("SIMD:"),
         "the table names the CPU's SIMD features:\n{table}"
     );
+    // The summary: batch 2 against batch 1 for Ember and for torch, side
+    // by side (issue 49's ratio and the peer's, from one run).
+    let summary = &table[table.find("| batch | weights").expect("the summary table")..];
+    assert!(summary.contains("| Ember vs batch 1 | torch vs batch 1 |"), "{table}");
+    let batch_two = table_rows(summary)
+        .into_iter()
+        .find(|r| r[0] == "2")
+        .expect("a batch-2 row");
+    for cell in &batch_two[7..9] {
+        let ratio = cell.trim_end_matches('x');
+        assert!(
+            ratio.parse::<f64>().is_ok_and(|r| r > 0.0),
+            "cell {cell:?} is not a ratio:\n{table}"
+        );
+    }
     assert!(log.contains(&table), "the script prints the table");
     cleanup_scratch(&out);
 }
