@@ -87,7 +87,10 @@ fn run_cpu_dry_run_prints_a_table_of_numbers() {
     // The summary: batch 2 against batch 1 for Ember and for torch, side
     // by side (issue 49's ratio and the peer's, from one run).
     let summary = &table[table.find("| batch | weights").expect("the summary table")..];
-    assert!(summary.contains("| Ember vs batch 1 | torch vs batch 1 |"), "{table}");
+    assert!(
+        summary.contains("| Ember vs batch 1 | torch vs batch 1 |"),
+        "{table}"
+    );
     let batch_two = table_rows(summary)
         .into_iter()
         .find(|r| r[0] == "2")
