@@ -59,8 +59,8 @@ path, p50, batch = sys.argv[1], float(sys.argv[2]), sys.argv[3]
 GROUPS = [  # first match wins
     ("projections + LM head (ops/cpu/gemv)", r"ember_engine::ops::cpu::gemv"),
     ("Flex matmul (gemm crate)", r"gemm_|gemm::"),
-    ("decode attention (ops/cpu/paged_attention)", r"paged_attention|flex_slices::(dot|axpy)"),
-    ("KV write (select_assign)", r"select_assign"),
+    ("attention (ops/cpu/paged_attention, tiled_attention)", r"paged_attention|tiled_attention|flex_slices::(dot|axpy)"),
+    ("KV write (ops/cpu/kv_write; select_assign where shared)", r"select_assign|kv_write::"),
     ("argmax / sampling", r"argmax|sampl"),
     ("element-wise and reductions (LayerNorm, embeddings, casts)",
      r"burn_flex::(ops::(binary|unary|reduce|float|activation|comparison|gather)|zip|tensor::copy)|macerator|__(exp|tanh|log)"),

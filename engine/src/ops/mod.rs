@@ -303,8 +303,8 @@ impl Ops {
     /// Writes the K and V thirds of `qkv` (`[N, 3E]`) at `slots` (`[N]`) of a
     /// layer's `[H, S, D]` storage, in place, and returns the storage. On
     /// CUDA one kernel writes the buffers whoever else holds them (a captured
-    /// decode graph does); on the CPU `select_assign` on the uniquely owned
-    /// storage.
+    /// decode graph does); on the CPU a copy into the uniquely owned
+    /// storage (`cpu::kv_write`).
     pub fn kv_write(
         &self,
         k: Tensor<3>,
@@ -316,7 +316,7 @@ impl Ops {
         if cuda::on_cube(&qkv) {
             return cuda::kv_write(k, v, qkv, slots);
         }
-        reference::kv_write(k, v, qkv, slots)
+        cpu::kv_write::kv_write(k, v, qkv, slots)
     }
 
     /// The step's new K/V rows (the K and V thirds of `qkv` `[N, 3E]`)

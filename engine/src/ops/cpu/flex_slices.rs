@@ -26,6 +26,13 @@ pub fn values<E: burn::tensor::Element + bytemuck::Pod>(t: &FlexTensor) -> &[E] 
     &t.storage::<E>()[..n]
 }
 
+/// The values of a small int tensor on Flex, as `i32` (`None` elsewhere or
+/// in another int dtype).
+pub fn int_values<const D: usize>(t: &Tensor<D, Int>) -> Option<Vec<i32>> {
+    let t = dense(t)?;
+    (t.dtype() == burn::tensor::DType::I32).then(|| values::<i32>(&t).to_vec())
+}
+
 /// `a . b` with eight independent accumulators (vectorizes; inlined into
 /// the kernels' `#[target_feature]` entry points).
 #[inline(always)]

@@ -7,6 +7,8 @@
 //!   the paged cache, instead of gathering each context and masking it.
 //! - [`tiled_attention`]: the kernel both run: tiles of causal queries of one
 //!   sequence, in parallel over (tile, head) on the rayon pool.
+//! - [`kv_write`]: each new token's K and V rows copied into its cache
+//!   slot, in place.
 //! - [`isa`]: which instruction set the kernels run on ([`CpuIsa`]), detected
 //!   once when the device is opened.
 //! - [`pool`]: a whole CPU forward pass moved onto the rayon pool once, so
@@ -19,6 +21,7 @@
 mod flex_slices;
 pub mod gemv;
 pub mod isa;
+pub mod kv_write;
 pub mod paged_attention;
 pub mod pool;
 pub mod tiled_attention;

@@ -20,7 +20,7 @@ use burn::backend::flex::FlexTensor;
 use burn::prelude::*;
 use burn::tensor::DType;
 
-use super::flex_slices::{dense, values};
+use super::flex_slices::{dense, int_values, values};
 use super::isa::CpuIsa;
 use super::tiled_attention::{attend, Geometry, Tile};
 use crate::ops::attention::{PagedContext, SegmentContext};
@@ -195,12 +195,6 @@ fn segment_tiles(cu: &[i32], starts: &[i32], pairs: &[i32]) -> Option<Vec<Tile>>
             })
         })
         .collect()
-}
-
-/// The values of a small int tensor on Flex, as `i32`.
-fn int_values<const D: usize>(t: &Tensor<D, Int>) -> Option<Vec<i32>> {
-    let t = dense(t)?;
-    (t.dtype() == DType::I32).then(|| values::<i32>(&t).to_vec())
 }
 
 #[cfg(test)]
