@@ -2,12 +2,11 @@
 //! walks (every cached key, or the candidates gathered once few are left)
 //! and how it bins them.
 //!
-//! The keys of interest lie in
-//! `[lo, hi]`; their common leading bits are known, so the search starts
-//! below them and fixes up to [`DIGIT_BITS`] more bits a level: each level
-//! histograms the keys that still match the prefix (a count, or a mass
-//! `exp(s - s_max)` in f32) and picks a digit from the top, so at most 11
-//! levels pin the exact key. Each unit walks its share of the cached keys
+//! The keys of interest lie in `[lo, hi]`; their common leading bits are
+//! known, so the search starts below them and fixes up to [`DIGIT_BITS`]
+//! more bits a level: each level histograms the keys that still match the
+//! prefix (a count, or a mass `exp(s - s_max)` in f32) and picks a digit
+//! from the top, so at most 11 levels pin the exact key. Each unit walks its share of the cached keys
 //! and adds each pending key into its own [`BINS`] registers (an unrolled
 //! select per bin: no atomics, no plane operation inside the walk, so a
 //! unit skips what is not pending); then each warp sums its lanes' bins
@@ -35,8 +34,9 @@ pub fn candidates_at(warps: usize) -> usize {
     warps * 32
 }
 
-/// What a radix level walks (a `u32` array of 4, these slots: CubeCL
-/// lowers arrays to registers, where a mutated struct would not be). A
+/// What a radix level walks (a `u32` array of 4, these slots: a struct
+/// whose fields a level mutated did not pass CubeCL's verification when the
+/// kernel compiled on the device, H200 call 34; an array does). A
 /// level walks every cached key until the keys it leaves pending fit in
 /// [`CANDIDATES`]; the next level then gathers them (in a fixed order: warp
 /// by warp, each warp's in key order) into `bins_u` from [`candidates_at`]
