@@ -3,19 +3,19 @@
 //! and how it bins them.
 //!
 //! The keys of interest lie in `[lo, hi]`; their common leading bits are
-//! known, so the search starts below them and fixes up to [`DIGIT_BITS`]
-//! more bits a level: each level histograms the keys that still match the
-//! prefix (a count, or a mass `exp(s - s_max)` in f32) and picks a digit
-//! from the top, so at most 11 levels pin the exact key. Each unit walks its share of the cached keys
-//! and adds each pending key into its own [`BINS`] registers (an unrolled
-//! select per bin: no atomics, no plane operation inside the walk, so a
-//! unit skips what is not pending); then each warp sums its lanes' bins
-//! with plane sums and the warps meet in shared memory in a fixed order, so
-//! the sums, hence the thresholds, are deterministic. (The first version
+//! known, so the search starts below them and fixes up to [`DIGIT_BITS`] more
+//! bits a level: each level histograms the keys that still match the prefix
+//! (a count, or a mass `exp(s - s_max)` in f32) and picks a digit from the
+//! top, so at most 11 levels pin the exact key. Each unit walks its share of
+//! the cached keys and adds each pending key into its own [`BINS`] registers
+//! (an unrolled select per bin: no atomics, no plane operation inside the
+//! walk, so a unit skips what is not pending); then each warp sums its lanes'
+//! bins with plane sums and the warps meet in shared memory in a fixed order,
+//! so the sums, hence the thresholds, are deterministic. (The first version
 //! binned 32 digits a level with ballots, one round per distinct digit in
-//! each warp's 32 keys: on a wide row's first levels, where nearly every
-//! key is pending across many digits, that serial loop cost most of a
-//! top-p row's time.)
+//! each warp's 32 keys: on a wide row's first levels, where nearly every key
+//! is pending across many digits, that serial loop cost most of a top-p row's
+//! time.)
 
 use cubecl::prelude::*;
 
