@@ -18,7 +18,7 @@ mod cuda {
     use burn::tensor::DType;
     use ember_engine::ops::cuda::{count_chosen, sample_rows};
     use ember_engine::ops::row_params::{
-        self, RowParams, RowPenalty, COUNT_MASK, FLOAT_COLS, INT_COLS, IN_PROMPT,
+        self, slot_row_len, RowParams, RowPenalty, COUNT_MASK, FLOAT_COLS, INT_COLS, IN_PROMPT,
     };
     use ember_engine::sampling::row_sampler::trace_rows_host;
     use serde_json::json;
@@ -108,9 +108,10 @@ mod cuda {
             p.write_into(&mut cols, i);
         }
         // Slot `b - 1 - i` holds batch row `i`'s counts, then its bias.
-        let mut table = vec![0i32; b * 2 * v];
+        let w = slot_row_len(v);
+        let mut table = vec![0i32; b * w];
         for (i, p) in penalties.iter().enumerate() {
-            let at = p.slot as usize * 2 * v;
+            let at = p.slot as usize * w;
             for t in 0..v {
                 table[at + t] = entry(i, t) as i32;
                 table[at + v + t] = bias(i, t).to_bits() as i32;
@@ -136,7 +137,7 @@ mod cuda {
             Tensor::<2>::from_data(TensorData::new(f, [b, FLOAT_COLS]), (dev, DType::F32))
         };
         let positions = ints((0..b as i32).map(|i| 3 + 5 * i).collect(), [b], dev);
-        let counts = ints(table.clone(), [b, 2 * v], dev);
+        let counts = ints(table.clone(), [b, w], dev);
         let int_cols = ints(cols.1.clone(), [b, INT_COLS], dev);
         let device_ids = sample_rows(
             logits,
@@ -168,7 +169,7 @@ mod cuda {
         let after = read(counts);
         let mut expected: Vec<i64> = table.iter().map(|&x| i64::from(x)).collect();
         for (i, p) in penalties.iter().enumerate() {
-            expected[p.slot as usize * 2 * v + got[i] as usize] += 1;
+            expected[p.slot as usize * w + got[i] as usize] += 1;
         }
         let update_ok = after == expected;
         let ok = same * 1000 >= b * 995 && update_ok;
@@ -192,7 +193,8 @@ mod cuda {
         let a = state.acquire([(5, 2, false), (50_000, 1, true)], &[]);
         let b = state.acquire([(7, 3, true)], &[(9, -2.0)]);
         let all: Vec<i64> = table.into_data().iter::<i64>().collect();
-        let row = |s: Option<u32>| s.map(|s| &all[s as usize * 2 * v..(s as usize + 1) * 2 * v]);
+        let w = slot_row_len(v);
+        let row = |s: Option<u32>| s.map(|s| &all[s as usize * w..(s as usize + 1) * w]);
         let nonzero = all.iter().filter(|&&x| x != 0).count();
         let minus_two = i64::from((-2.0f32).to_bits() as i32);
         let ok = row(a).is_some_and(|r| r[5] == 2 && r[50_000] == 1 | IN_PROMPT as i64)

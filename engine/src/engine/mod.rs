@@ -375,7 +375,7 @@ impl Engine {
             let Some(seq) = self.seqs.get_mut(id) else {
                 continue;
             };
-            if seq.penalty_slot.is_none() && seq.wants_device_penalties() {
+            if seq.penalty_slot.is_none() && seq.wants_device_slot() {
                 seq.penalty_slot = self.runner.acquire_penalty_slot(|| seq.slot_row());
             }
         }

@@ -275,7 +275,7 @@ impl Sequence {
 
     /// Whether its penalties and logit bias may live on the device (a slot
     /// of `crate::sampling::penalty_state`): it has either.
-    pub fn wants_device_penalties(&self) -> bool {
+    pub fn wants_device_slot(&self) -> bool {
         let t = &self.request.params.transforms;
         t.penalties.any() || !t.logit_bias.is_empty()
     }

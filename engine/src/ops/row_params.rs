@@ -77,6 +77,12 @@ pub const FLAG_ALLOWED: i32 = 1;
 /// Flag bit: the row's slot holds its logit bias (the slot table's second
 /// half).
 pub const FLAG_BIAS: i32 = 2;
+/// Entries of a slot's row of the slot table over `vocab` tokens: its
+/// counts, then its bias (module docs). The one place the width is written.
+pub const fn slot_row_len(vocab: usize) -> usize {
+    2 * vocab
+}
+
 /// The output-count bits of a counts-table entry.
 pub const COUNT_MASK: u32 = (1 << 30) - 1;
 /// The prompt-has-it bit of a counts-table entry.

@@ -23,7 +23,7 @@
 use super::device_sampler::DeviceSampling;
 use burn::prelude::*;
 
-use crate::ops::row_params::{COUNT_MASK, IN_PROMPT};
+use crate::ops::row_params::{slot_row_len, COUNT_MASK, IN_PROMPT};
 use crate::ops::InputBuffer;
 
 /// The most slots a table holds (`S`): 256 rows of twice GPT-2's vocabulary
@@ -49,7 +49,7 @@ pub fn slot_row(
     tokens: impl IntoIterator<Item = (u32, u32, bool)>,
     bias: &[(u32, f32)],
 ) -> Vec<i32> {
-    let mut row = vec![0i32; 2 * vocab];
+    let mut row = vec![0i32; slot_row_len(vocab)];
     for (token, count, in_prompt) in tokens {
         if let Some(entry) = row[..vocab].get_mut(token as usize) {
             let prompt = if in_prompt { IN_PROMPT } else { 0 };
@@ -82,7 +82,7 @@ impl PenaltyState {
     pub fn new(slots: usize, vocab: usize, device: &Device) -> Self {
         Self {
             // In device memory before any graph is captured over it.
-            counts: InputBuffer::resident_zeros([slots, 2 * vocab], device),
+            counts: InputBuffer::resident_zeros([slots, slot_row_len(vocab)], device),
             free: (0..slots as u32).rev().collect(),
             vocab,
         }
@@ -163,7 +163,8 @@ mod tests {
     fn row(state: &PenaltyState, slot: u32) -> Vec<i64> {
         let all: Vec<i64> = state.counts().into_data().iter::<i64>().collect();
         let v = state.vocab;
-        all[slot as usize * 2 * v..(slot as usize * 2 + 1) * v].to_vec()
+        let at = slot as usize * slot_row_len(v);
+        all[at..at + v].to_vec()
     }
 
     #[test]

@@ -84,7 +84,7 @@ impl StepRunner {
     #[cfg(feature = "cuda")]
     fn warm_sampling_variants(&mut self) -> Result<(), EngineError> {
         use crate::ops::cuda::{count_chosen, sample_rows};
-        use crate::ops::row_params::{FLOAT_COLS, INT_COLS};
+        use crate::ops::row_params::{slot_row_len, FLOAT_COLS, INT_COLS};
         use burn::tensor::DType;
         let (vocab, dev) = (self.config.vocab_size, &self.device);
         let logits = Tensor::<2>::zeros([1, vocab], dev);
@@ -92,8 +92,8 @@ impl StepRunner {
         let ints = Tensor::<2, Int>::zeros([1, INT_COLS], dev);
         let positions = Tensor::<1, Int>::zeros([1], dev);
         let allowed = Tensor::<2, Int>::zeros([1, vocab.div_ceil(32)], dev);
-        // One slot of the `[S, 2V]` slot table (`crate::sampling::penalty_state`).
-        let counts = Tensor::<2, Int>::zeros([1, 2 * vocab], dev);
+        // One row of the slot table (`crate::sampling::penalty_state`).
+        let counts = Tensor::<2, Int>::zeros([1, slot_row_len(vocab)], dev);
         for (mask, with_counts) in [(false, false), (true, false), (false, true), (true, true)] {
             let ids = sample_rows(
                 logits.clone(),

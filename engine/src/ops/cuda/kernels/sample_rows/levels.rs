@@ -122,10 +122,11 @@ struct Digits {
     first: bool,
 }
 
-/// Walks every cached key into this unit's bins ([`bin_key`]); with
-/// the sweep's gather slot set, also copies the pending keys into the candidates, each
-/// warp from its offset (the counts of its digit slot of the warps before it,
-/// read before anything is written). Returns this unit's share of `Z`.
+/// Walks every cached key into this unit's bins ([`bin_key`]); with the
+/// sweep's gather slot set, also copies the pending keys into the
+/// candidates, each warp from its offset (the counts of the sweep's digit in
+/// the warps before it, read before anything is written). Returns this
+/// unit's share of `Z`.
 #[cube]
 #[allow(clippy::too_many_arguments)]
 fn walk_keys(

@@ -66,7 +66,7 @@ use cubecl::prelude::*;
 
 use crate::ops::cuda::extension::cuda_kernel;
 use crate::ops::cuda::launch::empty_like;
-use crate::ops::row_params::{FLOAT_COLS, INT_COLS, TRACE_COLS};
+use crate::ops::row_params::{slot_row_len, FLOAT_COLS, INT_COLS, TRACE_COLS};
 use levels::{candidates_at, CANDIDATES};
 use params::{read_params, read_penalty};
 use scan::scan_row;
@@ -273,7 +273,8 @@ pub fn launch(
     let has_counts = counts.is_some();
     let counts = counts.unwrap_or_else(|| positions.clone());
     assert!(
-        counts.dtype == ints.dtype && (!has_counts || counts.shape().dims::<2>()[1] == 2 * v),
+        counts.dtype == ints.dtype
+            && (!has_counts || counts.shape().dims::<2>()[1] == slot_row_len(v)),
         "sample_rows: the slot table [S, 2V] in ints' dtype"
     );
     let write_trace = trace.is_some();

@@ -26,7 +26,7 @@ use cubecl_cuda::{CudaCompilationOptions, CudaCompiler};
 use cubecl_environment::stream::StreamId;
 
 use super::{sample_rows_kernel, shared_bytes, SAMPLE_WARPS};
-use crate::ops::row_params::{FLOAT_COLS, INT_COLS};
+use crate::ops::row_params::{slot_row_len, FLOAT_COLS, INT_COLS};
 
 /// An H100's properties, as far as expansion reads them.
 fn h100() -> DeviceProperties {
@@ -133,7 +133,7 @@ fn the_kernel_expands_and_transpiles_to_cuda_cpp() {
             tensor(&[b, INT_COLS], 4),
             tensor(&[b], 4),
             tensor(&[b, v.div_ceil(32)], 4),
-            tensor(&[8, 2 * v], 4),
+            tensor(&[8, slot_row_len(v)], 4),
             tensor(&[b, 1], 4),
             tensor(&[b, 4], 4),
             v,
