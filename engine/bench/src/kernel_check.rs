@@ -448,15 +448,21 @@ mod cuda {
         gemv_diff
     }
 
-    /// The LayerNorm kernel against the tensor-op LayerNorm on GPT-2-like
-    /// rows with a few large dimensions; returns the max diff.
+    /// The LayerNorm kernels against the tensor-op LayerNorm on rows with a
+    /// few large dimensions: both plans (one cube a row up to
+    /// `CUBE_ROWS_MAX` rows, one warp a row past it), at GPT-2's and XL's
+    /// widths; returns the max diff.
     fn layer_norm_check(dev: &Device) -> f32 {
-        let x = Tensor::<2>::random([37, 768], Distribution::Normal(0.0, 3.0), dev);
-        let x = x.clone() + x.slice([0..37, 0..1]).mul_scalar(100.0);
-        let gamma = Tensor::<1>::random([768], Distribution::Normal(1.0, 0.1), dev);
-        let beta = Tensor::<1>::random([768], Distribution::Normal(0.0, 0.1), dev);
-        let got = layer_norm_rows(x.clone(), gamma.clone(), beta.clone(), 1e-5);
-        let want = reference::layer_norm(x, &gamma, &beta, 1e-5);
-        max_diff(floats(got), floats(want))
+        let mut worst = 0.0f32;
+        for (rows, e) in [(1, 1600), (37, 768), (300, 768), (8, 1280)] {
+            let x = Tensor::<2>::random([rows, e], Distribution::Normal(0.0, 3.0), dev);
+            let x = x.clone() + x.slice([0..rows, 0..1]).mul_scalar(100.0);
+            let gamma = Tensor::<1>::random([e], Distribution::Normal(1.0, 0.1), dev);
+            let beta = Tensor::<1>::random([e], Distribution::Normal(0.0, 0.1), dev);
+            let got = layer_norm_rows(x.clone(), gamma.clone(), beta.clone(), 1e-5);
+            let want = reference::layer_norm(x, &gamma, &beta, 1e-5);
+            worst = worst.max(max_diff(floats(got), floats(want)));
+        }
+        worst
     }
 }

@@ -21,10 +21,11 @@ mod cuda {
     use burn::tensor::DType;
     use ember_engine::ops::cuda::sample_rows;
     use ember_engine::ops::row_params::{self, RowParams, FLOAT_COLS, INT_COLS, TRACE_COLS};
+    use ember_engine::ops::vocab::argmax_rows;
     use ember_engine::sampling::row_sampler::{key_of, trace_rows_host};
     use serde_json::json;
 
-    use crate::check_data::{ints, normal};
+    use crate::check_data::{floats, ints, normal};
 
     /// The settings each block of rows cycles through: (temperature, top_k,
     /// top_p, min_p).
@@ -217,6 +218,50 @@ mod cuda {
             "top_p_ms": top_p, "top_k_ms": top_k, "min_p_ms": min_p })
     }
 
+    /// The host's argmax of a row (the lowest index of a tie; NaN absent;
+    /// 0 for a row of NaNs).
+    fn host_argmax(row: &[f32]) -> u32 {
+        let mut best: Option<(f32, usize)> = None;
+        for (i, &x) in row.iter().enumerate() {
+            if !x.is_nan() && best.is_none_or(|(m, _)| x > m) {
+                best = Some((x, i));
+            }
+        }
+        best.map_or(0, |(_, i)| i as u32)
+    }
+
+    /// Ember's argmax (`ops::vocab::argmax_rows`, split into parts at few
+    /// rows) against the host's on f16 rows of `v`: random rows, rows whose
+    /// maximum appears twice half a row apart (two parts) and, past one row,
+    /// a row of NaNs. Returns (rows equal, rows, ms per launch).
+    fn argmax_check(b: usize, v: usize, dev: &Device) -> (usize, usize, f64) {
+        let mut host = floats(normal([b, v], dev).mul_scalar(3.0));
+        for r in 0..b {
+            let row = &mut host[r * v..(r + 1) * v];
+            if r % 3 == 1 {
+                let first = (r * 7919 + 11) % (v / 2);
+                row[first + v / 2] = 30.0;
+                row[first] = 30.0;
+            }
+            if b > 1 && r == b - 1 {
+                row.fill(f32::NAN);
+            }
+        }
+        let logits = Tensor::<2>::from_data(TensorData::new(host, [b, v]), dev).cast(DType::F16);
+        let rounded = floats(logits.clone());
+        let got: Vec<i64> = argmax_rows(logits.clone())
+            .into_data()
+            .iter::<i64>()
+            .collect();
+        let equal = (0..b)
+            .filter(|&r| got[r] == i64::from(host_argmax(&rounded[r * v..(r + 1) * v])))
+            .count();
+        let ms = time(dev, 50, || {
+            let _ = argmax_rows(logits.clone());
+        });
+        (equal, b, ms)
+    }
+
     /// Runs the comparison and the timings; `ok` when every kept-set check
     /// passes, the traces agree and >= 99.5% of tokens are equal.
     pub fn run(dev: &Device, say: &dyn Fn(String)) -> serde_json::Value {
@@ -240,6 +285,16 @@ mod cuda {
             "sample_rows vs the host sampler: {same}/{draws} tokens equal (with and without the trace), {same_trace}/{rows} traces equal, {outside} outside the kept set: {}",
             if ok { "ok" } else { "FAILED" }
         ));
+        let (mut argmax_equal, mut argmax_rows_seen) = (0, 0);
+        for b in [1usize, 8, 64, 200] {
+            let (e, r, ms) = argmax_check(b, v, dev);
+            argmax_equal += e;
+            argmax_rows_seen += r;
+            say(format!(
+                "vocab argmax at {b} rows: {e}/{r} rows equal to the host's, {ms:.4} ms a launch"
+            ));
+        }
+        let ok = ok && argmax_equal == argmax_rows_seen;
         let times: Vec<serde_json::Value> = [1usize, 64, 256]
             .into_iter()
             .map(|b| {
@@ -249,6 +304,7 @@ mod cuda {
             })
             .collect();
         json!({ "ok": ok, "rows": rows, "draws": draws, "tokens_equal": same, "traces_equal": same_trace,
-            "outside_kept_set": outside, "timings": times })
+            "outside_kept_set": outside, "argmax_rows_equal": argmax_equal, "argmax_rows": argmax_rows_seen,
+            "timings": times })
     }
 }

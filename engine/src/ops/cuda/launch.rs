@@ -1,9 +1,9 @@
-//! Helpers the kernel launches share: output allocation, vector widths, the
-//! stand-in for an absent operand, and the projections' shared declaration
-//! (`projection_kernel!`) and output shape.
+//! Helpers the kernel launches share: output allocation (contiguous, zeroed
+//! or not), vector widths, the stand-in for an absent operand, and the
+//! projections' shared declaration (`projection_kernel!`) and output shape.
 
 use burn::prelude::*;
-use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
+use burn_cubecl::ops::numeric::{empty_device_contiguous_dtype, zeros_client};
 use burn_cubecl::tensor::CubeTensor;
 
 /// A new contiguous tensor of `shape` on `like`'s device, in its dtype (a
@@ -14,6 +14,26 @@ pub fn empty_like<const D: usize>(like: &CubeTensor, shape: [usize; D]) -> CubeT
         like.device.clone(),
         Shape::new(shape),
         like.dtype,
+    )
+}
+
+/// A new contiguous tensor of `shape` on `like`'s device, in its dtype,
+/// zeroed: filled as one flat run and viewed with `shape` (a zeroed 2-D
+/// tensor is pitched where its rows are not a multiple of CUDA's alignment,
+/// XL's 1,600 f16, and the next kernel would copy it).
+pub fn zeros_contiguous<const D: usize>(like: &CubeTensor, shape: [usize; D]) -> CubeTensor {
+    let flat = zeros_client(
+        like.client.clone(),
+        like.device.clone(),
+        Shape::new([shape.iter().product::<usize>()]),
+        like.dtype,
+    );
+    CubeTensor::new_contiguous(
+        flat.client,
+        flat.device,
+        Shape::new(shape),
+        flat.handle,
+        flat.dtype,
     )
 }
 

@@ -46,16 +46,14 @@ use cubecl::prelude::*;
 
 use burn::backend::cubecl::dtype_to_storage_type;
 use burn::backend::TensorMetadata;
-use burn_cubecl::tensor::CubeTensor;
-
 use burn::prelude::Shape;
-use burn_cubecl::ops::numeric::zeros_client;
+use burn_cubecl::tensor::CubeTensor;
 
 use super::mma::{fragment, zeroed_accumulator};
 pub use super::prefill_stage::PREFILL_WARPS;
 use super::prefill_stage::{stage, stage_paged, KeyChunk, LD};
 use crate::ops::cuda::extension::cuda_kernel;
-use crate::ops::cuda::launch::vector_size;
+use crate::ops::cuda::launch::{vector_size, zeros_contiguous};
 
 /// Row stride of the f32 score tiles (64 columns + 4 padding).
 const SLD: usize = 68;
@@ -400,12 +398,7 @@ pub fn launch(
 ) -> CubeTensor {
     let [rows, e3] = qkv.shape().dims::<2>();
     let e = e3 / 3;
-    let out = zeros_client(
-        qkv.client.clone(),
-        qkv.device.clone(),
-        Shape::new([rows, e]),
-        qkv.dtype,
-    );
+    let out = zeros_contiguous(&qkv, [rows, e]);
     let cache_strides = k_cache.meta.strides();
     let [heads, _, head_dim] = k_cache.shape().dims::<3>();
     assert!(

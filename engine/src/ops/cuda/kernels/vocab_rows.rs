@@ -8,10 +8,12 @@
 //! `topk` has one key per `n`); on an H200 a key took 1-33 s to tune, on the
 //! scheduler thread when a request met it first (issue 46). These kernels
 //! have one plan whatever the shape, so nothing is left to tune: one cube a
-//! row, [`VOCAB_WARPS`] warps walking the row with strided loads, and the
-//! cube-wide reductions of [`super::reduce`] in a fixed order, so the result
-//! is deterministic and a tie goes to the lowest index (as the sampling
-//! kernel's greedy rows and `crate::sampling::row_sampler` decide).
+//! row (or, for the argmax of few rows, a row's parts on several cubes and a
+//! join, [`argmax_parts`]), [`VOCAB_WARPS`] warps walking the row with
+//! strided loads, and the cube-wide reductions of [`super::reduce`] in a
+//! fixed order, so the result is deterministic and a tie goes to the lowest
+//! index (as the sampling kernel's greedy rows and
+//! `crate::sampling::row_sampler` decide).
 //!
 //! Values are compared as order-preserving u32 keys of their f32 value
 //! ([`key_of`]); a NaN logit is absent (key 0, below every number's key).
@@ -25,6 +27,9 @@
 
 use burn::backend::cubecl::dtype_to_storage_type;
 use burn::backend::TensorMetadata;
+use burn::prelude::Shape;
+use burn::tensor::DType;
+use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 
@@ -34,16 +39,18 @@ use crate::ops::cuda::extension::cuda_kernel;
 /// Warps of each row's cube.
 pub const VOCAB_WARPS: usize = 8;
 
-/// The cube's best element of the row at `base` (`vocab` long) among those
-/// after `(after_key, after_index)` in the order (module doc), or among all
-/// with `all`, into `pick`: its key (0 when none is left) and index, the
-/// same in every unit (`red` holds one entry a warp).
+/// The cube's best element of the row at `base`, over its indices `start ..
+/// end`, among those after `(after_key, after_index)` in the order (module
+/// doc), or among all with `all`, into `pick`: its key (0 when none is left)
+/// and index (`0xFFFF_FFFF` then), the same in every unit (`red` holds one
+/// entry a warp).
 #[cube]
 #[allow(clippy::too_many_arguments)]
 fn best_after<F: Float>(
     logits: &Tensor<F>,
     base: usize,
-    vocab: usize,
+    start: usize,
+    end: usize,
     after_key: u32,
     after_index: u32,
     all: bool,
@@ -52,10 +59,10 @@ fn best_after<F: Float>(
     #[comptime] warps: usize,
 ) {
     let threads = comptime!(warps * 32);
-    let mut i = (UNIT_POS_Y * 32 + UNIT_POS_X) as usize;
+    let mut i = start + (UNIT_POS_Y * 32 + UNIT_POS_X) as usize;
     let mut best_key = 0u32;
     let mut best_index = 0xFFFF_FFFFu32; // none yet
-    while i < vocab {
+    while i < end {
         let x = f32::cast_from(logits[base + i]);
         let mut key = 0u32;
         if !x.is_nan() {
@@ -91,11 +98,77 @@ pub fn vocab_argmax_kernel<F: Float, I: Int>(
     let mut best = Array::<u32>::new(2usize);
     let vocab = logits.shape(1);
     best_after(
-        logits, base, vocab, 0u32, 0u32, true, &mut best, &mut red, warps,
+        logits, base, 0usize, vocab, 0u32, 0u32, true, &mut best, &mut red, warps,
     );
     let at = row * ids.stride(0);
     if UNIT_POS_X == 0 && UNIT_POS_Y == 0 {
         ids[at] = I::cast_from(select(best[0] == 0u32, 0u32, best[1]));
+    }
+}
+
+/// The argmax of few rows, split: cube `(p, b)` takes part `p` of row `b`
+/// (`P = parts.shape(1) / 2` parts of `ceil(V / P)` indices) and writes its
+/// best key and index to `parts[b, 2p ..= 2p + 1]`; [`argmax_join_kernel`]
+/// then picks each row's best part. One cube a row left a 1-row step one SM
+/// scanning 50,257 logits: 27 us, 7% of GPT-2's batch-1 decode step (ncu,
+/// H200, 2026-11-29 call 40).
+#[cube(launch, create_dummy_kernel)]
+pub fn argmax_parts_kernel<F: Float>(
+    logits: &Tensor<F>,
+    parts: &mut Tensor<u32>,
+    #[comptime] warps: usize,
+    #[define(F)] _dtype: ElemType,
+) {
+    let p = CUBE_POS_X as usize;
+    let row = CUBE_POS_Y as usize;
+    let mut red = Shared::<[u32]>::new_slice(warps);
+    let vocab = logits.shape(1);
+    let span = vocab.div_ceil(parts.shape(1) / 2);
+    let start = p * span;
+    let end = select(start + span < vocab, start + span, vocab);
+    let mut best = Array::<u32>::new(2usize);
+    best_after(
+        logits,
+        row * logits.stride(0),
+        start,
+        end,
+        0u32,
+        0u32,
+        true,
+        &mut best,
+        &mut red,
+        warps,
+    );
+    if UNIT_POS_X == 0 && UNIT_POS_Y == 0 {
+        let at = row * parts.stride(0) + 2 * p;
+        parts[at] = best[0];
+        parts[at + 1] = best[1];
+    }
+}
+
+/// `ids[b]` from row `b`'s parts (one warp a row, at most 32 parts): the
+/// best key, the lowest index holding it (0 for a row of NaNs), as
+/// [`vocab_argmax_kernel`] decides.
+#[cube(launch, create_dummy_kernel)]
+pub fn argmax_join_kernel<I: Int>(
+    parts: &Tensor<u32>,
+    ids: &mut Tensor<I>,
+    #[define(I)] _dtype: ElemType,
+) {
+    let row = CUBE_POS_X as usize;
+    let lane = UNIT_POS_X as usize;
+    let mut key = 0u32;
+    let mut index = 0xFFFF_FFFFu32;
+    if lane < parts.shape(1) / 2 {
+        let at = row * parts.stride(0) + 2 * lane;
+        key = parts[at];
+        index = parts[at + 1];
+    }
+    let best = plane_max(key);
+    let first = plane_min(select(key == best, index, 0xFFFF_FFFFu32));
+    let at = row * ids.stride(0);
+    if lane == 0 {
+        ids[at] = I::cast_from(select(best == 0u32, 0u32, first));
     }
 }
 
@@ -152,6 +225,7 @@ pub fn vocab_logprobs_kernel<F: Float, I: Int>(
         best_after(
             logits,
             base,
+            0usize,
             vocab,
             after_key,
             after_index,
@@ -196,7 +270,18 @@ cuda_kernel! {
     ) -> Tensor<2>
 }
 
-/// Launches [`vocab_argmax_kernel`], one cube a row of `logits`.
+/// Cubes the split argmax aims at (about two per SM of an H100 or H200).
+const ARGMAX_CUBES: usize = 256;
+
+/// Parts a row's argmax is split into at `rows` rows (at most 32, one a
+/// lane of the join; 1: not split).
+pub fn argmax_parts(rows: usize) -> usize {
+    (ARGMAX_CUBES / rows.max(1)).clamp(1, 32)
+}
+
+/// Launches the argmax of each row of `logits`: split into parts
+/// ([`argmax_parts_kernel`], [`argmax_join_kernel`]) while the rows are
+/// few, one cube a row ([`vocab_argmax_kernel`]) otherwise.
 pub fn launch_argmax(ids: CubeTensor, logits: CubeTensor) -> CubeTensor {
     let [b, _] = logits.shape().dims::<2>();
     assert!(
@@ -208,6 +293,33 @@ pub fn launch_argmax(ids: CubeTensor, logits: CubeTensor) -> CubeTensor {
     }
     let (f, i) = (logits.dtype, ids.dtype);
     let client = logits.client.clone();
+    let parts = argmax_parts(b);
+    if parts > 1 {
+        let scratch = empty_device_contiguous_dtype(
+            client.clone(),
+            logits.device.clone(),
+            Shape::new([b, 2 * parts]),
+            DType::U32,
+        );
+        argmax_parts_kernel::launch(
+            &client,
+            CubeCount::Static(parts as u32, b as u32, 1),
+            CubeDim::new_2d(32, VOCAB_WARPS as u32),
+            logits.into_tensor_arg(),
+            scratch.clone().into_tensor_arg(),
+            VOCAB_WARPS,
+            dtype_to_storage_type(f),
+        );
+        argmax_join_kernel::launch(
+            &client,
+            CubeCount::Static(b as u32, 1, 1),
+            CubeDim::new_1d(32),
+            scratch.into_tensor_arg(),
+            ids.clone().into_tensor_arg(),
+            dtype_to_storage_type(i),
+        );
+        return ids;
+    }
     vocab_argmax_kernel::launch(
         &client,
         CubeCount::Static(b as u32, 1, 1),

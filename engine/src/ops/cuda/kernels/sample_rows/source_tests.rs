@@ -199,7 +199,8 @@ fn the_row_write_kernel_expands_and_transpiles_to_cuda_cpp() {
 #[test]
 fn the_vocabulary_kernels_expand_and_transpile_to_cuda_cpp() {
     use crate::ops::cuda::kernels::vocab_rows::{
-        vocab_argmax_kernel, vocab_logprobs_kernel, VOCAB_WARPS,
+        argmax_join_kernel, argmax_parts_kernel, vocab_argmax_kernel, vocab_logprobs_kernel,
+        VOCAB_WARPS,
     };
     let (b, v) = (4usize, 50_257usize);
     let dtypes = [ElemType::Float(FloatKind::F16), ElemType::Int(IntKind::I32)];
@@ -214,6 +215,27 @@ fn the_vocabulary_kernels_expand_and_transpile_to_cuda_cpp() {
         dtypes,
     );
     transpile!(argmax);
+    let parts = argmax_parts_kernel::create_dummy_kernel(
+        Arc::new(h100()),
+        target(),
+        CubeCount::Static(32, b as u32, 1),
+        CubeDim::new_2d(32, VOCAB_WARPS as u32),
+        tensor(&[b, v], 2),
+        tensor(&[b, 64], 4),
+        VOCAB_WARPS,
+        dtypes[0],
+    );
+    transpile!(parts);
+    let join = argmax_join_kernel::create_dummy_kernel(
+        Arc::new(h100()),
+        target(),
+        CubeCount::Static(b as u32, 1, 1),
+        CubeDim::new_1d(32),
+        tensor(&[b, 64], 4),
+        tensor(&[b, 1], 4),
+        dtypes[1],
+    );
+    transpile!(join);
     let logprobs = vocab_logprobs_kernel::create_dummy_kernel(
         Arc::new(h100()),
         target(),
