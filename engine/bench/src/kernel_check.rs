@@ -80,6 +80,13 @@ mod cuda {
         let sampler = crate::sample_check::run(dev, &say);
         let penalties = crate::penalty_check::run(dev, &say);
         let vocab = crate::vocab_check::run(dev, &say);
+        // The quick kernel checks before the slow ones (decode attention
+        // over many lengths, the projections over 1 to 4,096 rows).
+        let ln_diff = layer_norm_check(dev);
+        say(format!(
+            "layer norm: max |kernel - tensor ops| = {ln_diff:e}"
+        ));
+        let prefill = prefill_checks(h, dev, &say);
         let (attention_diff, split_diff, counters_left) = attention_checks(tuning, &lens, dev);
         say(format!(
             "paged decode attention: max |kernel - reference| = {attention_diff:e}"
@@ -91,10 +98,6 @@ mod cuda {
         say(format!(
             "kv write: max |kernel - select_assign| = {write_diff:e}; in place: {in_place}"
         ));
-        let ln_diff = layer_norm_check(dev);
-        say(format!(
-            "layer norm: max |kernel - tensor ops| = {ln_diff:e}"
-        ));
         let lt_diff = device
             .ops
             .cublaslt()
@@ -105,7 +108,6 @@ mod cuda {
         });
         let gemv_diff = projection_check(&device.ops, dev, ProjectionKernel::Ember);
         say(format!("decode GEMV and tensor-core projection (bias, GELU, residual): max |kernel - tensor ops| = {gemv_diff:e}"));
-        let prefill = prefill_checks(h, dev, &say);
         Ok(json!({
             "device": device.name,
             "prefill_graph": graph,

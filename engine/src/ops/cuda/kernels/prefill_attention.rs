@@ -61,7 +61,7 @@ const SLD: usize = 68;
 /// See the module doc. `qkv` `[T, 3E]` and the caches `[H, S, D]` read as
 /// vectors of `vs` elements; `out` `[T, E]` contiguous and zeroed; `D =
 /// head_dim <= 64`. `CUBE_POS_X` picks the tile, `CUBE_POS_Y` the head.
-#[cube(launch)]
+#[cube(launch, create_dummy_kernel)]
 #[allow(clippy::too_many_arguments)]
 pub fn prefill_attention_kernel<F: Float, I: Numeric, N: Size>(
     qkv: &Tensor<Vector<F, N>>,
@@ -145,8 +145,9 @@ pub fn prefill_attention_kernel<F: Float, I: Numeric, N: Size>(
             visible,
             head,
         };
-        stage_paged(k_cache, tables, &chunk, &mut k_s, head_dim, block_size, vs);
-        stage_paged(v_cache, tables, &chunk, &mut v_s, head_dim, block_size, vs);
+        stage_paged(
+            k_cache, v_cache, tables, &chunk, &mut k_s, &mut v_s, head_dim, block_size, vs,
+        );
         sync_cube();
         scores(&k_s, &mut s_s, s_tile, &qa0, &qa1, &qa2, &qa3);
         sync_plane();

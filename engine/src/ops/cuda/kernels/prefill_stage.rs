@@ -15,7 +15,8 @@ pub(super) const LD: usize = 72;
 /// Copies 64 rows of `head_dim` columns of `qkv` (rows from `row0`,
 /// columns from `col`) into `tile` (row stride `LD`), 16 bytes per load, all
 /// the cube's threads at once; rows at or past `row_end`, and the columns
-/// from `head_dim` to 64, become zeros.
+/// from `head_dim` to 64, become zeros. Every load is issued (at a valid
+/// address) before any value is stored, so they are all in flight at once.
 #[cube]
 pub(super) fn stage<F: Float, N: Size>(
     qkv: &Tensor<Vector<F, N>>,
@@ -29,23 +30,28 @@ pub(super) fn stage<F: Float, N: Size>(
 ) {
     let tid = (UNIT_POS_Y * 32 + UNIT_POS_X) as usize;
     let per_row = comptime!(64 / vs);
+    let rounds = comptime!(64 * 64 / vs / (32 * PREFILL_WARPS));
+    let mut vals = Array::<F>::new(comptime!(rounds * vs));
     #[unroll]
-    for i in 0..comptime!(64 * 64 / vs / (32 * PREFILL_WARPS)) {
+    for i in 0..rounds {
         let idx = tid + i * comptime!(32 * PREFILL_WARPS);
-        let r = idx / per_row;
-        let c = (idx % per_row) * vs;
-        let row = row0 + r;
-        if row < row_end && c < head_dim {
-            let v = qkv[(row * comptime!(3 * n_embd) + col + c) / vs];
-            #[unroll]
-            for j in 0..vs {
-                tile[r * LD + c + j] = v.extract(j);
-            }
-        } else {
-            #[unroll]
-            for j in 0..vs {
-                tile[r * LD + c + j] = F::new(0.0);
-            }
+        let (r, c) = (idx / per_row, (idx % per_row) * vs);
+        let inside = row0 + r < row_end && c < head_dim;
+        // Outside, the tile's first row and column: always real.
+        let row = select(inside, row0 + r, row0);
+        let v = qkv[(row * comptime!(3 * n_embd) + col + select(inside, c, 0usize)) / vs];
+        #[unroll]
+        for j in 0..vs {
+            vals[i * vs + j] = select(inside, v.extract(j), F::new(0.0));
+        }
+    }
+    #[unroll]
+    for i in 0..rounds {
+        let idx = tid + i * comptime!(32 * PREFILL_WARPS);
+        let (r, c) = (idx / per_row, (idx % per_row) * vs);
+        #[unroll]
+        for j in 0..vs {
+            tile[r * LD + c + j] = vals[i * vs + j];
         }
     }
 }
@@ -61,17 +67,24 @@ pub struct KeyChunk {
     pub head: usize,
 }
 
-/// Copies the K (or V) rows of `chunk` from the `[H, S, head_dim]` `cache`
-/// into `tile` (row stride `LD`), each position's slot looked up in the
-/// block `tables`; 16 bytes per load, all the cube's threads at once.
-/// Positions at or past the chunk's `visible`, and the columns from
-/// `head_dim` to 64, become zeros.
+/// Copies the K and V rows of `chunk` from the `[H, S, head_dim]` caches
+/// into `k_tile` and `v_tile` (row stride `LD`), each position's slot looked
+/// up once in the block `tables`; 16 bytes per load, all the cube's threads
+/// at once. Positions at or past the chunk's `visible`, and the columns from
+/// `head_dim` to 64, become zeros. The table entries are loaded together,
+/// then every K and V load is issued (at a valid address: position 0's slot
+/// outside the chunk) before any value is stored: two memory round trips a
+/// chunk. Loading under a branch, one position at a time, left each load
+/// waiting for the last (up to 16 round trips a chunk).
 #[cube]
+#[allow(clippy::too_many_arguments)]
 pub(super) fn stage_paged<F: Float, I: Numeric, N: Size>(
-    cache: &Tensor<Vector<F, N>>,
+    k_cache: &Tensor<Vector<F, N>>,
+    v_cache: &Tensor<Vector<F, N>>,
     tables: &Tensor<I>,
     chunk: &KeyChunk,
-    tile: &mut Shared<[F]>,
+    k_tile: &mut Shared<[F]>,
+    v_tile: &mut Shared<[F]>,
     #[comptime] head_dim: usize,
     #[comptime] block_size: usize,
     #[comptime] vs: usize,
@@ -79,27 +92,46 @@ pub(super) fn stage_paged<F: Float, I: Numeric, N: Size>(
     let (table, pos0, visible, head) = (chunk.table, chunk.pos0, chunk.visible, chunk.head);
     let tid = (UNIT_POS_Y * 32 + UNIT_POS_X) as usize;
     let per_row = comptime!(64 / vs);
-    let head_at = head * cache.stride(0);
+    let rounds = comptime!(64 * 64 / vs / (32 * PREFILL_WARPS));
+    let mut blocks = Array::<u32>::new(rounds);
     #[unroll]
-    for i in 0..comptime!(64 * 64 / vs / (32 * PREFILL_WARPS)) {
+    for i in 0..rounds {
         let idx = tid + i * comptime!(32 * PREFILL_WARPS);
-        let r = idx / per_row;
-        let c = (idx % per_row) * vs;
-        let pos = pos0 + r;
-        if pos < visible && c < head_dim {
-            let entry = table + (pos / block_size) * tables.stride(1);
-            let block = u32::cast_from(tables[entry]) as usize;
-            let slot = block * block_size + pos % block_size;
-            let v = cache[(head_at + slot * cache.stride(1) + c) / vs];
-            #[unroll]
-            for j in 0..vs {
-                tile[r * LD + c + j] = v.extract(j);
-            }
-        } else {
-            #[unroll]
-            for j in 0..vs {
-                tile[r * LD + c + j] = F::new(0.0);
-            }
+        let pos = pos0 + idx / per_row;
+        let at = select(pos < visible, pos, 0usize);
+        blocks[i] = u32::cast_from(tables[table + (at / block_size) * tables.stride(1)]);
+    }
+    let mut ks = Array::<F>::new(comptime!(rounds * vs));
+    let mut vals = Array::<F>::new(comptime!(rounds * vs));
+    #[unroll]
+    for i in 0..rounds {
+        let idx = tid + i * comptime!(32 * PREFILL_WARPS);
+        let (pos, c) = (pos0 + idx / per_row, (idx % per_row) * vs);
+        let inside = pos < visible && c < head_dim;
+        let at = select(inside, pos, 0usize);
+        let slot = blocks[i] as usize * block_size + at % block_size;
+        let k = k_cache[(head * k_cache.stride(0)
+            + slot * k_cache.stride(1)
+            + select(inside, c, 0usize))
+            / vs];
+        let v = v_cache[(head * v_cache.stride(0)
+            + slot * v_cache.stride(1)
+            + select(inside, c, 0usize))
+            / vs];
+        #[unroll]
+        for j in 0..vs {
+            ks[i * vs + j] = select(inside, k.extract(j), F::new(0.0));
+            vals[i * vs + j] = select(inside, v.extract(j), F::new(0.0));
+        }
+    }
+    #[unroll]
+    for i in 0..rounds {
+        let idx = tid + i * comptime!(32 * PREFILL_WARPS);
+        let (r, c) = (idx / per_row, (idx % per_row) * vs);
+        #[unroll]
+        for j in 0..vs {
+            k_tile[r * LD + c + j] = ks[i * vs + j];
+            v_tile[r * LD + c + j] = vals[i * vs + j];
         }
     }
 }

@@ -277,3 +277,52 @@ fn the_logit_edits_kernel_expands_and_transpiles_to_cuda_cpp() {
     println!("{source}");
     assert!(source.contains("__syncthreads"), "the copy is waited for");
 }
+
+#[test]
+fn the_prefill_attention_kernel_expands_and_transpiles_to_cuda_cpp() {
+    use crate::ops::cuda::kernels::prefill_attention::{prefill_attention_kernel, PREFILL_WARPS};
+    let (t, e, heads, slots, vs) = (256usize, 768usize, 12usize, 1024usize, 8usize);
+    let mut props = h100();
+    for cd_type in [
+        ElemType::Float(FloatKind::F16),
+        ElemType::Float(FloatKind::F32),
+    ] {
+        props
+            .features
+            .matmul
+            .cmma
+            .insert(cubecl::ir::features::MmaConfig {
+                a_type: ElemType::Float(FloatKind::F16),
+                b_type: ElemType::Float(FloatKind::F16),
+                cd_type,
+                m: 16,
+                n: 16,
+                k: 16,
+            });
+    }
+    let kernel = prefill_attention_kernel::create_dummy_kernel(
+        Arc::new(props),
+        target(),
+        CubeCount::Static(4, heads as u32, 1),
+        CubeDim::new_2d(32, PREFILL_WARPS as u32),
+        vs,
+        tensor(&[t, 3 * e], 2),
+        tensor(&[heads, slots, 64], 2),
+        tensor(&[heads, slots, 64], 2),
+        tensor(&[1, 16], 4),
+        tensor(&[2], 4),
+        tensor(&[1], 4),
+        tensor(&[4, 2], 4),
+        tensor(&[t, e], 2),
+        0.125f32,
+        e,
+        64,
+        16,
+        vs,
+        [ElemType::Float(FloatKind::F16), ElemType::Int(IntKind::I32)],
+    );
+    let source = transpile!(kernel).to_string();
+    if std::env::var_os("EMBER_PRINT_KERNEL").is_some() {
+        println!("{source}");
+    }
+}
