@@ -45,8 +45,17 @@ pub(super) fn stage<F: Float, N: Size>(
             vals[i * vs + j] = select(inside, v.extract(j), F::new(0.0));
         }
     }
+    store(tile, &vals, vs);
+}
+
+/// Stores this unit's staged values `vals` (`rounds` vectors of `vs`, in
+/// the order [`stage`] and [`stage_paged`] load them) into `tile`.
+#[cube]
+fn store<F: Float>(tile: &mut Shared<[F]>, vals: &Array<F>, #[comptime] vs: usize) {
+    let tid = (UNIT_POS_Y * 32 + UNIT_POS_X) as usize;
+    let per_row = comptime!(64 / vs);
     #[unroll]
-    for i in 0..rounds {
+    for i in 0..comptime!(64 * 64 / vs / (32 * PREFILL_WARPS)) {
         let idx = tid + i * comptime!(32 * PREFILL_WARPS);
         let (r, c) = (idx / per_row, (idx % per_row) * vs);
         #[unroll]
@@ -124,14 +133,6 @@ pub(super) fn stage_paged<F: Float, I: Numeric, N: Size>(
             vals[i * vs + j] = select(inside, v.extract(j), F::new(0.0));
         }
     }
-    #[unroll]
-    for i in 0..rounds {
-        let idx = tid + i * comptime!(32 * PREFILL_WARPS);
-        let (r, c) = (idx / per_row, (idx % per_row) * vs);
-        #[unroll]
-        for j in 0..vs {
-            k_tile[r * LD + c + j] = ks[i * vs + j];
-            v_tile[r * LD + c + j] = vals[i * vs + j];
-        }
-    }
+    store(k_tile, &ks, vs);
+    store(v_tile, &vals, vs);
 }
