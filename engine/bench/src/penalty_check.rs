@@ -42,7 +42,7 @@ mod cuda {
     /// A deterministic logit bias for (row, token), on every third row: a
     /// few tokens pushed up or down, one row's token 5 far up.
     fn bias(row: usize, token: usize) -> f32 {
-        if row % 3 != 0 {
+        if !row.is_multiple_of(3) {
             return 0.0;
         }
         let h = (row as u32).wrapping_mul(0x27D4_EB2F) ^ (token as u32).wrapping_mul(0x1656_67B1);

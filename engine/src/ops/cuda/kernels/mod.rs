@@ -12,12 +12,13 @@
 //!   write itself); its passes over the positions in [`decode_passes`].
 //! - [`gemv`]: the decode GEMV with the bias / GELU / residual epilogue.
 //! - [`mma`]: the tensor-core (`wmma`) projection for 16 to 256 rows.
-//! - [`layer_norm`]: one warp per row.
+//! - [`layer_norm`]: one cube a row (few rows) or one warp a row.
 //! - [`logit_edits`]: a step's `logit_bias` and host penalty edits, applied
 //!   while the logits are copied to f32 for the sampling kernel.
 //! - [`prefill_attention`]: causal tensor-core attention over a prefill
 //!   step's segments: queries straight from `qkv`, keys and values from the
-//!   paged cache through the block tables.
+//!   paged cache through the block tables; optionally split across cubes,
+//!   the splits merged by [`prefill_combine`].
 //! - `reduce`: the cube-wide reductions and the f32 key order the kernels
 //!   share.
 //! - [`sample_rows`]: one token per row (greedy, temperature, top-k, top-p,
@@ -40,6 +41,8 @@ pub mod logit_edits;
 pub mod mma;
 pub mod penalty_counts;
 pub mod prefill_attention;
+mod prefill_chunk;
+pub mod prefill_combine;
 mod prefill_stage;
 mod reduce;
 pub mod sample_rows;

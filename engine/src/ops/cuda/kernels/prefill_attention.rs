@@ -30,11 +30,17 @@
 //!    rescaling them to the new max (`wmma` accumulators cannot be scaled
 //!    per row in place, so `O` does not live in fragments).
 //!
-//! Position 0, in the first chunk, is visible to every query, so every
-//! row's max is finite from the first chunk on. At the end each lane divides
-//! its `O` by the row's sum and writes its real queries' rows, as `F`, into
-//! `out` `[T, E]`, which starts zeroed: padding tokens (in no row) stay 0.
-//! Shared tiles have padded rows (`LD`, `SLD`) against bank conflicts.
+//! (Those steps are in `super::prefill_chunk`.) Position 0, in the first
+//! chunk, is visible to every query, so every row's max is finite from the
+//! first chunk on. At the end each lane divides its `O` by the row's sum and
+//! writes its real queries' rows, as `F`, into `out` `[T, E]`, which starts
+//! zeroed: padding tokens (in no row) stay 0. Shared tiles have padded rows
+//! (`LD`, `SLD`) against bank conflicts.
+//!
+//! With `splits > 1` (`--prefill-attention-splits`) each tile's chunks are
+//! shared out among `splits` cubes, which write partial outputs that
+//! `super::prefill_combine` merges: a short prompt's few tiles then fill
+//! more of the GPU.
 //!
 //! The tiles are 64 dimensions wide; a head dimension below 64 (the tiny
 //! test model's 16, any model's up to 64) is staged zero-padded: the
@@ -47,20 +53,24 @@ use cubecl::prelude::*;
 use burn::backend::cubecl::dtype_to_storage_type;
 use burn::backend::TensorMetadata;
 use burn::prelude::Shape;
+use burn::tensor::DType;
+use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 use burn_cubecl::tensor::CubeTensor;
 
-use super::mma::{fragment, zeroed_accumulator};
+use super::prefill_chunk::{load_a, rescale_add_pv, scores, softmax_chunk, SLD};
+use super::prefill_combine::{self, write_partial, PARTIAL_STRIDE};
 pub use super::prefill_stage::PREFILL_WARPS;
 use super::prefill_stage::{stage, stage_paged, KeyChunk, LD};
 use crate::ops::cuda::extension::cuda_kernel;
-use crate::ops::cuda::launch::{vector_size, zeros_contiguous};
-
-/// Row stride of the f32 score tiles (64 columns + 4 padding).
-const SLD: usize = 68;
+use crate::ops::cuda::launch::{empty_like, vector_size, zeros_contiguous};
+use crate::ops::plan;
 
 /// See the module doc. `qkv` `[T, 3E]` and the caches `[H, S, D]` read as
 /// vectors of `vs` elements; `out` `[T, E]` contiguous and zeroed; `D =
-/// head_dim <= 64`. `CUBE_POS_X` picks the tile, `CUBE_POS_Y` the head.
+/// head_dim <= 64`. `CUBE_POS_X` picks the tile, `CUBE_POS_Y` the head,
+/// `CUBE_POS_Z` the split: with `splits > 1` the cube takes its share of
+/// the key chunks and writes `partials` instead of `out`
+/// ([`super::prefill_combine`]).
 #[cube(launch, create_dummy_kernel)]
 #[allow(clippy::too_many_arguments)]
 pub fn prefill_attention_kernel<F: Float, I: Numeric, N: Size>(
@@ -72,11 +82,13 @@ pub fn prefill_attention_kernel<F: Float, I: Numeric, N: Size>(
     starts: &Tensor<I>,
     tiles: &Tensor<I>,
     out: &mut Tensor<F>,
+    partials: &mut Tensor<f32>,
     scale: f32,
     #[comptime] n_embd: usize,
     #[comptime] head_dim: usize,
     #[comptime] block_size: usize,
     #[comptime] vs: usize,
+    #[comptime] splits: usize,
     #[define(F, I)] _dtypes: [ElemType; 2],
 ) {
     let warp = UNIT_POS_Y as usize;
@@ -95,21 +107,24 @@ pub fn prefill_attention_kernel<F: Float, I: Numeric, N: Size>(
     let col = head * head_dim;
     // The tile's queries: flat rows `first + q0 ..`, `n_q` of them real, at
     // positions `start + q0 ..`; the last one sees the first `visible`.
-    let mut n_q = len - q0;
-    if n_q > 64 {
-        n_q = 64;
-    }
+    let n_q = select(len - q0 < 64, len - q0, 64usize);
     let visible = start + q0 + n_q;
     let table = row * tables.stride(0);
-
     let mut q_s = Shared::<[F]>::new_slice(comptime!(64 * LD));
     let mut k_s = Shared::<[F]>::new_slice(comptime!(64 * LD));
     let mut v_s = Shared::<[F]>::new_slice(comptime!(64 * LD));
     let mut s_s = Shared::<[f32]>::new_slice(comptime!(PREFILL_WARPS * 16 * SLD));
     let s_tile = warp * comptime!(16 * SLD);
-
-    let (q_row, q_end) = (first + q0, first + len);
-    stage(qkv, &mut q_s, q_row, q_end, col, n_embd, head_dim, vs);
+    stage(
+        qkv,
+        &mut q_s,
+        first + q0,
+        first + len,
+        col,
+        n_embd,
+        head_dim,
+        vs,
+    );
     sync_cube();
     let q_at = warp * comptime!(16 * LD);
     let qa0 = load_a(&q_s, q_at);
@@ -118,7 +133,6 @@ pub fn prefill_attention_kernel<F: Float, I: Numeric, N: Size>(
     let qa3 = load_a(&q_s, q_at + 48);
     // Once in fragments, the warp's Q rows make room for its P tile (at `q_at`).
     let mut p_s = q_s;
-
     // This lane's share of the warp's rows: row `r`, columns `c0..c0 + 32`;
     // its slice of `O` lives in registers.
     let r = lane / 2;
@@ -126,22 +140,20 @@ pub fn prefill_attention_kernel<F: Float, I: Numeric, N: Size>(
     let local = warp * 16 + r;
     let query_pos = start + q0 + local;
     let at = s_tile + r * SLD + c0;
-    let mut o = Array::<f32>::new(32usize);
-    #[unroll]
-    for j in 0..32 {
-        o[j] = f32::new(0.0);
-    }
+    let mut o = filled(32usize, f32::new(0.0));
     // The row's running max and sum of `exp` (online softmax).
-    let mut ml = Array::<f32>::new(2usize);
-    ml[0] = f32::new(-1.0e30);
-    ml[1] = f32::new(0.0);
-    let chunks = (visible - 1) / 64 + 1; // visible >= 1
-    for ch in 0..chunks {
-        let pos0 = ch * 64;
+    let mut ml = softmax_start();
+    // This cube's share of the key chunks (all of them unsplit; split 0
+    // always starts at chunk 0, so position 0 is in it). `visible >= 1`.
+    let chunks = (visible - 1) / 64 + 1;
+    let per = (chunks + comptime!(splits - 1)) / splits;
+    let begin = CUBE_POS_Z as usize * per;
+    let end = select(begin + per < chunks, begin + per, chunks);
+    for ch in begin..end {
         sync_cube();
         let chunk = KeyChunk {
             table,
-            pos0,
+            pos0: ch * 64,
             visible,
             head,
         };
@@ -151,15 +163,65 @@ pub fn prefill_attention_kernel<F: Float, I: Numeric, N: Size>(
         sync_cube();
         scores(&k_s, &mut s_s, s_tile, &qa0, &qa1, &qa2, &qa3);
         sync_plane();
-        let (p_at, key0) = (q_at + r * LD + c0, pos0 + c0);
+        let (p_at, key0) = (q_at + r * LD + c0, ch * 64 + c0);
         let alpha = softmax_chunk(&s_s, &mut p_s, &mut ml, at, p_at, key0, query_pos, scale);
         sync_plane();
         rescale_add_pv(&v_s, &p_s, &mut s_s, &mut o, s_tile, q_at, at, alpha);
     }
-
     if local < n_q {
-        let row_out = (first + q0 + local) * n_embd + col + c0;
-        write_row(out, &o, f32::new(1.0) / ml[1], row_out, c0, head_dim);
+        let token = first + q0 + local;
+        finish(out, partials, &o, &ml, token, c0, n_embd, head_dim, splits);
+    }
+}
+
+/// The online softmax's state before any key: max `-1e30`, sum 0.
+#[cube]
+fn softmax_start() -> Array<f32> {
+    let mut ml = Array::<f32>::new(2usize);
+    ml[0] = f32::new(-1.0e30);
+    ml[1] = f32::new(0.0);
+    ml
+}
+
+/// A new array of `n` copies of `value`.
+#[cube]
+fn filled(#[comptime] n: usize, value: f32) -> Array<f32> {
+    let mut a = Array::<f32>::new(n);
+    #[unroll]
+    for j in 0..n {
+        a[j] = value;
+    }
+    a
+}
+
+/// This lane's row of `O` (`o`, with the row's max and sum `ml`) for query
+/// `token` from column `c0`, of the cube's head (`CUBE_POS_Y`), into `out`,
+/// normalized (unsplit), or as the cube's split's (`CUBE_POS_Z`) partial
+/// into `partials`.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn finish<F: Float>(
+    out: &mut Tensor<F>,
+    partials: &mut Tensor<f32>,
+    o: &Array<f32>,
+    ml: &Array<f32>,
+    token: usize,
+    c0: usize,
+    #[comptime] n_embd: usize,
+    #[comptime] head_dim: usize,
+    #[comptime] splits: usize,
+) {
+    let head = CUBE_POS_Y as usize;
+    let split = CUBE_POS_Z as usize;
+    if comptime![splits == 1] {
+        let row_out = token * n_embd + head * head_dim + c0;
+        write_row(out, o, f32::new(1.0) / ml[1], row_out, c0, head_dim);
+    } else {
+        let heads = comptime!(n_embd / head_dim);
+        let tokens = out.shape(0);
+        write_partial(
+            partials, o, ml, split, tokens, token, head, c0, heads, head_dim,
+        );
     }
 }
 
@@ -182,189 +244,16 @@ fn write_row<F: Float>(
     }
 }
 
-/// One chunk's online-softmax step for this lane's 32 keys (`key0..`, its
-/// scores at `s_s[at..]`, visible up to `query`): the row's new max and the
-/// rescale of what came before into `ml` (`[max, sum]`), this chunk's
-/// unnormalized `P` into `p_s[p_at..]`. Returns the rescale factor of `O`.
-#[cube]
-#[allow(clippy::too_many_arguments)]
-fn softmax_chunk<F: Float>(
-    s_s: &Shared<[f32]>,
-    p_s: &mut Shared<[F]>,
-    ml: &mut Array<f32>,
-    at: usize,
-    p_at: usize,
-    key0: usize,
-    query: usize,
-    scale: f32,
-) -> f32 {
-    let m = ml[0];
-    let mx = visible_row_max(s_s, at, key0, query, scale);
-    let mut m_new = m;
-    if mx > m_new {
-        m_new = mx;
-    }
-    let alpha = (m - m_new).exp();
-    let mut sum = f32::new(0.0);
-    #[unroll]
-    for j in 0..32 {
-        let mut w = f32::new(0.0);
-        if key0 + j <= query {
-            w = (s_s[at + j] * scale - m_new).exp();
-        }
-        sum += w;
-        p_s[p_at + j] = F::cast_from(w);
-    }
-    sum += plane_shuffle_xor(sum, 1u32);
-    ml[1] = ml[1] * alpha + sum;
-    ml[0] = m_new;
-    alpha
-}
-
-/// The max over this lane's 32 scores at `s_s[at..]` (keys `key0..`) that
-/// `query` may see, scaled, combined with its partner lane's (the row's
-/// other 32 keys).
-#[cube]
-fn visible_row_max(s_s: &Shared<[f32]>, at: usize, key0: usize, query: usize, scale: f32) -> f32 {
-    let mut mx = f32::new(-1.0e30);
-    #[unroll]
-    for j in 0..32 {
-        let v = s_s[at + j] * scale;
-        if key0 + j <= query && v > mx {
-            mx = v;
-        }
-    }
-    let other = plane_shuffle_xor(mx, 1u32);
-    if other > mx {
-        mx = other;
-    }
-    mx
-}
-
-/// `O = O * alpha + P V` for this chunk: the warp's `P` tile (at `p_tile`
-/// of `p_s`) times the staged `V`, through the warp's score tile (at
-/// `s_tile`), into this lane's 32 columns of `O` (its row and columns at
-/// `at` of the score tile).
-#[cube]
-#[allow(clippy::too_many_arguments)]
-fn rescale_add_pv<F: Float>(
-    v_s: &Shared<[F]>,
-    p_s: &Shared<[F]>,
-    s_s: &mut Shared<[f32]>,
-    o: &mut Array<f32>,
-    s_tile: usize,
-    p_tile: usize,
-    at: usize,
-    alpha: f32,
-) {
-    let pv0 = zeroed_accumulator();
-    let pv1 = zeroed_accumulator();
-    let pv2 = zeroed_accumulator();
-    let pv3 = zeroed_accumulator();
-    #[unroll]
-    for kc in 0..4 {
-        let pa = load_a(p_s, p_tile + kc * 16);
-        accumulate_pv(v_s, kc * 16 * LD, &pa, &pv0, &pv1, &pv2, &pv3);
-    }
-    store_s(s_s, s_tile, &pv0);
-    store_s(s_s, s_tile + 16, &pv1);
-    store_s(s_s, s_tile + 32, &pv2);
-    store_s(s_s, s_tile + 48, &pv3);
-    sync_plane();
-    #[unroll]
-    for j in 0..32 {
-        o[j] = o[j] * alpha + s_s[at + j];
-    }
-    sync_plane();
-}
-
-/// A row-major 16x16 A fragment of a shared tile at `at` (row stride `LD`).
-#[cube]
-fn load_a<F: Float>(tile: &Shared<[F]>, at: usize) -> cmma::Matrix<F> {
-    let mut a = fragment::<F>(cmma::MatrixIdent::A, cmma::MatrixLayout::RowMajor);
-    cmma::load(
-        &mut a,
-        tile.slice(at, at + comptime!(15 * LD + 16)),
-        comptime!(LD as u32),
-    );
-    a
-}
-
-/// `S = Q K^T` for the warp's 16 queries and the 64 staged keys, into the
-/// warp's score tile at `s_tile` (row stride `SLD`).
-#[cube]
-#[allow(clippy::too_many_arguments)]
-fn scores<F: Float>(
-    k_s: &Shared<[F]>,
-    s_s: &mut Shared<[f32]>,
-    s_tile: usize,
-    qa0: &cmma::Matrix<F>,
-    qa1: &cmma::Matrix<F>,
-    qa2: &cmma::Matrix<F>,
-    qa3: &cmma::Matrix<F>,
-) {
-    let span = comptime!(15 * LD + 16);
-    let ld = comptime!(LD as u32);
-    let mut kb = fragment::<F>(cmma::MatrixIdent::B, cmma::MatrixLayout::ColMajor);
-    #[unroll]
-    for t in 0..4 {
-        let s = zeroed_accumulator();
-        let at = t * 16 * LD;
-        cmma::load(&mut kb, k_s.slice(at, at + span), ld);
-        cmma::execute(qa0, &kb, &s, &s);
-        cmma::load(&mut kb, k_s.slice(at + 16, at + 16 + span), ld);
-        cmma::execute(qa1, &kb, &s, &s);
-        cmma::load(&mut kb, k_s.slice(at + 32, at + 32 + span), ld);
-        cmma::execute(qa2, &kb, &s, &s);
-        cmma::load(&mut kb, k_s.slice(at + 48, at + 48 + span), ld);
-        cmma::execute(qa3, &kb, &s, &s);
-        store_s(s_s, s_tile + t * 16, &s);
-    }
-}
-
-/// `O[:, 16c..16c+16] += P V[:, 16c..16c+16]` for the four blocks of dims,
-/// with `p` one 16-key block of P and V's matching 16 rows at `v_at`.
-#[cube]
-fn accumulate_pv<F: Float>(
-    v_s: &Shared<[F]>,
-    v_at: usize,
-    p: &cmma::Matrix<F>,
-    o0: &cmma::Matrix<f32>,
-    o1: &cmma::Matrix<f32>,
-    o2: &cmma::Matrix<f32>,
-    o3: &cmma::Matrix<f32>,
-) {
-    let span = comptime!(15 * LD + 16);
-    let ld = comptime!(LD as u32);
-    let mut vb = fragment::<F>(cmma::MatrixIdent::B, cmma::MatrixLayout::RowMajor);
-    cmma::load(&mut vb, v_s.slice(v_at, v_at + span), ld);
-    cmma::execute(p, &vb, o0, o0);
-    cmma::load(&mut vb, v_s.slice(v_at + 16, v_at + 16 + span), ld);
-    cmma::execute(p, &vb, o1, o1);
-    cmma::load(&mut vb, v_s.slice(v_at + 32, v_at + 32 + span), ld);
-    cmma::execute(p, &vb, o2, o2);
-    cmma::load(&mut vb, v_s.slice(v_at + 48, v_at + 48 + span), ld);
-    cmma::execute(p, &vb, o3, o3);
-}
-
-/// Stores a 16x16 f32 fragment into a score tile at `at` (row stride `SLD`).
-#[cube]
-fn store_s(s_s: &mut Shared<[f32]>, at: usize, frag: &cmma::Matrix<f32>) {
-    cmma::store(
-        s_s.slice_mut(at, at + comptime!(15 * SLD + 16)),
-        frag,
-        comptime!(SLD as u32),
-        cmma::MatrixLayout::RowMajor,
-    );
-}
-
 cuda_kernel! {
     /// Causal prefill attention over a step's segments of the flat `qkv`
     /// (`[T, 3E]`, head_dim up to 64): row `r`'s queries are `cu_seqlens[r] ..
     /// cu_seqlens[r + 1]` at positions from `starts[r]`, its keys and values
     /// read from the layer's `[H, S, D]` storage through `tables` (`[R, W]`,
     /// blocks of `block_size`); one cube per `tiles` entry (`[n, 2]`: row,
-    /// first query) and head. Returns `[T, E]`, padding tokens 0.
+    /// first query) and head, and with `splits` (the
+    /// `--prefill-attention-splits` knob: 1 off, 0 planned) `> 1` several
+    /// cubes a tile, merged by a second kernel. Returns `[T, E]`, padding
+    /// tokens 0.
     #[fusion(dtype = qkv, shape = { let [n, e3] = qkv.dims::<2>(); Shape::new([n, e3 / 3]) })]
     pub fn PrefillAttention::prefill_attention(
         qkv: Tensor<2>,
@@ -378,6 +267,7 @@ cuda_kernel! {
         starts: Tensor<1, Int>,
         #[in_place] tiles: Tensor<2, Int>,
         block_size: usize,
+        splits: usize,
     ) -> Tensor<2>
 }
 
@@ -396,10 +286,10 @@ pub fn launch(
     starts: CubeTensor,
     tiles: CubeTensor,
     block_size: usize,
+    splits: usize,
 ) -> CubeTensor {
     let [rows, e3] = qkv.shape().dims::<2>();
     let e = e3 / 3;
-    let out = zeros_contiguous(&qkv, [rows, e]);
     let cache_strides = k_cache.meta.strides();
     let [heads, _, head_dim] = k_cache.shape().dims::<3>();
     assert!(
@@ -410,14 +300,25 @@ pub fn launch(
         "prefill attention: the K/V caches must be row-major [H, S, D] storage, D <= 64"
     );
     let [n_tiles, _] = tiles.shape().dims::<2>();
+    let splits = plan::prefill_splits(splits, n_tiles * heads);
     if n_tiles == 0 {
-        return out; // padding only (an unbucketed warmup step)
+        return zeros_contiguous(&qkv, [rows, e]); // padding only (an unbucketed warmup step)
     }
+    // Unsplit, the kernel writes each real query's row and padding tokens
+    // stay 0; split, the combine writes every element.
+    let (out, partials) = match splits {
+        1 => (zeros_contiguous(&qkv, [rows, e]), f32_buffer(&qkv, 1)),
+        _ => (
+            empty_like(&qkv, [rows, e]),
+            f32_buffer(&qkv, splits * rows * heads * PARTIAL_STRIDE),
+        ),
+    };
     let (f, i) = (qkv.dtype, tables.dtype);
     let vs = vector_size(&qkv, &[head_dim, e3, cache_strides[0], cache_strides[1]]);
+    let seqlens = cu_seqlens.clone();
     prefill_attention_kernel::launch(
         &qkv.client,
-        CubeCount::Static(n_tiles as u32, heads as u32, 1),
+        CubeCount::Static(n_tiles as u32, heads as u32, splits as u32),
         CubeDim::new_2d(32, PREFILL_WARPS as u32),
         vs,
         qkv.clone().into_tensor_arg(),
@@ -428,12 +329,27 @@ pub fn launch(
         starts.into_tensor_arg(),
         tiles.into_tensor_arg(),
         out.clone().into_tensor_arg(),
+        partials.clone().into_tensor_arg(),
         1.0 / (head_dim as f32).sqrt(),
         e,
         head_dim,
         block_size,
         vs,
+        splits,
         [dtype_to_storage_type(f), dtype_to_storage_type(i)],
     );
+    if splits > 1 {
+        prefill_combine::launch(partials, seqlens, &out, heads, splits);
+    }
     out
+}
+
+/// A new contiguous f32 buffer of `len` elements on `like`'s device.
+fn f32_buffer(like: &CubeTensor, len: usize) -> CubeTensor {
+    empty_device_contiguous_dtype(
+        like.client.clone(),
+        like.device.clone(),
+        Shape::new([len]),
+        DType::F32,
+    )
 }
