@@ -259,13 +259,16 @@ impl Engine {
         if chunks.is_empty() {
             return Ok(StepOutput::default());
         }
+        let started = std::time::Instant::now();
         let rows = prefill::plan(chunks, &self.seqs)?;
         let sampled = rows.iter().filter(|r| r.samples).count();
         let sampled_ids: Vec<SeqId> = rows[..sampled].iter().map(|r| r.id).collect();
         let table = self.sampling_table(&sampled_ids);
         let (score_requests, scored) = prompt_scoring::plan(&rows, &self.seqs);
         let views = prefill::views(&rows, &self.seqs);
+        let planned = started.elapsed();
         let ((tokens, mut lps), scores) = self.runner.prefill(&views, &table, &score_requests)?;
+        let ran = started.elapsed();
 
         let mut out = StepOutput {
             prompt_logprobs: prompt_scoring::collect(&scored, scores, &mut self.seqs),
@@ -290,6 +293,14 @@ impl Engine {
                 });
             }
         }
+        // The host's share of a prefill step (`RUST_LOG=ember_engine::engine=trace`).
+        tracing::trace!(
+            rows = rows.len(),
+            plan_us = planned.as_micros() as u64,
+            run_us = (ran - planned).as_micros() as u64,
+            judge_us = (started.elapsed() - ran).as_micros() as u64,
+            "prefill step"
+        );
         Ok(out)
     }
 

@@ -142,13 +142,24 @@ impl StepRunner {
         table: &SamplingTable,
         logits_only: bool,
     ) -> Option<GraphOutput> {
+        let started = std::time::Instant::now();
         let key = self.write_prefill_step(rows, shape, table)?;
+        let written = started.elapsed();
         let graph = self.prefill_graphs.get_mut(&key)?;
         let buffers = self.prefill_buffers.get(&key)?;
         let ending = Ending::of(buffers.sampling.plan(), logits_only);
         let inputs = buffers.inputs();
         let columns = buffers.sampling.columns();
-        graph.replay(&mut self.cache, inputs, columns, ending, true)
+        let out = graph.replay(&mut self.cache, inputs, columns, ending, true);
+        // Where a prefill step's host time goes (`RUST_LOG=ember_engine::step=trace`).
+        tracing::trace!(
+            tokens = shape.tokens,
+            rows = shape.rows,
+            write_us = written.as_micros() as u64,
+            replay_and_wait_us = (started.elapsed() - written).as_micros() as u64,
+            "prefill step inputs written and replayed"
+        );
+        out
     }
 
     /// Writes the step over `rows` (of `shape`) and `table` into the
