@@ -69,11 +69,17 @@ pub(super) fn runner(
         }
         KvBudget::Blocks(_) | KvBudget::Memory(_) => None,
     };
+    // K/V are stored as the weights are where those are narrower (bf16 on
+    // the CPU with `--cpu-weights bf16`): twice the blocks a byte.
+    let kv_elem_bytes = device
+        .ops
+        .matrix_dtype()
+        .map_or(device.float_bytes, |d| d.size());
     let plan = kv_sizing::plan(
         config.kv,
         &model_config,
         config.block_size,
-        device.float_bytes,
+        kv_elem_bytes,
         config.max_sequences,
         memory,
     )?;

@@ -46,18 +46,27 @@ impl KvCache {
     }
 
     /// Allocates zeroed storage for `num_slots` tokens in each of `n_layer`
-    /// layers of `n_head` heads of `head_dim`.
+    /// layers of `n_head` heads of `head_dim`, in `dtype` (`None`: the
+    /// device's float type; bf16 on the CPU with bf16 weights, where the
+    /// kernels round each new row once as they write it and widen it as
+    /// they read it).
     pub fn new(
         n_layer: usize,
         n_head: usize,
         head_dim: usize,
         num_slots: usize,
         device: &Device,
+        dtype: Option<burn::tensor::DType>,
     ) -> Self {
+        let shape = [n_head, num_slots, head_dim];
+        let zeros = || match dtype {
+            Some(dtype) => Tensor::zeros(shape, (device, dtype)),
+            None => Tensor::zeros(shape, device),
+        };
         let layers = (0..n_layer)
             .map(|_| LayerKv {
-                k: Tensor::zeros([n_head, num_slots, head_dim], device),
-                v: Tensor::zeros([n_head, num_slots, head_dim], device),
+                k: zeros(),
+                v: zeros(),
             })
             .collect();
         Self { layers, num_slots }

@@ -87,8 +87,9 @@ pub fn kv_write(
     let [n, _] = qkv.dims();
     let e = h * d;
     let heads = |x: Tensor<2>| x.reshape([n, h, d]).swap_dims(0, 1); // [H, N, D]
-    let k = heads(qkv.clone().slice([0..n, e..2 * e]));
-    let v = heads(qkv.slice([0..n, 2 * e..3 * e]));
+                                                                     // Rows in the storage's dtype (bf16 on the CPU with bf16 weights).
+    let k = heads(qkv.clone().slice([0..n, e..2 * e])).cast(k_cache.dtype());
+    let v = heads(qkv.slice([0..n, 2 * e..3 * e])).cast(v_cache.dtype());
     (
         k_cache.select_assign(1, slots.clone(), k, IndexingUpdateOp::Assign),
         v_cache.select_assign(1, slots, v, IndexingUpdateOp::Assign),
@@ -167,8 +168,13 @@ pub fn segment_attention(
     let k = k_cache
         .clone()
         .select(1, slots.clone())
+        .cast(q.dtype())
         .reshape([h, r, tm, d]);
-    let v = v_cache.clone().select(1, slots).reshape([h, r, tm, d]);
+    let v = v_cache
+        .clone()
+        .select(1, slots)
+        .cast(q.dtype())
+        .reshape([h, r, tm, d]);
     // Key `j` is hidden from query `i` of row `r` when `j > start[r] + i`.
     let limit = seg.starts.clone().reshape([r, 1]).expand([r, qm]) + i;
     let j = Tensor::<1, Int>::arange(0..tm as i64, &device)
@@ -214,8 +220,13 @@ pub fn decode_attention(
     let k = k_cache
         .clone()
         .select(1, slots.clone())
+        .cast(q.dtype())
         .reshape([h, b, t, d]);
-    let v = v_cache.clone().select(1, slots).reshape([h, b, t, d]);
+    let v = v_cache
+        .clone()
+        .select(1, slots)
+        .cast(q.dtype())
+        .reshape([h, b, t, d]);
     let j = Tensor::<1, Int>::arange(0..t as i64, &device).reshape([1, 1, 1, t]);
     let lens = paged
         .lens

@@ -8,18 +8,22 @@
 //! shared, not dense f32, or not on Flex: `crate::ops::reference::kv_write`)
 //! materialized a head-major view of `qkv` and indexed through an int
 //! tensor first; at batch 16 it was ~3% of a decode step on the 2-core Zen 3
-//! (`BATCH=16 bash bench/profile_cpu.sh`: 1.9 of 62 ms).
+//! (`BATCH=16 bash bench/profile_cpu.sh`: 1.9 of 62 ms). bf16 storage (the
+//! cache with bf16 weights) gets each value rounded to nearest even as it is
+//! copied.
 
 use burn::backend::Flex;
 use burn::prelude::*;
 use burn::tensor::DType;
+use half::bf16;
 
 use super::flex_slices::{dense, int_values, values};
 use crate::ops::reference;
 
 /// Writes the K and V thirds of `qkv` (`[N, 3E]`) at `slots` (`[N]`) of `k`
 /// and `v` (`[H, S, D]`), in place where both are uniquely owned dense f32
-/// Flex tensors, else through [`reference::kv_write`]; returns the storage.
+/// or bf16 Flex tensors, else through [`reference::kv_write`]; returns the
+/// storage.
 /// A slot past `S` is skipped (none is: a padding row's slot is in the
 /// storage).
 pub fn kv_write(
@@ -62,28 +66,58 @@ fn write_third(
     };
     drop(cache); // the storage's only other owner: `flex` is now unique
     let layout = flex.layout();
-    let writable = flex.dtype() == DType::F32
-        && layout.is_contiguous()
-        && layout.start_offset() == 0
-        && flex.is_unique();
-    if !writable {
-        return (Tensor::from_primitive::<Flex>(flex), false);
-    }
-    let Some(storage) = flex.try_storage_mut::<f32>() else {
-        return (Tensor::from_primitive::<Flex>(flex), false);
+    let writable = layout.is_contiguous() && layout.start_offset() == 0 && flex.is_unique();
+    let rows = Rows {
+        src,
+        e,
+        third,
+        slots,
+        heads: h,
+        slots_len: s,
+        head_dim: d,
     };
-    for (token, &slot) in src.chunks_exact(3 * e).zip(slots) {
-        let slot = slot as usize;
-        if slot >= s {
-            continue;
+    let written = writable
+        && match flex.dtype() {
+            DType::F32 => flex.try_storage_mut::<f32>().map(|st| rows.copy(st, |x| x)),
+            DType::BF16 => flex
+                .try_storage_mut::<bf16>()
+                .map(|st| rows.copy(st, bf16::from_f32)),
+            _ => None,
         }
-        let row = &token[third * e..(third + 1) * e];
-        for (head, from) in row.chunks_exact(d).enumerate().take(h) {
-            let at = (head * s + slot) * d;
-            storage[at..at + d].copy_from_slice(from);
+        .is_some();
+    (Tensor::from_primitive::<Flex>(flex), written)
+}
+
+/// One third of a step's `qkv` rows and where they go (see [`write_third`]).
+struct Rows<'a> {
+    src: &'a [f32],
+    e: usize,
+    third: usize,
+    slots: &'a [i32],
+    heads: usize,
+    slots_len: usize,
+    head_dim: usize,
+}
+
+impl Rows<'_> {
+    /// Copies each token's rows into `storage` (`[H, S, D]`) at its slot,
+    /// each value through `to`; slots past `S` are skipped.
+    fn copy<T: Copy>(&self, storage: &mut [T], to: impl Fn(f32) -> T) {
+        let (e, d, s) = (self.e, self.head_dim, self.slots_len);
+        for (token, &slot) in self.src.chunks_exact(3 * e).zip(self.slots) {
+            let slot = slot as usize;
+            if slot >= s {
+                continue;
+            }
+            let row = &token[self.third * e..(self.third + 1) * e];
+            for (head, from) in row.chunks_exact(d).enumerate().take(self.heads) {
+                let at = (head * s + slot) * d;
+                for (dst, &x) in storage[at..at + d].iter_mut().zip(from) {
+                    *dst = to(x);
+                }
+            }
         }
     }
-    (Tensor::from_primitive::<Flex>(flex), true)
 }
 
 #[cfg(test)]
@@ -127,5 +161,20 @@ mod tests {
     #[test]
     fn shared_storage_takes_the_reference_path() {
         case(true);
+    }
+
+    #[test]
+    fn bf16_storage_is_written_in_place_rounded_as_the_reference_casts() {
+        let dev = Device::flex();
+        let (h, s, d, n) = (2usize, 6usize, 4usize, 3usize);
+        let zeros = || Tensor::<3>::zeros([h, s, d], (&dev, DType::BF16));
+        let qkv = Tensor::<2>::random([n, 3 * h * d], Distribution::Normal(0.0, 1.0), &dev);
+        let slots = Tensor::<1, Int>::from_data(TensorData::new(vec![5i32, 1, 2], [n]), &dev);
+        let (want_k, want_v) = reference::kv_write(zeros(), zeros(), qkv.clone(), slots.clone());
+        let (got_k, got_v) = kv_write(zeros(), zeros(), qkv, slots);
+        assert_eq!(got_k.dtype(), DType::BF16);
+        let f32s = |t: Tensor<3>| all(t.cast(DType::F32));
+        assert_eq!(f32s(got_k), f32s(want_k));
+        assert_eq!(f32s(got_v), f32s(want_v));
     }
 }

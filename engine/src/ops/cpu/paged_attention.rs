@@ -19,6 +19,7 @@
 use burn::backend::flex::FlexTensor;
 use burn::prelude::*;
 use burn::tensor::DType;
+use half::bf16;
 
 use super::flex_slices::{dense, int_values, values};
 use super::isa::CpuIsa;
@@ -68,7 +69,7 @@ pub fn segment_attention(
         .unwrap_or_else(|| reference::segment_attention(qkv.clone(), k, v, n_head, seg))
 }
 
-/// The dense f32 storage of the inputs every call shares, and their geometry
+/// The dense storage of the inputs every call shares (K and V f32 or bf16), and their geometry
 /// (the table width left to the caller).
 struct Inputs {
     qkv: FlexTensor,
@@ -78,8 +79,9 @@ struct Inputs {
     geometry: Geometry,
 }
 
-/// `qkv`, `k`, `v` and `tables` as dense Flex storage; `None` off Flex/f32
-/// or with shapes that do not agree.
+/// `qkv`, `k`, `v` and `tables` as dense Flex storage; `None` off Flex, for
+/// a `qkv` not f32, K/V neither f32 nor bf16 (or not alike), or shapes that
+/// do not agree.
 fn inputs(
     qkv: &Tensor<2>,
     k: &Tensor<3>,
@@ -90,7 +92,13 @@ fn inputs(
 ) -> Option<Inputs> {
     let [rows, e3] = qkv.dims();
     let [h, slots, d] = k.dims();
-    if h != n_head || 3 * h * d != e3 || qkv.dtype() != DType::F32 || v.dims() != k.dims() {
+    let stored = matches!(k.dtype(), DType::F32 | DType::BF16) && v.dtype() == k.dtype();
+    if h != n_head
+        || 3 * h * d != e3
+        || qkv.dtype() != DType::F32
+        || v.dims() != k.dims()
+        || !stored
+    {
         return None;
     }
     let tables = dense(tables)?;
@@ -115,15 +123,27 @@ fn inputs(
 /// Runs the kernel over `tiles`; `[N, E]` on `device`.
 fn run(isa: CpuIsa, inputs: &Inputs, tiles: &[Tile], device: &Device) -> Option<Tensor<2>> {
     let g = inputs.geometry;
-    let out = attend(
-        isa,
-        values::<f32>(&inputs.qkv),
-        values::<f32>(&inputs.k),
-        values::<f32>(&inputs.v),
-        values::<i32>(&inputs.tables),
-        tiles,
-        g,
-    )?;
+    let (q, tables) = (values::<f32>(&inputs.qkv), values::<i32>(&inputs.tables));
+    let out = match inputs.k.dtype() {
+        DType::BF16 => attend(
+            isa,
+            q,
+            values::<bf16>(&inputs.k),
+            values::<bf16>(&inputs.v),
+            tables,
+            tiles,
+            g,
+        ),
+        _ => attend(
+            isa,
+            q,
+            values::<f32>(&inputs.k),
+            values::<f32>(&inputs.v),
+            tables,
+            tiles,
+            g,
+        ),
+    }?;
     let e = g.heads * g.head_dim;
     Some(Tensor::from_data(TensorData::new(out, [g.rows, e]), device))
 }

@@ -27,15 +27,44 @@
 //! Positions a query may not see are never visited, so nothing is masked.
 //! The tasks' outputs are copied into the `[N, E]` result afterwards.
 //!
+//! The storage is f32, or bf16 with bf16 weights ([`KvElem`]: each K or V
+//! row is widened into a per-thread row buffer as it is read, half the
+//! bytes from memory).
+//!
 //! A task is compiled once per instruction set ([`tile_head_on`]: the same
 //! Rust inlined into an AVX-512 and an AVX2 `#[target_feature]` entry
 //! point), so its dot products and weighted sums run on the CPU's widest
 //! vectors rather than the build's SSE2 baseline.
 
+use half::bf16;
 use rayon::prelude::*;
 
 use super::flex_slices::{axpy, dot};
 use super::isa::CpuIsa;
+
+/// An element of the K/V storage, read as f32.
+pub trait KvElem: Copy + Send + Sync + 'static {
+    /// `src` as f32s: itself (f32), or widened into `buf` (at least as
+    /// long) and returned from there.
+    fn as_f32<'a>(src: &'a [Self], buf: &'a mut [f32]) -> &'a [f32];
+}
+
+impl KvElem for f32 {
+    #[inline(always)]
+    fn as_f32<'a>(src: &'a [f32], _buf: &'a mut [f32]) -> &'a [f32] {
+        src
+    }
+}
+
+impl KvElem for bf16 {
+    #[inline(always)]
+    fn as_f32<'a>(src: &'a [bf16], buf: &'a mut [f32]) -> &'a [f32] {
+        for (b, &x) in buf.iter_mut().zip(src) {
+            *b = f32::from_bits(u32::from(x.to_bits()) << 16);
+        }
+        &buf[..src.len()]
+    }
+}
 
 /// A run of consecutive queries of one sequence (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,17 +100,19 @@ pub struct Geometry {
 struct Scratch {
     queries: Vec<f32>,
     scores: Vec<f32>,
+    /// One K or V row widened to f32 (bf16 storage).
+    row: Vec<f32>,
 }
 
 /// Attention of every tile's queries (`q`: the first `E` columns of each
 /// row, rows `q_stride` apart) over the `[H, S, D]` storage `k`, `v`
 /// through `tables` (`[_, W]` blocks), on `isa`. Returns `[N, E]` (rows no
 /// tile covers are 0), or `None` if an index is out of range.
-pub fn attend(
+pub fn attend<E: KvElem>(
     isa: CpuIsa,
     q: &[f32],
-    k: &[f32],
-    v: &[f32],
+    k: &[E],
+    v: &[E],
     tables: &[i32],
     tiles: &[Tile],
     g: Geometry,
@@ -143,10 +174,10 @@ pub fn attend(
 
 /// One (tile, head) task's operands.
 #[derive(Clone, Copy)]
-struct Task<'a> {
+struct Task<'a, E> {
     q: &'a [f32],
-    k: &'a [f32],
-    v: &'a [f32],
+    k: &'a [E],
+    v: &'a [E],
     /// The tile's row of the block tables.
     table: &'a [i32],
     tile: &'a Tile,
@@ -158,7 +189,7 @@ struct Task<'a> {
 ///
 /// # Safety
 /// `isa` must be available on this CPU.
-unsafe fn tile_head_on(isa: CpuIsa, t: Task<'_>, scratch: &mut Scratch) -> Vec<f32> {
+unsafe fn tile_head_on<E: KvElem>(isa: CpuIsa, t: Task<'_, E>, scratch: &mut Scratch) -> Vec<f32> {
     match isa {
         #[cfg(target_arch = "x86_64")]
         CpuIsa::Avx512 | CpuIsa::Avx512Bf16 => tile_head_avx512(t, scratch),
@@ -174,7 +205,7 @@ unsafe fn tile_head_on(isa: CpuIsa, t: Task<'_>, scratch: &mut Scratch) -> Vec<f
 /// The CPU must have AVX-512F.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn tile_head_avx512(t: Task<'_>, scratch: &mut Scratch) -> Vec<f32> {
+unsafe fn tile_head_avx512<E: KvElem>(t: Task<'_, E>, scratch: &mut Scratch) -> Vec<f32> {
     tile_head(t, scratch)
 }
 
@@ -184,7 +215,7 @@ unsafe fn tile_head_avx512(t: Task<'_>, scratch: &mut Scratch) -> Vec<f32> {
 /// The CPU must have AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn tile_head_avx2(t: Task<'_>, scratch: &mut Scratch) -> Vec<f32> {
+unsafe fn tile_head_avx2<E: KvElem>(t: Task<'_, E>, scratch: &mut Scratch) -> Vec<f32> {
     tile_head(t, scratch)
 }
 
@@ -192,7 +223,7 @@ unsafe fn tile_head_avx2(t: Task<'_>, scratch: &mut Scratch) -> Vec<f32> {
 /// Positions are visited block by block of the table (no division per
 /// position).
 #[inline(always)]
-fn tile_head(t: Task<'_>, scratch: &mut Scratch) -> Vec<f32> {
+fn tile_head<E: KvElem>(t: Task<'_, E>, scratch: &mut Scratch) -> Vec<f32> {
     let Task {
         q,
         k,
@@ -216,6 +247,8 @@ fn tile_head(t: Task<'_>, scratch: &mut Scratch) -> Vec<f32> {
     let scores = &mut scratch.scores;
     scores.clear();
     scores.resize(n * span, 0.0);
+    let buf = &mut scratch.row;
+    buf.resize(d, 0.0);
     let head_base = head * g.slots * d;
     // Query `j` sees position `t` when `t < first + j`.
     let first_seeing = |t: usize| (t + 1).saturating_sub(first);
@@ -227,7 +260,7 @@ fn tile_head(t: Task<'_>, scratch: &mut Scratch) -> Vec<f32> {
             let at = base + (t - b * bs) * d;
             prefetch_row(k, next.saturating_add((t - b * bs) * d), d);
             prefetch_row(v, at, d);
-            let key = &k[at..at + d];
+            let key = E::as_f32(&k[at..at + d], buf);
             for j in first_seeing(t)..n {
                 scores[j * span + t] = dot(&queries[j * d..(j + 1) * d], key);
             }
@@ -249,7 +282,7 @@ fn tile_head(t: Task<'_>, scratch: &mut Scratch) -> Vec<f32> {
         let base = head_base + block as usize * bs * d;
         for t in b * bs..span.min((b + 1) * bs) {
             let at = base + (t - b * bs) * d;
-            let value = &v[at..at + d];
+            let value = E::as_f32(&v[at..at + d], buf);
             for j in first_seeing(t)..n {
                 axpy(scores[j * span + t], value, &mut out[j * d..(j + 1) * d]);
             }
@@ -270,15 +303,15 @@ fn next_block_base(table: &[i32], b: usize, blocks: usize, head_base: usize, len
     }
 }
 
-/// Asks for the cache lines of `d` floats of `data` from `at` (a hint:
+/// Asks for the cache lines of `d` elements of `data` from `at` (a hint:
 /// nothing is read, and an index past the end, `usize::MAX` included, asks
 /// for nothing).
 #[inline(always)]
-fn prefetch_row(data: &[f32], at: usize, d: usize) {
+fn prefetch_row<E>(data: &[E], at: usize, d: usize) {
     #[cfg(target_arch = "x86_64")]
     if at.saturating_add(d) <= data.len() {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        for line in (0..d).step_by(16) {
+        for line in (0..d).step_by(64 / std::mem::size_of::<E>().max(1)) {
             // SAFETY: a prefetch never faults, and the address is inside
             // `data` (checked above).
             unsafe { _mm_prefetch::<_MM_HINT_T0>(data.as_ptr().add(at + line).cast()) };
@@ -357,5 +390,54 @@ mod tests {
             geometry(2)
         )
         .is_none());
+    }
+
+    #[test]
+    fn bf16_storage_reads_as_its_values_widened() {
+        // Two blocks of 8 slots, 2 heads of 16 dims; tables [1, 0]; a
+        // 3-query tile and a one-query tile (decode).
+        let (h, d, bs, slots) = (2usize, 16usize, 8usize, 16usize);
+        let g = Geometry {
+            rows: 4,
+            q_stride: 3 * h * d,
+            heads: h,
+            slots,
+            head_dim: d,
+            table_width: 2,
+            block_size: bs,
+        };
+        let wave =
+            |n: usize, f: f32| -> Vec<f32> { (0..n).map(|i| ((i as f32) * f).sin()).collect() };
+        let q = wave(4 * 3 * h * d, 0.37);
+        let k16: Vec<bf16> = wave(h * slots * d, 0.11)
+            .into_iter()
+            .map(bf16::from_f32)
+            .collect();
+        let v16: Vec<bf16> = wave(h * slots * d, 0.23)
+            .into_iter()
+            .map(bf16::from_f32)
+            .collect();
+        let widen = |x: &[bf16]| -> Vec<f32> { x.iter().map(|v| v.to_f32()).collect() };
+        let tiles = [
+            Tile {
+                table: 0,
+                first_row: 0,
+                queries: 3,
+                first_len: 9,
+            },
+            Tile {
+                table: 1,
+                first_row: 3,
+                queries: 1,
+                first_len: 16,
+            },
+        ];
+        let tables = [1, 0, 0, 1];
+        for isa in [CpuIsa::detect(), CpuIsa::Portable] {
+            let got = attend(isa, &q, &k16, &v16, &tables, &tiles, g).expect("in range");
+            let want =
+                attend(isa, &q, &widen(&k16), &widen(&v16), &tables, &tiles, g).expect("in range");
+            assert_eq!(got, want, "{isa:?}");
+        }
     }
 }

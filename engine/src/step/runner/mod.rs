@@ -115,7 +115,16 @@ impl StepRunner {
                 EngineError::InvalidConfig("block_size * (num_blocks + 1) exceeds i32".into())
             })?;
         let head_dim = config.n_embd / config.n_head;
-        let cache = KvCache::new(config.n_layer, config.n_head, head_dim, num_slots, &device);
+        // bf16 K/V where the weights are bf16 (the CPU's `--cpu-weights bf16`).
+        let kv_dtype = ops.matrix_dtype();
+        let cache = KvCache::new(
+            config.n_layer,
+            config.n_head,
+            head_dim,
+            num_slots,
+            &device,
+            kv_dtype,
+        );
         tracing::info!(
             block_size,
             num_blocks,
