@@ -21,6 +21,7 @@ use super::config::EngineConfig;
 use super::kv_sizing::{self, KvBudget};
 use crate::device::EngineDevice;
 use crate::error::EngineError;
+use crate::model::kv_cache::kv_dtype;
 use crate::model::{load_model, Gpt2, Gpt2Config};
 use crate::sampling::SamplingTable;
 use crate::step::{RunnerShape, StepRunner};
@@ -69,12 +70,8 @@ pub(super) fn runner(
         }
         KvBudget::Blocks(_) | KvBudget::Memory(_) => None,
     };
-    // K/V are stored as the weights are where those are narrower (bf16 on
-    // the CPU with `--cpu-weights bf16`): twice the blocks a byte.
-    let kv_elem_bytes = device
-        .ops
-        .matrix_dtype()
-        .map_or(device.float_bytes, |d| d.size());
+    // bf16 K/V (with bf16 CPU weights): twice the blocks a byte.
+    let kv_elem_bytes = kv_dtype(&device.ops).map_or(device.float_bytes, |d| d.size());
     let plan = kv_sizing::plan(
         config.kv,
         &model_config,

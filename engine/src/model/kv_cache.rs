@@ -18,7 +18,15 @@
 
 use burn::prelude::*;
 
-use crate::ops::AttentionContext;
+use crate::ops::{AttentionContext, Ops};
+
+/// The dtype K/V are stored in with `ops`: the weight matrices' where they
+/// are narrower than the device's float type (bf16 on the CPU with
+/// `--cpu-weights bf16`), else `None` (the float type). The one place it
+/// is decided: the cache's sizing and its allocation both ask here.
+pub fn kv_dtype(ops: &Ops) -> Option<burn::tensor::DType> {
+    ops.matrix_dtype()
+}
 
 /// K and V storage of one layer, each `[n_head, num_slots, head_dim]`.
 #[derive(Debug)]
@@ -46,10 +54,9 @@ impl KvCache {
     }
 
     /// Allocates zeroed storage for `num_slots` tokens in each of `n_layer`
-    /// layers of `n_head` heads of `head_dim`, in `dtype` (`None`: the
-    /// device's float type; bf16 on the CPU with bf16 weights, where the
-    /// kernels round each new row once as they write it and widen it as
-    /// they read it).
+    /// layers of `n_head` heads of `head_dim`, in `dtype` ([`kv_dtype`];
+    /// with bf16 the CPU kernels round each new row once as they write it
+    /// and widen it as they read it).
     pub fn new(
         n_layer: usize,
         n_head: usize,

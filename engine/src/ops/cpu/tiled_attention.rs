@@ -40,6 +40,7 @@ use half::bf16;
 use rayon::prelude::*;
 
 use super::flex_slices::{axpy, dot};
+use super::gemv::lanes::WeightElem;
 use super::isa::CpuIsa;
 
 /// An element of the K/V storage, read as f32.
@@ -60,7 +61,7 @@ impl KvElem for bf16 {
     #[inline(always)]
     fn as_f32<'a>(src: &'a [bf16], buf: &'a mut [f32]) -> &'a [f32] {
         for (b, &x) in buf.iter_mut().zip(src) {
-            *b = f32::from_bits(u32::from(x.to_bits()) << 16);
+            *b = WeightElem::to_f32(x); // a shift: no NaN branch, unlike `half`'s
         }
         &buf[..src.len()]
     }

@@ -44,6 +44,7 @@ use super::inputs::{
 use super::prefill_buffers::PrefillBuffers;
 use super::shapes::{self, RunnerShape};
 use crate::error::EngineError;
+use crate::model::kv_cache::kv_dtype;
 use crate::model::{Gpt2, Gpt2Config, KvCache};
 use crate::ops::{InputBuffer, Ops, TableGeometry};
 use crate::sampling::{
@@ -115,15 +116,13 @@ impl StepRunner {
                 EngineError::InvalidConfig("block_size * (num_blocks + 1) exceeds i32".into())
             })?;
         let head_dim = config.n_embd / config.n_head;
-        // bf16 K/V where the weights are bf16 (the CPU's `--cpu-weights bf16`).
-        let kv_dtype = ops.matrix_dtype();
         let cache = KvCache::new(
             config.n_layer,
             config.n_head,
             head_dim,
             num_slots,
             &device,
-            kv_dtype,
+            kv_dtype(&ops),
         );
         tracing::info!(
             block_size,
