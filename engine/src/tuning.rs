@@ -112,21 +112,6 @@ pub struct KernelTuning {
     )]
     pub prefill_attention: bool,
 
-    /// CUDA: cubes that share one prefill tile's keys (1 to 16; 1, the
-    /// default, turns splitting off); 0 = planned: enough for about two
-    /// cubes per SM when the step's tiles are few (a short prompt), at most
-    /// 8, their partial outputs merged by a second kernel.
-    #[cfg_attr(
-        feature = "clap",
-        arg(
-            long,
-            env = "EMBER_PREFILL_ATTENTION_SPLITS",
-            default_value_t = 1,
-            help_heading = "Kernel tuning (CUDA)"
-        )
-    )]
-    pub prefill_attention_splits: usize,
-
     /// CUDA: let projections run on cuBLASLt where the warmup measures it
     /// faster than Ember's kernels (and for every shape they do not cover);
     /// false keeps every projection on CubeCL (Ember's kernels and CubeCL's
@@ -187,7 +172,6 @@ impl Default for KernelTuning {
             mma_row_tiles: 4,
             attention_splits: 0,
             prefill_attention: true,
-            prefill_attention_splits: 1,
             cublaslt: true,
             device_sampler: true,
             device_penalties: true,
@@ -236,15 +220,6 @@ impl KernelTuning {
                 &format!("must be 0 (auto) to 64, got {}", self.attention_splits),
             );
         }
-        if self.prefill_attention_splits > 16 {
-            return bad(
-                "prefill-attention-splits",
-                &format!(
-                    "must be 0 (planned) to 16, got {}",
-                    self.prefill_attention_splits
-                ),
-            );
-        }
         Ok(self)
     }
 
@@ -266,7 +241,7 @@ impl fmt::Display for KernelTuning {
             f,
             "gemv-max-rows={} lm-head-gemv-max-rows={} mma-min-rows={} mma-warps={} \
              mma-row-tiles={} attention-splits={} prefill-attention={} \
-             prefill-attention-splits={} cublaslt={} device-sampler={} device-penalties={}",
+             cublaslt={} device-sampler={} device-penalties={}",
             self.gemv_max_rows,
             self.lm_head_gemv_max_rows,
             self.mma_min_rows,
@@ -274,7 +249,6 @@ impl fmt::Display for KernelTuning {
             self.mma_row_tiles,
             auto(self.attention_splits),
             self.prefill_attention,
-            auto(self.prefill_attention_splits),
             self.cublaslt,
             self.device_sampler,
             self.device_penalties
@@ -306,7 +280,7 @@ mod tests {
             t.to_string(),
             "gemv-max-rows=256 lm-head-gemv-max-rows=8 mma-min-rows=16 mma-warps=auto \
              mma-row-tiles=4 attention-splits=auto prefill-attention=true \
-             prefill-attention-splits=1 cublaslt=true device-sampler=true device-penalties=true"
+             cublaslt=true device-sampler=true device-penalties=true"
         );
     }
 
@@ -340,13 +314,6 @@ mod tests {
                     ..Default::default()
                 },
                 "--attention-splits",
-            ),
-            (
-                KernelTuning {
-                    prefill_attention_splits: 17,
-                    ..Default::default()
-                },
-                "--prefill-attention-splits",
             ),
         ];
         for (tuning, flag) in cases {

@@ -83,10 +83,9 @@ pub struct GraphCase {
 
 /// The case over `h` heads of 64 dimensions, a 256-token bucket of three
 /// rows (one of a single token), with the KV write before the attention
-/// when `with_write`, each tile's keys split across `splits` cubes
-/// (`--prefill-attention-splits`): captured over padding only, replayed
+/// when `with_write`: captured over padding only, replayed
 /// after the rows were written into the buffers, twice.
-pub fn graph_segment_check(with_write: bool, splits: usize, h: usize, dev: &Device) -> GraphCase {
+pub fn graph_segment_check(with_write: bool, h: usize, dev: &Device) -> GraphCase {
     let (d, t) = (64usize, 256usize);
     let e = h * d;
     let cache = LayerKv {
@@ -128,9 +127,9 @@ pub fn graph_segment_check(with_write: bool, splits: usize, h: usize, dev: &Devi
     let step = |ctx: &SegmentContext, slots: Tensor<1, Int>| {
         if with_write {
             let (k, v) = kv_write(cache.k.clone(), cache.v.clone(), qkv.clone(), slots);
-            prefill_attention(qkv.clone(), &k, &v, ctx, splits)
+            prefill_attention(qkv.clone(), &k, &v, ctx)
         } else {
-            prefill_attention(qkv.clone(), &cache.k, &cache.v, ctx, splits)
+            prefill_attention(qkv.clone(), &cache.k, &cache.v, ctx)
         }
     };
     let ctx = buffers.context(BLOCK);

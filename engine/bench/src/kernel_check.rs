@@ -137,14 +137,12 @@ mod cuda {
     /// written into them since (`crate::graph_attention_check`).
     fn graph_checks(h: usize, dev: &Device, say: &dyn Fn(String)) -> serde_json::Value {
         use crate::graph_attention_check::graph_segment_check;
-        let alone = graph_segment_check(false, 1, h, dev);
-        let written = graph_segment_check(true, 1, h, dev);
-        let split = graph_segment_check(true, 4, h, dev);
+        let alone = graph_segment_check(false, h, dev);
+        let written = graph_segment_check(true, h, dev);
         let in_place = alone.buffers_written_in_place && written.buffers_written_in_place;
-        say(format!("prefill attention replayed from a graph captured over padding-only buffers: max |replayed - eager| = {:e}; with the KV write before it: {:e}; split across 4 cubes: {:e}; buffers written in place: {in_place}", alone.output_diff, written.output_diff, split.output_diff));
+        say(format!("prefill attention replayed from a graph captured over padding-only buffers: max |replayed - eager| = {:e}; with the KV write before it: {:e}; buffers written in place: {in_place}", alone.output_diff, written.output_diff));
         json!({"attention_max_abs_diff": alone.output_diff,
                "write_and_attention_max_abs_diff": written.output_diff,
-               "split_attention_max_abs_diff": split.output_diff,
                "buffers_written_in_place": in_place})
     }
 
@@ -223,15 +221,14 @@ mod cuda {
     /// Max |kernel - reference| of prefill attention over rows `(tokens,
     /// start)` with block tables `tables` (one per row), padded to `padding`
     /// and to `tokens` flat tokens when given, `h` heads of `d` dimensions:
-    /// random K/V in the cache, random `qkv`, both read by both sides. Unsplit
-    /// and with each tile's keys split across cubes.
+    /// random K/V in the cache, random `qkv`, both read by both sides.
     fn segment_check(
         rows: &[(usize, usize)],
         tables: &[Vec<u32>],
         padding: (SegmentPadding, Option<usize>),
         (h, d): (usize, usize),
         dev: &Device,
-    ) -> (f32, f32) {
+    ) -> f32 {
         let e = h * d;
         let slots = PREFILL_BLOCKS * BLOCK;
         let cache = LayerKv {
@@ -264,13 +261,8 @@ mod cuda {
             h,
             &seg,
         ));
-        let diff = |splits| {
-            let got = prefill_attention(qkv.clone(), &cache.k, &cache.v, &seg, splits);
-            max_diff(floats(got), want.clone())
-        };
-        // Unsplit, then split as planned and 8 ways (splits past the last
-        // chunk take none).
-        (diff(1), diff(0).max(diff(8)))
+        let got = prefill_attention(qkv.clone(), &cache.k, &cache.v, &seg);
+        max_diff(floats(got), want)
     }
 
     /// Scattered tables: entry `j` of row `r` is block `(7 (64 r + j) + 3)
@@ -378,11 +370,11 @@ mod cuda {
         cases
             .into_iter()
             .map(|(case, rows, tables, padding, heads)| {
-                let (diff, split) = segment_check(rows, &tables, padding, heads, dev);
+                let diff = segment_check(rows, &tables, padding, heads, dev);
                 say(format!(
-                    "prefill attention, {case}: max |kernel - reference| = {diff:e}; split across cubes (planned, 8): {split:e}"
+                    "prefill attention, {case}: max |kernel - reference| = {diff:e}"
                 ));
-                (case, diff.max(split))
+                (case, diff)
             })
             .collect()
     }

@@ -491,8 +491,7 @@ impl Ops {
     ) -> Tensor<2> {
         let [_, e3] = qkv.dims();
         if self.tuning.prefill_attention && e3 / 3 / n_head <= 64 {
-            let splits = self.tuning.prefill_attention_splits;
-            return cuda::prefill_attention(qkv, k, v, seg, splits);
+            return cuda::prefill_attention(qkv, k, v, seg);
         }
         reference::segment_attention(qkv, k, v, n_head, seg)
     }

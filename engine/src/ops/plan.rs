@@ -158,20 +158,6 @@ pub fn attention(fixed_splits: usize, pairs: usize, can_split: bool) -> Attentio
     AttentionPlan { splits, warps }
 }
 
-/// Cubes sharing one prefill tile's keys over `pairs` (tile, head) pairs:
-/// `fixed` (the `--prefill-attention-splits` knob) when not 0, else enough
-/// for about two cubes per SM while the pairs alone do not fill the GPU, at
-/// most 8. The plan depends only on the launch's shape (tiles and heads),
-/// so a captured graph keeps it whatever the step's contexts.
-pub fn prefill_splits(fixed: usize, pairs: usize) -> usize {
-    match (fixed, pairs) {
-        (0, 0) => 1,
-        (0, p) if p >= PLAN_SMS => 1,
-        (0, p) => (2 * PLAN_SMS).div_ceil(p).min(8),
-        (fixed, _) => fixed.min(16),
-    }
-}
-
 /// How the attention kernel splits a row of `chunks` vectors: lanes per
 /// position (the largest power of two up to 32 dividing `chunks`) and
 /// vectors per lane.
@@ -274,21 +260,6 @@ mod tests {
                 warps: 32
             }
         );
-    }
-
-    #[test]
-    fn prefill_splits_few_tiles_only_and_honours_the_knob() {
-        // GPT-2 1 x 256: 5 tiles (one padding) x 12 heads -> 5 cubes a tile.
-        assert_eq!(prefill_splits(0, 60), 5);
-        // XL 1 x 256 (25 heads) -> 3; 16 x 256 fills the GPU -> 1.
-        assert_eq!(prefill_splits(0, 125), 3);
-        assert_eq!(prefill_splits(0, 64 * 12), 1);
-        // A single pair: capped at 8.
-        assert_eq!(prefill_splits(0, 1), 8);
-        assert_eq!(prefill_splits(0, 0), 1);
-        // The knob wins (the default, 1, is unsplit).
-        assert_eq!(prefill_splits(1, 60), 1);
-        assert_eq!(prefill_splits(3, 64 * 12), 3);
     }
 
     #[test]

@@ -73,17 +73,19 @@ impl PrefillBuffers {
         buffers
     }
 
-    /// Writes a step's inputs (built for this buffers' shape and geometry).
+    /// Writes a step's inputs (built for this buffers' shape and geometry),
+    /// each buffer only where it changed since the last step of this shape
+    /// (a fresh prompt's positions, offsets, starts and tiles repeat).
     pub fn write(&mut self, host: PrefillHost) {
         let seg = host.segments;
-        self.tokens.write(host.tokens);
-        self.positions.write(host.positions);
-        self.write_slots.write(host.write_slots);
-        self.last_rows.write(host.last_rows);
-        self.cu_seqlens.write(seg.cu_seqlens);
-        self.starts.write(seg.starts);
-        self.tables.write(seg.tables);
-        self.tiles.write(seg.tiles);
+        self.tokens.write_changed(host.tokens);
+        self.positions.write_changed(host.positions);
+        self.write_slots.write_changed(host.write_slots);
+        self.last_rows.write_changed(host.last_rows);
+        self.cu_seqlens.write_changed(seg.cu_seqlens);
+        self.starts.write_changed(seg.starts);
+        self.tables.write_changed(seg.tables);
+        self.tiles.write_changed(seg.tiles);
         self.max_queries = seg.max_queries;
         self.max_context = seg.max_context;
     }

@@ -136,15 +136,13 @@ pub fn lt_linear(
 
 /// Causal prefill attention over a step's segments: the flat `qkv`
 /// `[T, 3E]` (head_dim up to 64) against the layer's `[H, S, D]` storage, through
-/// `seg`'s offsets, starts, block tables and tiles, each tile's keys split
-/// across `splits` cubes (`--prefill-attention-splits`: 1 off, 0 planned);
-/// returns `[T, E]` (padding tokens 0).
+/// `seg`'s offsets, starts, block tables and tiles; returns `[T, E]`
+/// (padding tokens 0).
 pub fn prefill_attention(
     qkv: Tensor<2>,
     k_cache: &Tensor<3>,
     v_cache: &Tensor<3>,
     seg: &SegmentContext,
-    splits: usize,
 ) -> Tensor<2> {
     kernels::prefill_attention::prefill_attention(
         qkv,
@@ -155,7 +153,6 @@ pub fn prefill_attention(
         seg.starts.clone(),
         seg.tiles.clone(),
         seg.block_size,
-        splits,
     )
 }
 

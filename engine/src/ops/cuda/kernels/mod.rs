@@ -17,8 +17,7 @@
 //!   while the logits are copied to f32 for the sampling kernel.
 //! - [`prefill_attention`]: causal tensor-core attention over a prefill
 //!   step's segments: queries straight from `qkv`, keys and values from the
-//!   paged cache through the block tables; optionally split across cubes,
-//!   the splits merged by [`prefill_combine`].
+//!   paged cache through the block tables.
 //! - `reduce`: the cube-wide reductions and the f32 key order the kernels
 //!   share.
 //! - [`sample_rows`]: one token per row (greedy, temperature, top-k, top-p,
@@ -42,7 +41,6 @@ pub mod mma;
 pub mod penalty_counts;
 pub mod prefill_attention;
 mod prefill_chunk;
-pub mod prefill_combine;
 mod prefill_stage;
 mod reduce;
 pub mod sample_rows;

@@ -18,8 +18,8 @@
 //! and its cube returns at once. The cube stages its Q tile, then the keys
 //! its last query sees in 64-position chunks of K (and V) in shared memory,
 //! each row looked up through the block table (positions past the tile's
-//! last visible one read as zeros), with 16-byte loads shared by all four
-//! warps. Each warp keeps its Q rows as four 16x16 `wmma` A fragments and
+//! last visible one read position 0's row: finite values that get weight
+//! 0), with 16-byte loads and shared stores by all four warps. Each warp keeps its Q rows as four 16x16 `wmma` A fragments and
 //! walks the chunks once, with an online softmax (flash attention):
 //!
 //! 1. `S = Q K^T` (16 x 64) goes to the warp's shared score tile, where two
@@ -32,20 +32,22 @@
 //!
 //! (Those steps are in `super::prefill_chunk`.) Position 0, in the first
 //! chunk, is visible to every query, so every row's max is finite from the
-//! first chunk on. At the end each lane divides its `O` by the row's sum and
-//! writes its real queries' rows, as `F`, into `out` `[T, E]`, which starts
-//! zeroed: padding tokens (in no row) stay 0. Shared tiles have padded rows
-//! (`LD`, `SLD`) against bank conflicts.
+//! first chunk on. At the end each lane divides its `O` by the row's sum
+//! into its warp's P tile, and the warp copies its real queries' rows out in
+//! 16-byte vectors into `out` `[T, E]`, which starts zeroed: padding tokens
+//! (in no row) stay 0. Shared tiles have padded rows (`LD`, `SLD`) against
+//! bank conflicts.
 //!
-//! With `splits > 1` (`--prefill-attention-splits`) each tile's chunks are
-//! shared out among `splits` cubes, which write partial outputs that
-//! `super::prefill_combine` merges: a short prompt's few tiles then fill
-//! more of the GPU.
+//! Tried and measured slower (H200, 2026-11-29): sharing a short prompt's
+//! key chunks among several cubes and merging their partial outputs in a
+//! second kernel (flash-decoding's split) left the kernel at 24 us a layer
+//! at GPT-2 1 x 256 (the partial writes cost what the shorter chains saved)
+//! and added a 5 us merge.
 //!
 //! The tiles are 64 dimensions wide; a head dimension below 64 (the tiny
-//! test model's 16, any model's up to 64) is staged zero-padded: the
-//! padding columns of Q and K add nothing to `S`, those of V give columns
-//! of `O` that are never written. So every head dimension up to 64 runs on
+//! test model's 16, any model's up to 64) is staged padded: Q's padding
+//! columns are zeros, so K's (real values from column 0) add nothing to
+//! `S`; those of V give columns of `O` that are never written. So every head dimension up to 64 runs on
 //! this one kernel, none on the autotuned tensor-op path.
 
 use cubecl::prelude::*;
@@ -53,24 +55,17 @@ use cubecl::prelude::*;
 use burn::backend::cubecl::dtype_to_storage_type;
 use burn::backend::TensorMetadata;
 use burn::prelude::Shape;
-use burn::tensor::DType;
-use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 use burn_cubecl::tensor::CubeTensor;
 
 use super::prefill_chunk::{load_a, rescale_add_pv, scores, softmax_chunk, SLD};
-use super::prefill_combine::{self, write_partial, PARTIAL_STRIDE};
 pub use super::prefill_stage::PREFILL_WARPS;
 use super::prefill_stage::{stage, stage_paged, KeyChunk, LD};
 use crate::ops::cuda::extension::cuda_kernel;
-use crate::ops::cuda::launch::{empty_like, vector_size, zeros_contiguous};
-use crate::ops::plan;
+use crate::ops::cuda::launch::{vector_size, zeros_contiguous};
 
 /// See the module doc. `qkv` `[T, 3E]` and the caches `[H, S, D]` read as
 /// vectors of `vs` elements; `out` `[T, E]` contiguous and zeroed; `D =
-/// head_dim <= 64`. `CUBE_POS_X` picks the tile, `CUBE_POS_Y` the head,
-/// `CUBE_POS_Z` the split: with `splits > 1` the cube takes its share of
-/// the key chunks and writes `partials` instead of `out`
-/// ([`super::prefill_combine`]).
+/// head_dim <= 64`. `CUBE_POS_X` picks the tile, `CUBE_POS_Y` the head.
 #[cube(launch, create_dummy_kernel)]
 #[allow(clippy::too_many_arguments)]
 pub fn prefill_attention_kernel<F: Float, I: Numeric, N: Size>(
@@ -81,14 +76,12 @@ pub fn prefill_attention_kernel<F: Float, I: Numeric, N: Size>(
     cu_seqlens: &Tensor<I>,
     starts: &Tensor<I>,
     tiles: &Tensor<I>,
-    out: &mut Tensor<F>,
-    partials: &mut Tensor<f32>,
+    out: &mut Tensor<Vector<F, N>>,
     scale: f32,
     #[comptime] n_embd: usize,
     #[comptime] head_dim: usize,
     #[comptime] block_size: usize,
     #[comptime] vs: usize,
-    #[comptime] splits: usize,
     #[define(F, I)] _dtypes: [ElemType; 2],
 ) {
     let warp = UNIT_POS_Y as usize;
@@ -110,21 +103,13 @@ pub fn prefill_attention_kernel<F: Float, I: Numeric, N: Size>(
     let n_q = select(len - q0 < 64, len - q0, 64usize);
     let visible = start + q0 + n_q;
     let table = row * tables.stride(0);
-    let mut q_s = Shared::<[F]>::new_slice(comptime!(64 * LD));
-    let mut k_s = Shared::<[F]>::new_slice(comptime!(64 * LD));
-    let mut v_s = Shared::<[F]>::new_slice(comptime!(64 * LD));
+    let mut q_s = Shared::<[Vector<F, N>]>::new_slice(comptime!(64 * LD / vs));
+    let mut k_s = Shared::<[Vector<F, N>]>::new_slice(comptime!(64 * LD / vs));
+    let mut v_s = Shared::<[Vector<F, N>]>::new_slice(comptime!(64 * LD / vs));
     let mut s_s = Shared::<[f32]>::new_slice(comptime!(PREFILL_WARPS * 16 * SLD));
     let s_tile = warp * comptime!(16 * SLD);
-    stage(
-        qkv,
-        &mut q_s,
-        first + q0,
-        first + len,
-        col,
-        n_embd,
-        head_dim,
-        vs,
-    );
+    let (row0, row_end) = (first + q0, first + len);
+    stage(qkv, &mut q_s, row0, row_end, col, n_embd, head_dim, vs);
     sync_cube();
     let q_at = warp * comptime!(16 * LD);
     let qa0 = load_a(&q_s, q_at);
@@ -143,13 +128,9 @@ pub fn prefill_attention_kernel<F: Float, I: Numeric, N: Size>(
     let mut o = filled(32usize, f32::new(0.0));
     // The row's running max and sum of `exp` (online softmax).
     let mut ml = softmax_start();
-    // This cube's share of the key chunks (all of them unsplit; split 0
-    // always starts at chunk 0, so position 0 is in it). `visible >= 1`.
+    // Every key chunk the tile's last query sees (`visible >= 1`).
     let chunks = (visible - 1) / 64 + 1;
-    let per = (chunks + comptime!(splits - 1)) / splits;
-    let begin = CUBE_POS_Z as usize * per;
-    let end = select(begin + per < chunks, begin + per, chunks);
-    for ch in begin..end {
+    for ch in 0..chunks {
         sync_cube();
         let chunk = KeyChunk {
             table,
@@ -164,14 +145,23 @@ pub fn prefill_attention_kernel<F: Float, I: Numeric, N: Size>(
         scores(&k_s, &mut s_s, s_tile, &qa0, &qa1, &qa2, &qa3);
         sync_plane();
         let (p_at, key0) = (q_at + r * LD + c0, ch * 64 + c0);
-        let alpha = softmax_chunk(&s_s, &mut p_s, &mut ml, at, p_at, key0, query_pos, scale);
+        let alpha = softmax_chunk(
+            &s_s, &mut p_s, &mut ml, at, p_at, key0, query_pos, scale, vs,
+        );
         sync_plane();
         rescale_add_pv(&v_s, &p_s, &mut s_s, &mut o, s_tile, q_at, at, alpha);
     }
-    if local < n_q {
-        let token = first + q0 + local;
-        finish(out, partials, &o, &ml, token, c0, n_embd, head_dim, splits);
-    }
+    // The warp's rows, normalized, through its P tile (no longer read)
+    // into `out`: whole 16-byte vectors, a row's 128 bytes together.
+    let rows = OutRows {
+        token0: first + q0 + warp * 16,
+        count: select(n_q > warp * 16, n_q - warp * 16, 0usize),
+        col,
+    };
+    let inv_l = f32::new(1.0) / ml[1];
+    write_rows(
+        out, &mut p_s, &o, inv_l, q_at, r, c0, &rows, n_embd, head_dim, vs,
+    );
 }
 
 /// The online softmax's state before any key: max `-1e30`, sum 0.
@@ -194,52 +184,54 @@ fn filled(#[comptime] n: usize, value: f32) -> Array<f32> {
     a
 }
 
-/// This lane's row of `O` (`o`, with the row's max and sum `ml`) for query
-/// `token` from column `c0`, of the cube's head (`CUBE_POS_Y`), into `out`,
-/// normalized (unsplit), or as the cube's split's (`CUBE_POS_Z`) partial
-/// into `partials`.
-#[cube]
-#[allow(clippy::too_many_arguments)]
-fn finish<F: Float>(
-    out: &mut Tensor<F>,
-    partials: &mut Tensor<f32>,
-    o: &Array<f32>,
-    ml: &Array<f32>,
-    token: usize,
-    c0: usize,
-    #[comptime] n_embd: usize,
-    #[comptime] head_dim: usize,
-    #[comptime] splits: usize,
-) {
-    let head = CUBE_POS_Y as usize;
-    let split = CUBE_POS_Z as usize;
-    if comptime![splits == 1] {
-        let row_out = token * n_embd + head * head_dim + c0;
-        write_row(out, o, f32::new(1.0) / ml[1], row_out, c0, head_dim);
-    } else {
-        let heads = comptime!(n_embd / head_dim);
-        let tokens = out.shape(0);
-        write_partial(
-            partials, o, ml, split, tokens, token, head, c0, heads, head_dim,
-        );
-    }
+/// Where a warp's output rows go: flat tokens `token0 ..`, `count` of them
+/// real, from column `col` of `out`.
+#[derive(CubeType)]
+struct OutRows {
+    token0: usize,
+    count: usize,
+    col: usize,
 }
 
-/// This lane's 32 values of `O` times `inv_l` into `out[row_out..]`, those
-/// of its columns (from `c0`) below `head_dim`.
+/// Writes the warp's 16 output rows into `out` `[T, E]`: this lane's 32
+/// values of `O` (row `r`, columns from `c0`) times `inv_l` go into the
+/// warp's tile (`tile` from element `tile_at`, row stride `LD`),
+/// then the lanes copy the tile's real rows (`rows`) out in vectors of
+/// `vs`, the columns below `head_dim`.
 #[cube]
-fn write_row<F: Float>(
-    out: &mut Tensor<F>,
+#[allow(clippy::too_many_arguments)]
+fn write_rows<F: Float, N: Size>(
+    out: &mut Tensor<Vector<F, N>>,
+    tile: &mut Shared<[Vector<F, N>]>,
     o: &Array<f32>,
     inv_l: f32,
-    row_out: usize,
+    tile_at: usize,
+    r: usize,
     c0: usize,
+    rows: &OutRows,
+    #[comptime] n_embd: usize,
     #[comptime] head_dim: usize,
+    #[comptime] vs: usize,
 ) {
     #[unroll]
-    for j in 0..32 {
-        if c0 + j < head_dim {
-            out[row_out + j] = F::cast_from(o[j] * inv_l);
+    for g in 0..comptime!(32 / vs) {
+        let mut packed = Vector::<F, N>::empty();
+        #[unroll]
+        for k in 0..vs {
+            packed.insert(k, F::cast_from(o[comptime!(g * vs + k)] * inv_l));
+        }
+        tile[(tile_at + r * LD + c0 + comptime!(g * vs)) / vs] = packed;
+    }
+    sync_plane();
+    let lane = UNIT_POS_X as usize;
+    let per_row = comptime!(64 / vs);
+    #[unroll]
+    for i in 0..comptime!(16 * 64 / vs / 32) {
+        let v = lane + i * 32;
+        let (row, c) = (v / per_row, (v % per_row) * vs);
+        if row < rows.count && c < head_dim {
+            out[((rows.token0 + row) * n_embd + rows.col + c) / vs] =
+                tile[(tile_at + row * LD + c) / vs];
         }
     }
 }
@@ -250,10 +242,7 @@ cuda_kernel! {
     /// cu_seqlens[r + 1]` at positions from `starts[r]`, its keys and values
     /// read from the layer's `[H, S, D]` storage through `tables` (`[R, W]`,
     /// blocks of `block_size`); one cube per `tiles` entry (`[n, 2]`: row,
-    /// first query) and head, and with `splits` (the
-    /// `--prefill-attention-splits` knob: 1 off, 0 planned) `> 1` several
-    /// cubes a tile, merged by a second kernel. Returns `[T, E]`, padding
-    /// tokens 0.
+    /// first query) and head. Returns `[T, E]`, padding tokens 0.
     #[fusion(dtype = qkv, shape = { let [n, e3] = qkv.dims::<2>(); Shape::new([n, e3 / 3]) })]
     pub fn PrefillAttention::prefill_attention(
         qkv: Tensor<2>,
@@ -267,7 +256,6 @@ cuda_kernel! {
         starts: Tensor<1, Int>,
         #[in_place] tiles: Tensor<2, Int>,
         block_size: usize,
-        splits: usize,
     ) -> Tensor<2>
 }
 
@@ -286,7 +274,6 @@ pub fn launch(
     starts: CubeTensor,
     tiles: CubeTensor,
     block_size: usize,
-    splits: usize,
 ) -> CubeTensor {
     let [rows, e3] = qkv.shape().dims::<2>();
     let e = e3 / 3;
@@ -300,25 +287,16 @@ pub fn launch(
         "prefill attention: the K/V caches must be row-major [H, S, D] storage, D <= 64"
     );
     let [n_tiles, _] = tiles.shape().dims::<2>();
-    let splits = plan::prefill_splits(splits, n_tiles * heads);
+    // The kernel writes each real query's row; padding tokens stay 0.
+    let out = zeros_contiguous(&qkv, [rows, e]);
     if n_tiles == 0 {
-        return zeros_contiguous(&qkv, [rows, e]); // padding only (an unbucketed warmup step)
+        return out; // padding only (an unbucketed warmup step)
     }
-    // Unsplit, the kernel writes each real query's row and padding tokens
-    // stay 0; split, the combine writes every element.
-    let (out, partials) = match splits {
-        1 => (zeros_contiguous(&qkv, [rows, e]), f32_buffer(&qkv, 1)),
-        _ => (
-            empty_like(&qkv, [rows, e]),
-            f32_buffer(&qkv, splits * rows * heads * PARTIAL_STRIDE),
-        ),
-    };
     let (f, i) = (qkv.dtype, tables.dtype);
     let vs = vector_size(&qkv, &[head_dim, e3, cache_strides[0], cache_strides[1]]);
-    let seqlens = cu_seqlens.clone();
     prefill_attention_kernel::launch(
         &qkv.client,
-        CubeCount::Static(n_tiles as u32, heads as u32, splits as u32),
+        CubeCount::Static(n_tiles as u32, heads as u32, 1),
         CubeDim::new_2d(32, PREFILL_WARPS as u32),
         vs,
         qkv.clone().into_tensor_arg(),
@@ -329,27 +307,12 @@ pub fn launch(
         starts.into_tensor_arg(),
         tiles.into_tensor_arg(),
         out.clone().into_tensor_arg(),
-        partials.clone().into_tensor_arg(),
         1.0 / (head_dim as f32).sqrt(),
         e,
         head_dim,
         block_size,
         vs,
-        splits,
         [dtype_to_storage_type(f), dtype_to_storage_type(i)],
     );
-    if splits > 1 {
-        prefill_combine::launch(partials, seqlens, &out, heads, splits);
-    }
     out
-}
-
-/// A new contiguous f32 buffer of `len` elements on `like`'s device.
-fn f32_buffer(like: &CubeTensor, len: usize) -> CubeTensor {
-    empty_device_contiguous_dtype(
-        like.client.clone(),
-        like.device.clone(),
-        Shape::new([len]),
-        DType::F32,
-    )
 }

@@ -13,14 +13,18 @@ pub const PREFILL_WARPS: usize = PREFILL_TILE / 16;
 pub(super) const LD: usize = 72;
 
 /// Copies 64 rows of `head_dim` columns of `qkv` (rows from `row0`,
-/// columns from `col`) into `tile` (row stride `LD`), 16 bytes per load, all
-/// the cube's threads at once; rows at or past `row_end`, and the columns
-/// from `head_dim` to 64, become zeros. Every load is issued (at a valid
-/// address) before any value is stored, so they are all in flight at once.
+/// columns from `col`) into `tile` (vectors of `vs`; row stride `LD`
+/// elements), 16 bytes per load and per shared store, all the cube's
+/// threads at once, every load issued before any value is stored. The
+/// columns from `head_dim` to 64 become zeros (they meet the padding
+/// columns of K, which [`stage_paged`] leaves holding real values); rows at
+/// or past `row_end` repeat row `row0` (finite values whose outputs are
+/// never written).
 #[cube]
+#[allow(clippy::too_many_arguments)]
 pub(super) fn stage<F: Float, N: Size>(
     qkv: &Tensor<Vector<F, N>>,
-    tile: &mut Shared<[F]>,
+    tile: &mut Shared<[Vector<F, N>]>,
     row0: usize,
     row_end: usize,
     col: usize,
@@ -31,37 +35,20 @@ pub(super) fn stage<F: Float, N: Size>(
     let tid = (UNIT_POS_Y * 32 + UNIT_POS_X) as usize;
     let per_row = comptime!(64 / vs);
     let rounds = comptime!(64 * 64 / vs / (32 * PREFILL_WARPS));
-    let mut vals = Array::<F>::new(comptime!(rounds * vs));
+    let mut vals = Array::<Vector<F, N>>::new(rounds);
     #[unroll]
     for i in 0..rounds {
         let idx = tid + i * comptime!(32 * PREFILL_WARPS);
         let (r, c) = (idx / per_row, (idx % per_row) * vs);
-        let inside = row0 + r < row_end && c < head_dim;
-        // Outside, the tile's first row and column: always real.
-        let row = select(inside, row0 + r, row0);
-        let v = qkv[(row * comptime!(3 * n_embd) + col + select(inside, c, 0usize)) / vs];
-        #[unroll]
-        for j in 0..vs {
-            vals[i * vs + j] = select(inside, v.extract(j), F::new(0.0));
-        }
+        let row = select(row0 + r < row_end, row0 + r, row0);
+        let real = c < head_dim;
+        let v = qkv[(row * comptime!(3 * n_embd) + col + select(real, c, 0usize)) / vs];
+        vals[i] = select(real, v, Vector::<F, N>::zeroed());
     }
-    store(tile, &vals, vs);
-}
-
-/// Stores this unit's staged values `vals` (`rounds` vectors of `vs`, in
-/// the order [`stage`] and [`stage_paged`] load them) into `tile`.
-#[cube]
-fn store<F: Float>(tile: &mut Shared<[F]>, vals: &Array<F>, #[comptime] vs: usize) {
-    let tid = (UNIT_POS_Y * 32 + UNIT_POS_X) as usize;
-    let per_row = comptime!(64 / vs);
     #[unroll]
-    for i in 0..comptime!(64 * 64 / vs / (32 * PREFILL_WARPS)) {
+    for i in 0..rounds {
         let idx = tid + i * comptime!(32 * PREFILL_WARPS);
-        let (r, c) = (idx / per_row, (idx % per_row) * vs);
-        #[unroll]
-        for j in 0..vs {
-            tile[r * LD + c + j] = vals[i * vs + j];
-        }
+        tile[((idx / per_row) * LD + (idx % per_row) * vs) / vs] = vals[i];
     }
 }
 
@@ -77,14 +64,20 @@ pub struct KeyChunk {
 }
 
 /// Copies the K and V rows of `chunk` from the `[H, S, head_dim]` caches
-/// into `k_tile` and `v_tile` (row stride `LD`), each position's slot looked
-/// up once in the block `tables`; 16 bytes per load, all the cube's threads
-/// at once. Positions at or past the chunk's `visible`, and the columns from
-/// `head_dim` to 64, become zeros. The table entries are loaded together,
-/// then every K and V load is issued (at a valid address: position 0's slot
-/// outside the chunk) before any value is stored: two memory round trips a
-/// chunk. Loading under a branch, one position at a time, left each load
-/// waiting for the last (up to 16 round trips a chunk).
+/// into `k_tile` and `v_tile` (vectors of `vs`; row stride `LD` elements),
+/// each position's slot looked up once in the block `tables`; 16 bytes per
+/// load and per shared store, all the cube's threads at once. The table
+/// entries are loaded together, then every K and V load is issued before
+/// any value is stored: two memory round trips a chunk.
+///
+/// Nothing is zeroed, which is what keeps the chunk's instruction stream
+/// short (a select and a repack per element were a quarter of the kernel's
+/// stall samples, ncu 2026-11-29): a position at or past the chunk's
+/// `visible` reads position 0's row and a column from `head_dim` on reads
+/// column 0 (finite values at valid addresses). Those positions get
+/// weight 0 in the softmax (no query sees them), so their values add `0 *
+/// finite`; the padding columns of K meet Q's zeroed ones ([`stage`]), and
+/// those of V make columns of `O` that are never written.
 #[cube]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn stage_paged<F: Float, I: Numeric, N: Size>(
@@ -92,8 +85,8 @@ pub(super) fn stage_paged<F: Float, I: Numeric, N: Size>(
     v_cache: &Tensor<Vector<F, N>>,
     tables: &Tensor<I>,
     chunk: &KeyChunk,
-    k_tile: &mut Shared<[F]>,
-    v_tile: &mut Shared<[F]>,
+    k_tile: &mut Shared<[Vector<F, N>]>,
+    v_tile: &mut Shared<[Vector<F, N>]>,
     #[comptime] head_dim: usize,
     #[comptime] block_size: usize,
     #[comptime] vs: usize,
@@ -110,29 +103,23 @@ pub(super) fn stage_paged<F: Float, I: Numeric, N: Size>(
         let at = select(pos < visible, pos, 0usize);
         blocks[i] = u32::cast_from(tables[table + (at / block_size) * tables.stride(1)]);
     }
-    let mut ks = Array::<F>::new(comptime!(rounds * vs));
-    let mut vals = Array::<F>::new(comptime!(rounds * vs));
+    let mut ks = Array::<Vector<F, N>>::new(rounds);
+    let mut vals = Array::<Vector<F, N>>::new(rounds);
     #[unroll]
     for i in 0..rounds {
         let idx = tid + i * comptime!(32 * PREFILL_WARPS);
         let (pos, c) = (pos0 + idx / per_row, (idx % per_row) * vs);
-        let inside = pos < visible && c < head_dim;
-        let at = select(inside, pos, 0usize);
+        let at = select(pos < visible, pos, 0usize);
         let slot = blocks[i] as usize * block_size + at % block_size;
-        let k = k_cache[(head * k_cache.stride(0)
-            + slot * k_cache.stride(1)
-            + select(inside, c, 0usize))
-            / vs];
-        let v = v_cache[(head * v_cache.stride(0)
-            + slot * v_cache.stride(1)
-            + select(inside, c, 0usize))
-            / vs];
-        #[unroll]
-        for j in 0..vs {
-            ks[i * vs + j] = select(inside, k.extract(j), F::new(0.0));
-            vals[i * vs + j] = select(inside, v.extract(j), F::new(0.0));
-        }
+        let col = select(c < head_dim, c, 0usize);
+        ks[i] = k_cache[(head * k_cache.stride(0) + slot * k_cache.stride(1) + col) / vs];
+        vals[i] = v_cache[(head * v_cache.stride(0) + slot * v_cache.stride(1) + col) / vs];
     }
-    store(k_tile, &ks, vs);
-    store(v_tile, &vals, vs);
+    #[unroll]
+    for i in 0..rounds {
+        let idx = tid + i * comptime!(32 * PREFILL_WARPS);
+        let at = ((idx / per_row) * LD + (idx % per_row) * vs) / vs;
+        k_tile[at] = ks[i];
+        v_tile[at] = vals[i];
+    }
 }

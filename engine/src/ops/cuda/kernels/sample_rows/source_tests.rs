@@ -279,9 +279,8 @@ fn the_logit_edits_kernel_expands_and_transpiles_to_cuda_cpp() {
 }
 
 #[test]
-fn the_prefill_attention_kernels_expand_and_transpile_to_cuda_cpp() {
+fn the_prefill_attention_kernel_expands_and_transpiles_to_cuda_cpp() {
     use crate::ops::cuda::kernels::prefill_attention::{prefill_attention_kernel, PREFILL_WARPS};
-    use crate::ops::cuda::kernels::prefill_combine::{prefill_combine_kernel, PARTIAL_STRIDE};
     let (t, e, heads, slots, vs) = (256usize, 768usize, 12usize, 1024usize, 8usize);
     let mut props = h100();
     for cd_type in [
@@ -302,48 +301,30 @@ fn the_prefill_attention_kernels_expand_and_transpile_to_cuda_cpp() {
             });
     }
     let dtypes = [ElemType::Float(FloatKind::F16), ElemType::Int(IntKind::I32)];
-    for splits in [1usize, 4] {
-        let kernel = prefill_attention_kernel::create_dummy_kernel(
-            Arc::new(props.clone()),
-            target(),
-            CubeCount::Static(4, heads as u32, splits as u32),
-            CubeDim::new_2d(32, PREFILL_WARPS as u32),
-            vs,
-            tensor(&[t, 3 * e], 2),
-            tensor(&[heads, slots, 64], 2),
-            tensor(&[heads, slots, 64], 2),
-            tensor(&[1, 16], 4),
-            tensor(&[2], 4),
-            tensor(&[1], 4),
-            tensor(&[4, 2], 4),
-            tensor(&[t, e], 2),
-            tensor(&[splits * t * heads * PARTIAL_STRIDE], 4),
-            0.125f32,
-            e,
-            64,
-            16,
-            vs,
-            splits,
-            dtypes,
-        );
-        let source = transpile!(kernel).to_string();
-        if std::env::var_os("EMBER_PRINT_KERNEL").is_some() {
-            println!("{source}");
-        }
-    }
-    let combine = prefill_combine_kernel::create_dummy_kernel(
-        Arc::new(h100()),
+    let kernel = prefill_attention_kernel::create_dummy_kernel(
+        Arc::new(props.clone()),
         target(),
-        CubeCount::Static(t as u32, heads as u32, 1),
-        CubeDim::new_1d(64),
-        tensor(&[4 * t * heads * PARTIAL_STRIDE], 4),
+        CubeCount::Static(4, heads as u32, 1),
+        CubeDim::new_2d(32, PREFILL_WARPS as u32),
+        vs,
+        tensor(&[t, 3 * e], 2),
+        tensor(&[heads, slots, 64], 2),
+        tensor(&[heads, slots, 64], 2),
+        tensor(&[1, 16], 4),
         tensor(&[2], 4),
+        tensor(&[1], 4),
+        tensor(&[4, 2], 4),
         tensor(&[t, e], 2),
+        0.125f32,
         e,
         64,
-        4,
+        16,
+        vs,
         dtypes,
     );
-    let source = transpile!(combine).to_string();
+    let source = transpile!(kernel).to_string();
+    if std::env::var_os("EMBER_PRINT_KERNEL").is_some() {
+        println!("{source}");
+    }
     assert!(!source.contains("__expf"), "no fast math");
 }
