@@ -40,6 +40,7 @@ mod cuda {
 
     use crate::check_data::{floats, ints, max_diff, normal, BLOCK};
     use crate::kv_write_check::{fused_write_check, kv_write_check};
+    use crate::prefill_reference::{self, PagedStep};
     use serde_json::json;
 
     /// Max |kernel - reference| of paged decode attention for one batch.
@@ -254,13 +255,21 @@ mod cuda {
             padding_block: (PREFILL_BLOCKS - 1) as u32,
         };
         let seg = SegmentContext::new(&segment_rows, padding, geometry, dev);
-        let want = floats(reference::segment_attention(
-            qkv.clone(),
-            &cache.k,
-            &cache.v,
-            h,
-            &seg,
-        ));
+        let (q_host, k_host, v_host) = (
+            floats(qkv.clone()),
+            floats(cache.k.clone()),
+            floats(cache.v.clone()),
+        );
+        let step = PagedStep {
+            qkv: &q_host,
+            k: &k_host,
+            v: &v_host,
+            heads: h,
+            head_dim: d,
+            slots,
+            block: BLOCK,
+        };
+        let want = prefill_reference::prefill_attention(&step, rows, tables, t);
         let got = prefill_attention(qkv.clone(), &cache.k, &cache.v, &seg);
         max_diff(floats(got), want)
     }

@@ -47,6 +47,9 @@ mod machine;
 mod membw;
 mod penalty_check;
 mod prefill_probe;
+// The CUDA prefill checks' host reference (unit-tested on every build).
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+mod prefill_reference;
 mod reference;
 mod sample_check;
 mod timing;
