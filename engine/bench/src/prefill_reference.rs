@@ -75,25 +75,29 @@ pub fn prefill_attention(
 mod tests {
     use super::*;
 
-    #[test]
-    fn one_key_gives_its_value_and_equal_keys_average_the_values() {
-        // One head of 2 dims, blocks of 2 slots, 4 slots; a row of 2 queries
-        // from position 0 whose table maps block 0 to slots 2..4.
-        let qkv = vec![
-            1.0, 0.0, 0., 0., 0., 0., /* token 1 */ 1.0, 0.0, 0., 0., 0., 0.,
-        ];
-        let k = vec![9.0, 9.0, 9.0, 9.0, 0.5, 0.0, 0.5, 0.0];
-        let v = vec![7.0, 7.0, 7.0, 7.0, 2.0, 4.0, 6.0, 8.0];
-        let step = PagedStep {
-            qkv: &qkv,
-            k: &k,
-            v: &v,
+    /// One head of 2 dims over 4 slots in blocks of 2.
+    fn one_head<'a>(qkv: &'a [f32], k: &'a [f32], v: &'a [f32]) -> PagedStep<'a> {
+        PagedStep {
+            qkv,
+            k,
+            v,
             heads: 1,
             head_dim: 2,
             slots: 4,
             block: 2,
-        };
-        let out = prefill_attention(&step, &[(2, 0)], &[vec![1]], 3);
+        }
+    }
+
+    #[test]
+    fn one_key_gives_its_value_and_equal_keys_average_the_values() {
+        // A row of 2 queries from position 0 whose table maps block 0 to
+        // slots 2..4.
+        let qkv = [
+            1.0, 0.0, 0., 0., 0., 0., /* token 1 */ 1.0, 0.0, 0., 0., 0., 0.,
+        ];
+        let k = [9.0, 9.0, 9.0, 9.0, 0.5, 0.0, 0.5, 0.0];
+        let v = [7.0, 7.0, 7.0, 7.0, 2.0, 4.0, 6.0, 8.0];
+        let out = prefill_attention(&one_head(&qkv, &k, &v), &[(2, 0)], &[vec![1]], 3);
         // Query 0 sees slot 2 alone; query 1 sees slots 2 and 3, equal
         // scores; the padding token stays 0.
         let want = [2.0, 4.0, 4.0, 6.0, 0.0, 0.0];
@@ -106,19 +110,10 @@ mod tests {
     #[test]
     fn a_start_shifts_the_causal_window() {
         // A chunk of one query at position 1 sees positions 0 and 1.
-        let qkv = vec![0.0, 0.0, 0., 0., 0., 0.];
-        let k = vec![0.0; 8];
-        let v = vec![1.0, 0.0, 3.0, 0.0, 100.0, 100.0, 100.0, 100.0];
-        let step = PagedStep {
-            qkv: &qkv,
-            k: &k,
-            v: &v,
-            heads: 1,
-            head_dim: 2,
-            slots: 4,
-            block: 2,
-        };
-        let out = prefill_attention(&step, &[(1, 1)], &[vec![0]], 1);
+        let qkv = [0.0; 6];
+        let k = [0.0; 8];
+        let v = [1.0, 0.0, 3.0, 0.0, 100.0, 100.0, 100.0, 100.0];
+        let out = prefill_attention(&one_head(&qkv, &k, &v), &[(1, 1)], &[vec![0]], 1);
         assert_eq!(out, [2.0, 0.0]);
     }
 }
