@@ -240,8 +240,8 @@ impl fmt::Display for KernelTuning {
         write!(
             f,
             "gemv-max-rows={} lm-head-gemv-max-rows={} mma-min-rows={} mma-warps={} \
-             mma-row-tiles={} attention-splits={} prefill-attention={} \
-             cublaslt={} device-sampler={} device-penalties={}",
+             mma-row-tiles={} attention-splits={} prefill-attention={} cublaslt={} \
+             device-sampler={} device-penalties={}",
             self.gemv_max_rows,
             self.lm_head_gemv_max_rows,
             self.mma_min_rows,
@@ -279,8 +279,8 @@ mod tests {
         assert_eq!(
             t.to_string(),
             "gemv-max-rows=256 lm-head-gemv-max-rows=8 mma-min-rows=16 mma-warps=auto \
-             mma-row-tiles=4 attention-splits=auto prefill-attention=true \
-             cublaslt=true device-sampler=true device-penalties=true"
+             mma-row-tiles=4 attention-splits=auto prefill-attention=true cublaslt=true \
+             device-sampler=true device-penalties=true"
         );
     }
 

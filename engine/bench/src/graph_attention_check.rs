@@ -83,8 +83,8 @@ pub struct GraphCase {
 
 /// The case over `h` heads of 64 dimensions, a 256-token bucket of three
 /// rows (one of a single token), with the KV write before the attention
-/// when `with_write`: captured over padding only, replayed
-/// after the rows were written into the buffers, twice.
+/// when `with_write`: captured over padding only, replayed after the rows
+/// were written into the buffers, twice.
 pub fn graph_segment_check(with_write: bool, h: usize, dev: &Device) -> GraphCase {
     let (d, t) = (64usize, 256usize);
     let e = h * d;

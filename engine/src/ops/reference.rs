@@ -114,6 +114,21 @@ fn masked_attention(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, mask: Tensor<4, Bo
         .reshape([b * q_len, h * d])
 }
 
+/// The `[H, S, D]` cache's rows at `slots`, in `dtype` (the queries'; the
+/// storage may be bf16), shaped `shape` (`[H, rows, positions, D]`).
+fn cache_rows(
+    cache: &Tensor<3>,
+    slots: &Tensor<1, Int>,
+    dtype: DType,
+    shape: [usize; 4],
+) -> Tensor<4> {
+    cache
+        .clone()
+        .select(1, slots.clone())
+        .cast(dtype)
+        .reshape(shape)
+}
+
 /// `[R, len]` slots of positions `0..len` of each row through its block
 /// table (`[R, W]`, blocks of `block_size`); `len <= W * block_size`.
 fn context_slots(tables: &Tensor<2, Int>, block_size: usize, len: usize) -> Tensor<2, Int> {
@@ -165,16 +180,8 @@ pub fn segment_attention(
     let q = q.reshape([r, qm, h, d]).permute([2, 0, 1, 3]); // [H, R, Qm, D]
 
     let slots = context_slots(&seg.tables, seg.block_size, tm).reshape([r * tm]);
-    let k = k_cache
-        .clone()
-        .select(1, slots.clone())
-        .cast(q.dtype())
-        .reshape([h, r, tm, d]);
-    let v = v_cache
-        .clone()
-        .select(1, slots)
-        .cast(q.dtype())
-        .reshape([h, r, tm, d]);
+    let k = cache_rows(k_cache, &slots, q.dtype(), [h, r, tm, d]);
+    let v = cache_rows(v_cache, &slots, q.dtype(), [h, r, tm, d]);
     // Key `j` is hidden from query `i` of row `r` when `j > start[r] + i`.
     let limit = seg.starts.clone().reshape([r, 1]).expand([r, qm]) + i;
     let j = Tensor::<1, Int>::arange(0..tm as i64, &device)
@@ -217,16 +224,8 @@ pub fn decode_attention(
     let t = w * bs;
     let device = q.device();
     let slots = context_slots(&paged.tables, bs, t).reshape([b * t]);
-    let k = k_cache
-        .clone()
-        .select(1, slots.clone())
-        .cast(q.dtype())
-        .reshape([h, b, t, d]);
-    let v = v_cache
-        .clone()
-        .select(1, slots)
-        .cast(q.dtype())
-        .reshape([h, b, t, d]);
+    let k = cache_rows(k_cache, &slots, q.dtype(), [h, b, t, d]);
+    let v = cache_rows(v_cache, &slots, q.dtype(), [h, b, t, d]);
     let j = Tensor::<1, Int>::arange(0..t as i64, &device).reshape([1, 1, 1, t]);
     let lens = paged
         .lens

@@ -23,7 +23,7 @@ use half::bf16;
 
 use super::flex_slices::{dense, int_values, values};
 use super::isa::CpuIsa;
-use super::tiled_attention::{attend, Geometry, Tile};
+use super::tiled_attention::{attend, Geometry, KvElem, Tile};
 use crate::ops::attention::{PagedContext, SegmentContext};
 use crate::ops::plan::PREFILL_TILE;
 use crate::ops::reference;
@@ -69,8 +69,8 @@ pub fn segment_attention(
         .unwrap_or_else(|| reference::segment_attention(qkv.clone(), k, v, n_head, seg))
 }
 
-/// The dense storage of the inputs every call shares (K and V f32 or bf16), and their geometry
-/// (the table width left to the caller).
+/// The dense storage of the inputs every call shares (K and V f32 or
+/// bf16), and their geometry (the table width left to the caller).
 struct Inputs {
     qkv: FlexTensor,
     k: FlexTensor,
@@ -120,29 +120,28 @@ fn inputs(
     })
 }
 
+/// [`attend`] over `inputs` with K/V stored as `E`.
+fn attend_stored<E>(isa: CpuIsa, inputs: &Inputs, tiles: &[Tile]) -> Option<Vec<f32>>
+where
+    E: KvElem + burn::tensor::Element + bytemuck::Pod,
+{
+    attend(
+        isa,
+        values::<f32>(&inputs.qkv),
+        values::<E>(&inputs.k),
+        values::<E>(&inputs.v),
+        values::<i32>(&inputs.tables),
+        tiles,
+        inputs.geometry,
+    )
+}
+
 /// Runs the kernel over `tiles`; `[N, E]` on `device`.
 fn run(isa: CpuIsa, inputs: &Inputs, tiles: &[Tile], device: &Device) -> Option<Tensor<2>> {
     let g = inputs.geometry;
-    let (q, tables) = (values::<f32>(&inputs.qkv), values::<i32>(&inputs.tables));
     let out = match inputs.k.dtype() {
-        DType::BF16 => attend(
-            isa,
-            q,
-            values::<bf16>(&inputs.k),
-            values::<bf16>(&inputs.v),
-            tables,
-            tiles,
-            g,
-        ),
-        _ => attend(
-            isa,
-            q,
-            values::<f32>(&inputs.k),
-            values::<f32>(&inputs.v),
-            tables,
-            tiles,
-            g,
-        ),
+        DType::BF16 => attend_stored::<bf16>(isa, inputs, tiles),
+        _ => attend_stored::<f32>(isa, inputs, tiles),
     }?;
     let e = g.heads * g.head_dim;
     Some(Tensor::from_data(TensorData::new(out, [g.rows, e]), device))
